@@ -1,0 +1,628 @@
+/* conn.c - one WebSocket client connection inside the loop: the upgrade
+ * exchange, the streaming frame parser (split headers, payloads across
+ * buffer slots, fragmentation, interleaved control frames), the close
+ * handshake and outgoing framing with CSPRNG mask keys.
+ *
+ * Input arrives as byte runs (a buffer slot, or TLS plaintext). A run is
+ * consumed as far as the event ring and arena allow; what cannot be
+ * published stays where it is and the connection stalls until Go releases
+ * space (back-pressure, never loss). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "loop.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+enum { FEED_OK = 0, FEED_STALL = -1, FEED_DEAD = -2 };
+
+void tl_conn_reset(struct tl_conn *c)
+{
+	/* Keep allocations (msg, out) for reuse by the next dial on this slot. */
+	uint8_t *msg = c->msg, *o0 = c->out[0].p, *o1 = c->out[1].p;
+	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap;
+	uint32_t slot = c->slot;
+
+	memset(c, 0, sizeof(*c));
+	c->slot = slot;
+	c->fd = -1;
+	c->rxq_head = c->rxq_tail = -1;
+	c->msg = msg;
+	c->msg_cap = mc;
+	c->out[0].p = o0;
+	c->out[0].cap = c0;
+	c->out[1].p = o1;
+	c->out[1].cap = c1;
+	c->close_code = 1005;
+}
+
+/* ---- output ---- */
+
+uint8_t *tl_out_reserve(struct tl_conn *c, size_t n)
+{
+	struct tl_outbuf *ob = &c->out[c->cur];
+	if (ob->len + n > ob->cap) {
+		size_t cap = ob->cap ? ob->cap : 4096;
+		uint8_t *p;
+		while (cap < ob->len + n)
+			cap *= 2;
+		p = realloc(ob->p, cap);
+		if (!p)
+			return NULL;
+		ob->p = p;
+		ob->cap = cap;
+	}
+	ob->len += n;
+	return ob->p + ob->len - n;
+}
+
+int tl_out_append(struct tl_conn *c, const uint8_t *p, size_t n)
+{
+	uint8_t *d = tl_out_reserve(c, n);
+	if (!d)
+		return -1;
+	memcpy(d, p, n);
+	return 0;
+}
+
+static void mask_key(struct tl_loop *l, uint8_t key[4])
+{
+	if (l->rnd_off + 4 > sizeof(l->rnd)) {
+		size_t got = 0;
+		while (got < sizeof(l->rnd)) {
+			ssize_t r = getrandom(l->rnd + got, sizeof(l->rnd) - got, 0);
+			if (r < 0) {
+				if (errno == EINTR)
+					continue;
+				abort(); /* no CSPRNG: refuse to send predictable masks */
+			}
+			got += (size_t)r;
+		}
+		l->rnd_off = 0;
+	}
+	memcpy(key, l->rnd + l->rnd_off, 4);
+	l->rnd_off += 4;
+}
+
+/* tl_conn_send_frame frames, masks and queues one frame. Returns 0 or -1 on
+ * allocation failure (the connection is then failed). */
+int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n)
+{
+	uint8_t key[4];
+	uint8_t *d;
+	size_t hl;
+
+	mask_key(l, key);
+	if (!c->is_tls) {
+		d = tl_out_reserve(c, TL_WS_MAX_HDR + n);
+		if (!d)
+			goto nomem;
+		hl = tl_ws_write_hdr(d, fin, opcode, n, key);
+		tl_ws_mask(d + hl, p, n, key, 0);
+		c->out[c->cur].len -= TL_WS_MAX_HDR - hl;
+		return 0;
+	}
+	if (l->scratch_cap < TL_WS_MAX_HDR + n) {
+		size_t cap = l->scratch_cap ? l->scratch_cap : 16384;
+		uint8_t *s;
+		while (cap < TL_WS_MAX_HDR + n)
+			cap *= 2;
+		s = realloc(l->scratch, cap);
+		if (!s)
+			goto nomem;
+		l->scratch = s;
+		l->scratch_cap = cap;
+	}
+	hl = tl_ws_write_hdr(l->scratch, fin, opcode, n, key);
+	tl_ws_mask(l->scratch + hl, p, n, key, 0);
+	if (tl_tls_write(l, c, l->scratch, hl + n) < 0)
+		return -1;
+	return 0;
+nomem:
+	tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+	return -1;
+}
+
+int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen)
+{
+	uint8_t pl[125];
+	size_t n = 0;
+
+	if (c->close_sent)
+		return 0;
+	c->close_sent = 1;
+	if (code && code != 1005) {
+		if (rlen > 123)
+			rlen = 123;
+		pl[0] = (uint8_t)(code >> 8);
+		pl[1] = (uint8_t)code;
+		if (rlen)
+			memcpy(pl + 2, reason, rlen);
+		n = 2 + rlen;
+	}
+	return tl_conn_send_frame(l, c, TL_OP_CLOSE, 1, pl, n);
+}
+
+/* ---- upgrade ---- */
+
+int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_dial *d = c->dial;
+	tl_http_request rq;
+	size_t cap, n;
+	uint8_t *buf;
+
+	tl_conn_set_state(l, c, TL_ST_UPGRADING);
+	if (tl_ws_make_key(c->key) < 0) {
+		tl_conn_fail(l, c, TL_E_INTERNAL, errno, 0, "getrandom failed");
+		return -1;
+	}
+	memset(&rq, 0, sizeof(rq));
+	rq.host = d->host;
+	rq.host_len = d->host_len;
+	rq.path = d->path;
+	rq.path_len = d->path_len;
+	rq.headers = d->headers;
+	rq.headers_len = d->headers_len;
+	rq.protocols = d->protocols;
+	rq.protocols_len = d->protocols_len;
+	rq.key = c->key;
+	cap = 512 + d->host_len + d->path_len + d->headers_len + d->protocols_len;
+	if (c->is_tls) {
+		if (l->scratch_cap < cap) {
+			uint8_t *s = realloc(l->scratch, cap);
+			if (!s)
+				goto nomem;
+			l->scratch = s;
+			l->scratch_cap = cap;
+		}
+		n = tl_http_write_request((char *)l->scratch, cap, &rq);
+		if (!n || tl_tls_write(l, c, l->scratch, n) < 0)
+			goto nomem;
+	} else {
+		buf = tl_out_reserve(c, cap);
+		if (!buf)
+			goto nomem;
+		n = tl_http_write_request((char *)buf, cap, &rq);
+		c->out[c->cur].len -= cap - n;
+		if (!n)
+			goto nomem;
+	}
+	c->hs = malloc(TL_HTTP_MAX_HEAD);
+	if (!c->hs)
+		goto nomem;
+	c->hs_len = 0;
+	return 0;
+nomem:
+	tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory writing the upgrade request");
+	return -1;
+}
+
+static int publish_open(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	size_t n = strnlen(p->proto, sizeof(p->proto));
+	if (tl_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, 0, 0) < 0) {
+		c->open_pending = 1;
+		return FEED_STALL;
+	}
+	c->open_pending = 0;
+	return FEED_OK;
+}
+
+/* upgrade_feed gathers the response head; on success it reports how many
+ * bytes of p belonged to the head so the rest is parsed as frames. */
+static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
+{
+	size_t room = TL_HTTP_MAX_HEAD - c->hs_len, take = n < room ? n : room;
+	tl_http_response rs;
+	struct tl_dial *d = c->dial;
+	int rc;
+
+	memcpy(c->hs + c->hs_len, p, take);
+	c->hs_len += take;
+	rc = tl_http_parse_response(c->hs, c->hs_len, c->key, d->protocols, d->protocols_len, &rs);
+	if (rc == TL_HTTP_NEED_MORE) {
+		if (c->hs_len == TL_HTTP_MAX_HEAD)
+			rc = TL_HTTP_ERR_TOO_LARGE;
+		else {
+			*used = take;
+			return FEED_OK;
+		}
+	}
+	if (rc != TL_HTTP_OK) {
+		char msg[80];
+		if (rc == TL_HTTP_ERR_STATUS)
+			snprintf(msg, sizeof(msg), "upgrade refused with HTTP status %d", rs.status);
+		else
+			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
+		*used = n;
+		tl_conn_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
+		return FEED_DEAD;
+	}
+	{
+		struct tl_conn_pub *pub = &l->pub[c->slot];
+		size_t pl = rs.protocol_len < sizeof(pub->proto) - 1 ? rs.protocol_len : sizeof(pub->proto) - 1;
+		memcpy(pub->proto, rs.protocol, pl);
+		pub->proto[pl] = 0;
+	}
+	*used = take - (c->hs_len - rs.head_len);
+	free(c->hs);
+	c->hs = NULL;
+	/* deadline belonged to the handshake */
+	if (c->deadline_ns) {
+		c->deadline_ns = 0;
+		l->timed--;
+	}
+	tl_conn_set_state(l, c, TL_ST_OPEN);
+	return publish_open(l, c);
+}
+
+/* ---- frames ---- */
+
+static int grow_msg(struct tl_conn *c, size_t need)
+{
+	size_t cap = c->msg_cap ? c->msg_cap : 4096;
+	uint8_t *m;
+	if (need <= c->msg_cap)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	m = realloc(c->msg, cap);
+	if (!m)
+		return -1;
+	c->msg = m;
+	c->msg_cap = cap;
+	return 0;
+}
+
+static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t code, const char *why)
+{
+	tl_conn_fail(l, c, err, 0, code, why);
+	return FEED_DEAD;
+}
+
+static int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
+{
+	struct tl_conn_pub *pub = &l->pub[c->slot];
+	if (tl_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
+		return FEED_STALL;
+	__atomic_store_n(&pub->msgs_in, pub->msgs_in + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&pub->bytes_in, pub->bytes_in + n, __ATOMIC_RELAXED);
+	return FEED_OK;
+}
+
+static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
+{
+	const uint8_t *p = c->ctrl;
+	size_t n = c->ctrl_len;
+	unsigned code = 1005;
+
+	if (n == 1)
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "close frame with a 1-byte payload");
+	if (n >= 2) {
+		code = ((unsigned)p[0] << 8) | p[1];
+		if (!tl_ws_close_code_ok(code))
+			return fail_proto(l, c, TL_E_PROTOCOL, 1002, "close frame with an invalid code");
+		if (!tl_utf8_valid(p + 2, n - 2))
+			return fail_proto(l, c, TL_E_UTF8, 1007, "close reason is not valid UTF-8");
+		memcpy(c->reason, p + 2, n - 2);
+		c->reason_len = (uint8_t)(n - 2);
+	}
+	c->close_code = (uint16_t)code;
+	c->close_rcvd = 1;
+	c->discard = 1; /* nothing after a close frame counts */
+	if (!c->close_sent)
+		tl_conn_send_close(l, c, (uint16_t)code, c->reason, c->reason_len);
+	if (c->state != TL_ST_CLOSING)
+		tl_conn_set_state(l, c, TL_ST_CLOSING);
+	if (c->fd < 0) { /* memory connection */
+		tl_conn_teardown(l, c);
+		return FEED_DEAD;
+	}
+	/* The server closes TCP first (RFC 6455 7.1.1); bound the wait. */
+	tl_set_deadline(l, c, l->cfg.close_timeout_ns);
+	return FEED_DEAD; /* stop parsing: input is discarded from here */
+}
+
+/* handle_ctrl acts on a complete control frame in c->ctrl. The event goes
+ * first: if it cannot be published, nothing is sent and the frame is
+ * retried. */
+static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_conn_pub *pub = &l->pub[c->slot];
+	switch (c->h.opcode) {
+	case TL_OP_PING:
+		if (tl_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+			return FEED_STALL;
+		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
+		if (!c->close_sent)
+			tl_conn_send_frame(l, c, TL_OP_PONG, 1, c->ctrl, c->ctrl_len);
+		break;
+	case TL_OP_PONG:
+		if (tl_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+			return FEED_STALL;
+		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
+		break;
+	case TL_OP_CLOSE:
+		c->ctrl_ready = 0;
+		return handle_close_frame(l, c);
+	}
+	c->ctrl_ready = 0;
+	return FEED_OK;
+}
+
+/* begin_frame checks a parsed header against the message state. */
+static int begin_frame(struct tl_loop *l, struct tl_conn *c)
+{
+	const tl_ws_hdr *h = &c->h;
+	if (h->opcode >= 0x8)
+		return FEED_OK; /* control frames are valid anywhere */
+	if (h->opcode == TL_OP_CONT && !c->msg_op)
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "continuation frame without a message");
+	if (h->opcode != TL_OP_CONT && c->msg_op)
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "new message inside a fragmented message");
+	if (h->len > l->cfg.max_message || c->msg_len + h->len > l->cfg.max_message)
+		return fail_proto(l, c, TL_E_TOO_BIG, 1009, "message exceeds the maximum message size");
+	return FEED_OK;
+}
+
+static int hdr_error(struct tl_loop *l, struct tl_conn *c, int r)
+{
+	switch (r) {
+	case TL_WS_ERR_RSV:
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "reserved bits set");
+	case TL_WS_ERR_OPCODE:
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "reserved opcode");
+	case TL_WS_ERR_MASKED:
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "masked frame from the server");
+	case TL_WS_ERR_CTRL_FRAG:
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "fragmented control frame");
+	case TL_WS_ERR_CTRL_LEN:
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "control frame longer than 125 bytes");
+	case TL_WS_ERR_LEN64:
+		return fail_proto(l, c, TL_E_TOO_BIG, 1009, "frame length has the top bit set");
+	}
+	return fail_proto(l, c, TL_E_PROTOCOL, 1002, "bad frame header");
+}
+
+static int frame_done(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->h.opcode >= 0x8) {
+		c->ctrl_ready = 1;
+		return handle_ctrl(l, c);
+	}
+	if (!c->h.fin)
+		return FEED_OK;
+	if (c->msg_op == TL_OP_TEXT && !tl_utf8_complete(&c->utf8))
+		return fail_proto(l, c, TL_E_UTF8, 1007, "text message ends inside a UTF-8 sequence");
+	c->msg_ready = 1;
+	if (publish_data(l, c, c->msg_op, c->msg, c->msg_len) < 0)
+		return FEED_STALL;
+	c->msg_ready = 0;
+	c->msg_op = 0;
+	c->msg_len = 0;
+	return FEED_OK;
+}
+
+static int flush_pending(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->open_pending && publish_open(l, c) < 0)
+		return FEED_STALL;
+	if (c->msg_ready) {
+		if (publish_data(l, c, c->msg_op, c->msg, c->msg_len) < 0)
+			return FEED_STALL;
+		c->msg_ready = 0;
+		c->msg_op = 0;
+		c->msg_len = 0;
+	}
+	if (c->ctrl_ready)
+		return handle_ctrl(l, c);
+	return FEED_OK;
+}
+
+/* tl_conn_feed consumes input bytes p[0..n); *used says how many. Returns
+ * FEED_OK (all used, or a partial frame was kept), FEED_STALL (the rest
+ * must be offered again when Go has released space) or FEED_DEAD (the
+ * connection failed or is closing: the rest does not matter). */
+int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
+{
+	size_t off = 0;
+	int r;
+
+	*used = 0;
+	if (c->discard) {
+		*used = n;
+		return FEED_OK;
+	}
+	if (c->state == TL_ST_UPGRADING) {
+		r = upgrade_feed(l, c, p, n, &off);
+		*used = off;
+		if (r != FEED_OK || c->state != TL_ST_OPEN)
+			return r;
+	}
+	r = flush_pending(l, c);
+	if (r != FEED_OK) {
+		*used = off;
+		return r;
+	}
+	while (off < n) {
+		if (!c->in_payload) {
+			const uint8_t *hp;
+			size_t avail;
+			int hl;
+
+			if (c->hdr_len == 0) {
+				hp = p + off;
+				avail = n - off;
+			} else {
+				/* Complete a split header in c->hdr. */
+				size_t take = TL_WS_MAX_HDR - c->hdr_len;
+				if (take > n - off)
+					take = n - off;
+				memcpy(c->hdr + c->hdr_len, p + off, take);
+				hp = c->hdr;
+				avail = c->hdr_len + take;
+			}
+			hl = tl_ws_parse_hdr(hp, avail, &c->h);
+			if (hl == TL_WS_NEED_MORE) {
+				if (c->hdr_len == 0) {
+					memcpy(c->hdr, p + off, n - off);
+					c->hdr_len = (uint8_t)(n - off);
+				} else {
+					c->hdr_len = (uint8_t)avail;
+				}
+				off = n;
+				break;
+			}
+			if (hl < 0) {
+				*used = n;
+				return hdr_error(l, c, hl);
+			}
+			if (begin_frame(l, c) < 0) {
+				*used = n;
+				return FEED_DEAD;
+			}
+			if (c->hdr_len == 0) {
+				/* Fast path: a whole unfragmented data frame in this run
+				 * goes straight from the slot to the arena. */
+				if (c->h.fin && (c->h.opcode == TL_OP_TEXT || c->h.opcode == TL_OP_BINARY) &&
+				    n - off - (size_t)hl >= c->h.len) {
+					const uint8_t *pl = p + off + hl;
+					if (c->h.opcode == TL_OP_TEXT && !tl_utf8_valid(pl, c->h.len)) {
+						*used = n;
+						return fail_proto(l, c, TL_E_UTF8, 1007, "invalid UTF-8 in a text message");
+					}
+					if (publish_data(l, c, c->h.opcode, pl, c->h.len) < 0) {
+						*used = off;
+						return FEED_STALL;
+					}
+					off += (size_t)hl + c->h.len;
+					continue;
+				}
+				off += (size_t)hl;
+			} else {
+				off += (size_t)hl - c->hdr_len;
+				c->hdr_len = 0;
+			}
+			c->in_payload = 1;
+			c->remaining = c->h.len;
+			if (c->h.opcode >= 0x8) {
+				c->ctrl_len = 0;
+			} else if (c->h.opcode != TL_OP_CONT) {
+				c->msg_op = c->h.opcode;
+				c->msg_len = 0;
+				tl_utf8_reset(&c->utf8);
+			}
+		}
+		/* payload bytes */
+		{
+			size_t k = n - off;
+			if (k > c->remaining)
+				k = (size_t)c->remaining;
+			if (c->h.opcode >= 0x8) {
+				memcpy(c->ctrl + c->ctrl_len, p + off, k);
+				c->ctrl_len = (uint8_t)(c->ctrl_len + k);
+			} else if (k) {
+				if (grow_msg(c, c->msg_len + k) < 0) {
+					*used = n;
+					tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory reassembling a message");
+					return FEED_DEAD;
+				}
+				memcpy(c->msg + c->msg_len, p + off, k);
+				if (c->msg_op == TL_OP_TEXT && tl_utf8_feed(&c->utf8, p + off, k) < 0) {
+					*used = n;
+					return fail_proto(l, c, TL_E_UTF8, 1007, "invalid UTF-8 in a text message");
+				}
+				c->msg_len += k;
+			}
+			off += k;
+			c->remaining -= k;
+			if (c->remaining == 0) {
+				c->in_payload = 0;
+				r = frame_done(l, c);
+				if (r != FEED_OK) {
+					*used = r == FEED_STALL ? off : n;
+					return r;
+				}
+			}
+		}
+	}
+	*used = off;
+	return FEED_OK;
+}
+
+/* ---- driving input ---- */
+
+static void on_eof(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->fail_err) {
+		tl_conn_teardown(l, c);
+	} else if (c->close_rcvd) {
+		tl_conn_teardown(l, c); /* clean: EventClose */
+	} else if (c->state < TL_ST_OPEN) {
+		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0,
+			     c->eof_errno ? strerror(c->eof_errno) : "connection closed during the handshake");
+	} else {
+		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 1006,
+			     c->eof_errno ? strerror(c->eof_errno) : "connection closed without a close frame");
+	}
+}
+
+/* tl_conn_drive offers queued input to the parser until it is used up or
+ * the connection stalls, then handles a pending EOF and flushes replies. */
+void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
+{
+	int r = FEED_OK;
+
+	if (c->dying)
+		return;
+	if (c->is_tls) {
+		r = tl_tls_drive(l, c);
+	} else {
+		if (c->state == TL_ST_OPEN || c->state == TL_ST_CLOSING) {
+			r = flush_pending(l, c);
+		}
+		while (r != FEED_STALL && c->rxq_head >= 0 && !c->dying) {
+			if (c->out[0].len + c->out[1].len > l->cfg.max_send_queue) {
+				/* Replies (pongs) pile up: the peer does not read. Stop
+				 * reading too until the socket drains. */
+				r = FEED_STALL;
+				break;
+			}
+			uint32_t bid = (uint32_t)c->rxq_head;
+			uint32_t len = l->slot_len[bid];
+			size_t used = 0;
+			if (r == FEED_OK)
+				r = tl_conn_feed(l, c, tl_bufring_slot(&l->br, bid) + c->rx_off, len - c->rx_off, &used);
+			else
+				used = len - c->rx_off; /* dead: drop the rest */
+			c->rx_off += (uint32_t)used;
+			if (c->rx_off >= len) {
+				c->rxq_head = l->slot_next[bid];
+				if (c->rxq_head < 0)
+					c->rxq_tail = -1;
+				c->rx_off = 0;
+				tl_bufring_recycle(&l->br, bid);
+			}
+			if (r == FEED_DEAD)
+				r = FEED_OK, c->discard = 1;
+		}
+	}
+	if (c->dying)
+		return;
+	if (r == FEED_STALL) {
+		tl_stall(l, c);
+		tl_conn_flush(l, c);
+		return;
+	}
+	if (c->eof && c->rxq_head < 0)
+		on_eof(l, c);
+	if (!c->dying)
+		tl_conn_flush(l, c);
+}

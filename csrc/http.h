@@ -1,0 +1,74 @@
+/* http.h - the HTTP/1.1 upgrade codec: a request writer and a bounded,
+ * allocation-free response parser (picohttpparser's shape, our own code). */
+#ifndef TALARIS_HTTP_H
+#define TALARIS_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TL_HTTP_MAX_HEAD 16384  /* bytes of status line + headers accepted */
+#define TL_HTTP_MAX_HEADERS 64  /* header lines accepted */
+#define TL_WS_KEY_LEN 24        /* base64 of 16 random bytes */
+#define TL_WS_ACCEPT_LEN 28     /* base64 of a SHA-1 */
+
+/* tl_ws_make_key fills key (TL_WS_KEY_LEN bytes + NUL) with base64 of 16
+ * bytes from the kernel CSPRNG (getrandom). Returns 0, or -1 if getrandom
+ * failed. */
+int tl_ws_make_key(char key[TL_WS_KEY_LEN + 1]);
+
+/* tl_ws_accept computes Sec-WebSocket-Accept for key into out
+ * (TL_WS_ACCEPT_LEN bytes + NUL). */
+void tl_ws_accept(const char *key, size_t key_len, char out[TL_WS_ACCEPT_LEN + 1]);
+
+/* tl_http_request describes one upgrade request. Strings need not be
+ * NUL-terminated; headers is a block of complete "Name: value\r\n" lines
+ * (may be empty) already checked by the caller for CR/LF injection;
+ * protocols is a comma-separated offer list or empty. */
+typedef struct tl_http_request {
+	const char *host; size_t host_len;       /* Host header value, port included when not default */
+	const char *path; size_t path_len;       /* request-target, "/" when empty */
+	const char *headers; size_t headers_len;
+	const char *protocols; size_t protocols_len;
+	const char *key;                          /* TL_WS_KEY_LEN chars */
+} tl_http_request;
+
+/* tl_http_write_request writes the request into out (cap bytes). Returns
+ * its length, or 0 if cap is too small. */
+size_t tl_http_write_request(char *out, size_t cap, const tl_http_request *rq);
+
+/* Response parse results */
+enum {
+	TL_HTTP_OK = 1,              /* complete, valid 101 upgrade */
+	TL_HTTP_NEED_MORE = 0,       /* incomplete: feed more bytes */
+	TL_HTTP_ERR_SYNTAX = -1,     /* not an HTTP/1.1 response, bad header line */
+	TL_HTTP_ERR_TOO_LARGE = -2,  /* head over TL_HTTP_MAX_HEAD or more than TL_HTTP_MAX_HEADERS lines */
+	TL_HTTP_ERR_STATUS = -3,     /* status is not 101 (status field holds it) */
+	TL_HTTP_ERR_UPGRADE = -4,    /* Upgrade header missing or not "websocket" */
+	TL_HTTP_ERR_CONNECTION = -5, /* Connection header missing or lacks the "upgrade" token */
+	TL_HTTP_ERR_ACCEPT = -6,     /* Sec-WebSocket-Accept missing, duplicated or wrong */
+	TL_HTTP_ERR_PROTOCOL = -7,   /* subprotocol not offered, or more than one */
+	TL_HTTP_ERR_EXTENSION = -8,  /* any Sec-WebSocket-Extensions (we offer none) */
+	TL_HTTP_ERR_TRANSFER = -9,   /* Transfer-Encoding present */
+};
+
+/* tl_http_response is the parse result. protocol points into the parsed
+ * buffer (not NUL-terminated). */
+typedef struct tl_http_response {
+	int status;                 /* status code, once the status line parsed */
+	size_t head_len;            /* bytes of the head incl. the final CRLFCRLF; frame bytes follow */
+	const char *protocol; size_t protocol_len; /* agreed subprotocol, len 0 if none */
+} tl_http_response;
+
+/* tl_http_parse_response parses buf[0..len) as the server's reply to an
+ * upgrade request with key and the offered protocols (comma-separated, may
+ * be empty). Stateless: call again with the grown buffer when it returns
+ * TL_HTTP_NEED_MORE. Bytes past head_len belong to the WebSocket stream.
+ * Never reads past buf[len-1] and never allocates. */
+int tl_http_parse_response(const char *buf, size_t len, const char *key,
+			   const char *protocols, size_t protocols_len,
+			   tl_http_response *out);
+
+/* tl_http_strerror names a TL_HTTP_ERR_* code. */
+const char *tl_http_strerror(int code);
+
+#endif

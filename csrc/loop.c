@@ -1,0 +1,1194 @@
+/* loop.c - the io_uring loop: thread, rings shared with Go, completions,
+ * commands, timers, teardown. The WebSocket state machine is in conn.c. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "loop.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TL_BGID 7
+#define TL_CQE_BATCH 256
+
+uint64_t tl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void futex_wake(uint32_t *addr)
+{
+	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+#define STAT_ADD(l, f, n) __atomic_store_n(&(l)->stats->f, (l)->stats->f + (n), __ATOMIC_RELAXED)
+#define PUB_ADD(p, f, n) __atomic_store_n(&(p)->f, (p)->f + (n), __ATOMIC_RELAXED)
+
+/* ---- submission ---- */
+
+struct io_uring_sqe *tl_sqe(struct tl_loop *l)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+	if (!sqe) {
+		/* SQ full: push what we have to make room. */
+		io_uring_submit(&l->ring);
+		sqe = io_uring_get_sqe(&l->ring);
+	}
+	return sqe;
+}
+
+static void arm_recv(struct tl_loop *l, struct tl_conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	if (c->recv_armed || c->dying || c->fd < 0)
+		return;
+	sqe = tl_sqe(l);
+	if (!sqe) {
+		c->want_rearm = 1;
+		return;
+	}
+	io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = TL_BGID;
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_RECV, c->gen, c->slot));
+	c->recv_armed = 1;
+	c->want_rearm = 0;
+}
+
+static void arm_efd(struct tl_loop *l)
+{
+	struct io_uring_sqe *sqe;
+	if (l->efd_armed)
+		return;
+	sqe = tl_sqe(l);
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, l->efd, &l->efd_val, sizeof(l->efd_val), 0);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_EFD, 0, 0));
+	l->efd_armed = 1;
+}
+
+/* tl_conn_flush submits the collected out buffer when no send is in flight.
+ * One send per connection at a time keeps bytes in order. */
+void tl_conn_flush(struct tl_loop *l, struct tl_conn *c)
+{
+	struct io_uring_sqe *sqe;
+	struct tl_outbuf *ob;
+
+	if (c->send_inflight || c->fd < 0 || c->state == TL_ST_CONNECTING)
+		return;
+	ob = &c->out[c->cur];
+	if (ob->len == 0)
+		return;
+	sqe = tl_sqe(l);
+	if (!sqe)
+		return;
+	io_uring_prep_send(sqe, c->fd, ob->p, ob->len, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
+	c->send_inflight = 1;
+	c->sent_off = 0;
+	c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
+}
+
+/* ---- events ---- */
+
+static void ev_publish(struct tl_loop *l)
+{
+	struct tl_evring *r = l->evr;
+	if (l->ev_tail == l->ev_published)
+		return;
+	__atomic_store_n(&r->tail, l->ev_tail, __ATOMIC_SEQ_CST);
+	l->ev_published = l->ev_tail;
+	STAT_ADD(l, batches, 1);
+	if (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&r->wake_seq, 1, __ATOMIC_SEQ_CST);
+		futex_wake(&r->wake_seq);
+	}
+}
+
+/* refresh_head learns how far Go has consumed, freeing ring and arena. */
+static void refresh_head(struct tl_loop *l)
+{
+	uint64_t head = __atomic_load_n(&l->evr->head, __ATOMIC_ACQUIRE);
+	if (head == l->ev_head_cache)
+		return;
+	l->ev_head_cache = head;
+	if (head == l->ev_tail)
+		l->arena_rpos = l->arena_wpos;
+	else
+		l->arena_rpos = l->ev_arena_end[(head - 1) & l->evr->mask];
+}
+
+/* arena_alloc returns n bytes of contiguous, 8-aligned arena, or NULL when
+ * Go has not released enough yet. */
+static uint8_t *arena_alloc(struct tl_loop *l, size_t n)
+{
+	uint64_t size = l->arena_size;
+	uint64_t need = (n + 7) & ~(uint64_t)7;
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t w = l->arena_wpos;
+		uint64_t off = w & (size - 1);
+		uint64_t skip = (off + need > size) ? size - off : 0;
+		if (w + skip + need - l->arena_rpos <= size) {
+			l->arena_wpos = w + skip + need;
+			return l->arena + ((w + skip) & (size - 1));
+		}
+		refresh_head(l);
+	}
+	return NULL;
+}
+
+/* tl_emit appends one event, copying n payload bytes into the arena.
+ * Returns 0, or -1 when the ring or arena is full (nothing was written). */
+int tl_emit(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, size_t n, uint16_t code, int err,
+	    int aux, int flags)
+{
+	struct tl_evring *r = l->evr;
+	struct tl_event *e;
+	uint8_t *dst = NULL;
+	uint64_t save_w = l->arena_wpos;
+
+	if (l->ev_tail - l->ev_head_cache >= r->size) {
+		refresh_head(l);
+		if (l->ev_tail - l->ev_head_cache >= r->size)
+			return -1;
+	}
+	if (n) {
+		dst = arena_alloc(l, n);
+		if (!dst) {
+			l->arena_wpos = save_w;
+			return -1;
+		}
+		memcpy(dst, p, n);
+	}
+	e = &r->ev[l->ev_tail & r->mask];
+	e->ptr = dst;
+	e->len = (uint32_t)n;
+	e->slot = c->slot;
+	e->gen = c->gen;
+	e->code = code;
+	e->kind = (uint8_t)kind;
+	e->flags = (uint8_t)flags;
+	e->err = err;
+	e->aux = aux;
+	l->ev_arena_end[l->ev_tail & r->mask] = l->arena_wpos;
+	l->ev_tail++;
+	STAT_ADD(l, events, 1);
+	/* Publish early when the batch grows large so Go can start. */
+	if (l->ev_tail - l->ev_published >= 1024)
+		ev_publish(l);
+	return 0;
+}
+
+void tl_stall(struct tl_loop *l, struct tl_conn *c)
+{
+	if (!c->stalled)
+		STAT_ADD(l, stalls, 1);
+	c->stalled = 1;
+	if (!c->on_stall_list) {
+		c->on_stall_list = 1;
+		c->stall_next = l->stalled;
+		l->stalled = c;
+	}
+}
+
+/* ---- connection lifecycle ---- */
+
+void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	c->state = (uint8_t)st;
+	__atomic_store_n(&p->state, (uint32_t)st, __ATOMIC_RELEASE);
+	/* Dial may be waiting on this word. State changes are rare. */
+	futex_wake(&p->state);
+}
+
+void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	snprintf(p->detail, sizeof(p->detail), "%s", msg ? msg : "");
+}
+
+void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now)
+{
+	if (!c->deadline_ns)
+		l->timed++;
+	c->deadline_ns = tl_now_ns() + ns_from_now;
+	if (l->next_timer_ns == 0 || c->deadline_ns < l->next_timer_ns)
+		l->next_timer_ns = c->deadline_ns;
+}
+
+static void clear_deadline(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->deadline_ns) {
+		c->deadline_ns = 0;
+		l->timed--;
+	}
+}
+
+static void free_rxq(struct tl_loop *l, struct tl_conn *c)
+{
+	while (c->rxq_head >= 0) {
+		int32_t bid = c->rxq_head;
+		c->rxq_head = l->slot_next[bid];
+		tl_bufring_recycle(&l->br, (uint32_t)bid);
+	}
+	c->rxq_tail = -1;
+	c->rx_off = 0;
+}
+
+static void free_dial(struct tl_dial *d)
+{
+	if (!d)
+		return;
+	free(d->host);
+	free(d->path);
+	free(d->headers);
+	free(d->protocols);
+	free(d->server_name);
+	free(d->ca_file);
+	free(d->ca_pem);
+	free(d);
+}
+
+/* finish publishes the final event once every operation of c completed and
+ * its socket is closed; then the slot belongs to Go again. */
+static void finish(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	int kind = c->fail_err ? TL_EV_ERROR : TL_EV_CLOSE;
+	int rc;
+
+	/* Public state first: once the final event is out, the slot is Go's
+	 * and the loop must not touch it again. */
+	if (!c->final_pending) {
+		__atomic_store_n(&p->err, c->fail_err, __ATOMIC_RELAXED);
+		__atomic_store_n(&p->aux, c->fail_aux, __ATOMIC_RELAXED);
+		__atomic_store_n(&p->code, kind == TL_EV_CLOSE ? c->close_code : c->fail_code, __ATOMIC_RELAXED);
+		tl_conn_set_state(l, c, TL_ST_CLOSED);
+	}
+	if (kind == TL_EV_CLOSE)
+		rc = tl_emit(l, c, kind, c->reason, c->reason_len, c->close_code, 0, 0, TL_EVF_FINAL);
+	else
+		rc = tl_emit(l, c, kind, (const uint8_t *)p->detail, strnlen(p->detail, sizeof(p->detail)),
+			     c->fail_code, c->fail_err, c->fail_aux, TL_EVF_FINAL);
+	if (rc) {
+		c->final_pending = 1;
+		tl_stall(l, c);
+		return;
+	}
+	c->final_pending = 0;
+	c->state = TL_ST_IDLE;
+	c->dying = 0;
+	l->live--;
+}
+
+/* maybe_finish closes the socket once no operation is in flight. */
+static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
+{
+	if (!c->dying || c->recv_armed || c->send_inflight || c->cancel_inflight || c->connect_inflight)
+		return;
+	if (c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
+	}
+	if (c->final_pending || c->state != TL_ST_IDLE) {
+		free_rxq(l, c);
+		clear_deadline(l, c);
+		tl_tls_free(c);
+		free_dial(c->dial);
+		c->dial = NULL;
+		free(c->hs);
+		c->hs = NULL;
+		finish(l, c);
+	}
+}
+
+/* tl_conn_teardown cancels c's operations; the final event follows when
+ * they have all completed. */
+void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->dying)
+		return;
+	c->dying = 1;
+	c->discard = 1;
+	if (c->recv_armed || c->connect_inflight) {
+		struct io_uring_sqe *sqe = tl_sqe(l);
+		if (sqe) {
+			uint64_t target = c->recv_armed ? tl_ud(TL_OPK_RECV, c->gen, c->slot)
+							: tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
+			io_uring_prep_cancel64(sqe, target, 0);
+			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+			c->cancel_inflight = 1;
+		}
+	}
+	if (c->send_inflight && c->fd >= 0)
+		shutdown(c->fd, SHUT_RDWR); /* a send blocked on a full socket must end too */
+	maybe_finish(l, c);
+}
+
+/* tl_conn_fail records why c failed and starts its end: a close frame with
+ * code when the connection is open (code 0: none), then teardown after the
+ * peer answers or the close timeout. */
+void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail)
+{
+	if (!c->fail_err) {
+		c->fail_err = err;
+		c->fail_aux = aux;
+		c->fail_code = code;
+		if (detail)
+			tl_detail(l, c, detail);
+	}
+	c->discard = 1;
+	c->msg_ready = 0;
+	c->ctrl_ready = 0;
+	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && c->fd >= 0) {
+		tl_conn_send_close(l, c, code, NULL, 0);
+		tl_conn_set_state(l, c, TL_ST_CLOSING);
+		tl_conn_flush(l, c);
+		/* Give the peer a moment to read our close; then we go. */
+		tl_set_deadline(l, c, l->cfg.close_timeout_ns < 1000000000ull ? l->cfg.close_timeout_ns : 1000000000ull);
+		return;
+	}
+	tl_conn_teardown(l, c);
+}
+
+/* ---- commands ---- */
+
+static void start_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
+{
+	struct tl_conn *c = &l->conns[slot];
+	struct tl_dial *d = l->dials[slot];
+	struct io_uring_sqe *sqe;
+	int one = 1, fd;
+
+	l->dials[slot] = NULL;
+	tl_conn_reset(c);
+	c->slot = slot;
+	c->gen = gen; /* Go reset pub[slot] before sending the command */
+	c->state = TL_ST_CONNECTING;
+	__atomic_store_n(&l->pub[slot].state, TL_ST_CONNECTING, __ATOMIC_RELEASE);
+	l->live++;
+	c->dial = d;
+	if (!d) {
+		tl_conn_fail(l, c, TL_E_INTERNAL, 0, 0, "dial without parameters");
+		return;
+	}
+	c->is_tls = (uint8_t)d->tls;
+	tl_set_deadline(l, c, d->handshake_timeout_ns);
+	fd = socket(d->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		tl_conn_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->fd = fd;
+	sqe = tl_sqe(l);
+	if (!sqe) {
+		tl_conn_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
+		return;
+	}
+	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&d->addr, d->addr_len);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CONNECT, gen, slot));
+	c->connect_inflight = 1;
+}
+
+/* start_memory opens a socketless connection: Go feeds it server bytes with
+ * TL_CMD_INJECT (benchmarks, replay of captured streams). */
+static void start_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
+{
+	struct tl_conn *c = &l->conns[slot];
+	tl_conn_reset(c);
+	c->slot = slot;
+	c->gen = gen;
+	l->live++;
+	tl_conn_set_state(l, c, TL_ST_OPEN);
+	if (tl_emit(l, c, TL_EV_OPEN, NULL, 0, 0, 0, 0, 0) < 0) {
+		c->open_pending = 1;
+		tl_stall(l, c);
+	}
+}
+
+static struct tl_conn *cmd_conn(struct tl_loop *l, const struct tl_cmd *cmd)
+{
+	struct tl_conn *c;
+	if (cmd->slot >= l->cfg.max_conns)
+		return NULL;
+	c = &l->conns[cmd->slot];
+	if (c->gen != cmd->gen || c->state == TL_ST_IDLE)
+		return NULL;
+	return c;
+}
+
+static size_t queued(const struct tl_conn *c)
+{
+	return c->out[0].len + c->out[1].len;
+}
+
+/* drain_commands runs Go's commands. Returns 1 if any ran. A send that would
+ * push a connection past max_send_queue waits at the head of the ring. */
+static int drain_commands(struct tl_loop *l)
+{
+	struct tl_cmdring *r = l->cmr;
+	int did = 0;
+
+	if (l->cmd_head == l->cmd_tail_cache) {
+		l->cmd_tail_cache = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+		if (l->cmd_head == l->cmd_tail_cache)
+			return 0;
+	}
+	l->blocked_on_send = 0;
+	while (l->cmd_head != l->cmd_tail_cache) {
+		const struct tl_cmd *cmd = (const struct tl_cmd *)(r->buf + (l->cmd_head & (r->size - 1)));
+		const uint8_t *payload = (const uint8_t *)(cmd + 1);
+		size_t rec = sizeof(*cmd) + ((cmd->len + TL_CMD_ALIGN - 1) & ~(size_t)(TL_CMD_ALIGN - 1));
+		struct tl_conn *c;
+
+		if (cmd->op == TL_CMD_PAD) {
+			rec = sizeof(*cmd) + cmd->len;
+		} else if (cmd->op == TL_CMD_DIAL) {
+			if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE &&
+			    !l->conns[cmd->slot].dying) {
+				if (cmd->flags & TL_CMDF_MEMORY)
+					start_memory(l, cmd->slot, cmd->gen);
+				else
+					start_dial(l, cmd->slot, cmd->gen);
+			}
+		} else if (cmd->op == TL_CMD_INJECT) {
+			c = cmd_conn(l, cmd);
+			if (c && c->fd < 0 && !c->dying) {
+				size_t used = 0;
+				int r = tl_conn_feed(l, c, payload, cmd->len, &used);
+				if (r == -1) {
+					/* No room: run this command again once Go has pumped. */
+					if (used) {
+						struct tl_cmd *w = (struct tl_cmd *)cmd;
+						memmove((uint8_t *)payload, payload + used, cmd->len - used);
+						w->len -= (uint32_t)used;
+					}
+					l->inject_blocked = 1;
+					break;
+				}
+			}
+		} else if (cmd->op == TL_CMD_SHUTDOWN) {
+			l->shutting_down = 1;
+		} else if ((c = cmd_conn(l, cmd)) != NULL) {
+			if (cmd->op == TL_CMD_CLOSE) {
+				if (c->fd < 0 && c->state == TL_ST_OPEN) {
+					/* memory connection: nobody to shake hands with */
+					c->close_code = cmd->code;
+					c->close_rcvd = 1;
+					tl_conn_teardown(l, c);
+				} else if (c->state == TL_ST_OPEN) {
+					tl_conn_send_close(l, c, cmd->code, payload, cmd->len);
+					tl_conn_set_state(l, c, TL_ST_CLOSING);
+					tl_set_deadline(l, c, l->cfg.close_timeout_ns);
+				} else if (c->state < TL_ST_OPEN) {
+					tl_conn_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
+				}
+			} else if (c->state == TL_ST_OPEN && !c->close_sent && !c->discard) {
+				if (queued(c) + cmd->len > l->cfg.max_send_queue && queued(c) > 0) {
+					l->blocked_on_send = 1;
+					break; /* resume when this connection's sends complete */
+				}
+				if (cmd->op == TL_CMD_SEND) {
+					int op = (cmd->flags & TL_CMDF_CONT) ? TL_OP_CONT : (cmd->flags & 0xf);
+					tl_conn_send_frame(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len);
+					if (cmd->flags & TL_CMDF_FIN) {
+						PUB_ADD(&l->pub[c->slot], msgs_out, 1);
+					}
+					PUB_ADD(&l->pub[c->slot], bytes_out, cmd->len);
+				} else if (cmd->op == TL_CMD_PING) {
+					tl_conn_send_frame(l, c, TL_OP_PING, 1, payload, cmd->len);
+				} else if (cmd->op == TL_CMD_PONG) {
+					tl_conn_send_frame(l, c, TL_OP_PONG, 1, payload, cmd->len);
+				}
+				tl_conn_flush(l, c);
+			}
+		}
+		l->cmd_head += rec;
+		did = 1;
+		if (l->cmd_head == l->cmd_tail_cache)
+			l->cmd_tail_cache = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+	}
+	__atomic_store_n(&r->head, l->cmd_head, __ATOMIC_RELEASE);
+	return did;
+}
+
+/* ---- completions ---- */
+
+static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *cqe)
+{
+	int more = !!(cqe->flags & IORING_CQE_F_MORE);
+
+	if (cqe->flags & IORING_CQE_F_BUFFER) {
+		uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+		tl_bufring_taken(&l->br);
+		if (cqe->res <= 0 || c->discard) {
+			tl_bufring_recycle(&l->br, bid);
+		} else {
+			l->slot_len[bid] = (uint32_t)cqe->res;
+			l->slot_next[bid] = -1;
+			if (c->rxq_tail >= 0)
+				l->slot_next[c->rxq_tail] = (int32_t)bid;
+			else
+				c->rxq_head = (int32_t)bid;
+			c->rxq_tail = (int32_t)bid;
+			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
+		}
+	}
+	if (!more) {
+		c->recv_armed = 0;
+		if (cqe->res == 0) {
+			c->eof = 1;
+		} else if (cqe->res < 0) {
+			if (cqe->res == -ENOBUFS) {
+				STAT_ADD(l, nobufs, 1);
+				c->want_rearm = 1;
+				l->rearm_waiting++;
+			} else if (cqe->res != -ECANCELED) {
+				c->eof = 1;
+				c->eof_errno = -cqe->res;
+			}
+		} else {
+			/* Ended with data (CQ overflow or the kernel's choice): re-arm. */
+			c->want_rearm = 1;
+			l->rearm_waiting++;
+		}
+	}
+	if (c->dying) {
+		maybe_finish(l, c);
+		return;
+	}
+	if (!c->stalled)
+		tl_conn_drive(l, c);
+	else if (c->eof)
+		tl_stall(l, c);
+}
+
+static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
+{
+	struct tl_outbuf *ob = &c->out[c->cur ^ 1];
+
+	c->send_inflight = 0;
+	if (res < 0) {
+		ob->len = 0;
+		if (!c->dying) {
+			c->eof = 1;
+			c->eof_errno = -res;
+			tl_conn_fail(l, c, TL_E_LOST, -res, 1006, strerror(-res));
+		}
+		maybe_finish(l, c);
+		return;
+	}
+	PUB_ADD(&l->pub[c->slot], wire_out, (uint64_t)res);
+	c->sent_off += (size_t)res;
+	if (c->sent_off < ob->len && !c->dying) {
+		/* Short send: the rest goes before anything newer. */
+		struct io_uring_sqe *sqe = tl_sqe(l);
+		if (sqe) {
+			io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
+			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
+			c->send_inflight = 1;
+			return;
+		}
+	}
+	ob->len = 0;
+	c->sent_off = 0;
+	if (ob->cap > (1u << 20)) { /* give back memory after a burst */
+		free(ob->p);
+		ob->p = NULL;
+		ob->cap = 0;
+	}
+	if (c->dying) {
+		maybe_finish(l, c);
+		return;
+	}
+	tl_conn_flush(l, c);
+	if (c->stalled) /* input may have waited for send space */
+		l->stall_kick = 1;
+}
+
+static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
+{
+	c->connect_inflight = 0;
+	if (c->dying) {
+		maybe_finish(l, c);
+		return;
+	}
+	if (res < 0) {
+		tl_conn_fail(l, c, TL_E_DIAL, -res, 0, strerror(-res));
+		return;
+	}
+	arm_recv(l, c);
+	if (c->is_tls) {
+		tl_conn_set_state(l, c, TL_ST_TLS);
+		if (tl_tls_start(l, c) < 0)
+			return;
+	} else {
+		tl_conn_set_state(l, c, TL_ST_UPGRADING);
+		if (tl_conn_start_upgrade(l, c) < 0)
+			return;
+	}
+	tl_conn_flush(l, c);
+}
+
+static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
+{
+	uint64_t ud = io_uring_cqe_get_data64(cqe);
+	unsigned op = tl_ud_op(ud);
+	uint32_t slot = tl_ud_slot(ud), gen = tl_ud_gen(ud);
+	struct tl_conn *c;
+
+	if (op == TL_OPK_EFD) {
+		l->efd_armed = 0;
+		STAT_ADD(l, loop_wakes, 1);
+		return;
+	}
+	if (op == TL_OP_NONE || slot >= l->cfg.max_conns)
+		return;
+	c = &l->conns[slot];
+	if (c->gen != gen) {
+		/* Stale: only a buffer may need to go back. */
+		if (cqe->flags & IORING_CQE_F_BUFFER) {
+			tl_bufring_taken(&l->br);
+			tl_bufring_recycle(&l->br, cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+		}
+		return;
+	}
+	switch (op) {
+	case TL_OPK_RECV:
+		on_recv(l, c, cqe);
+		break;
+	case TL_OPK_SEND:
+		on_send(l, c, cqe->res);
+		break;
+	case TL_OPK_CONNECT:
+		on_connect(l, c, cqe->res);
+		break;
+	case TL_OPK_CANCEL:
+		c->cancel_inflight = 0;
+		maybe_finish(l, c);
+		break;
+	}
+}
+
+/* ---- timers, stalls, re-arms ---- */
+
+static void on_deadline(struct tl_loop *l, struct tl_conn *c)
+{
+	clear_deadline(l, c);
+	if (c->dying)
+		return;
+	if (c->state < TL_ST_OPEN) {
+		tl_conn_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
+	} else if (c->fail_err) {
+		tl_conn_teardown(l, c);
+	} else if (c->close_rcvd) {
+		/* We answered the peer's close; it did not drop TCP in time. */
+		tl_conn_teardown(l, c);
+	} else {
+		tl_conn_fail(l, c, TL_E_CLOSE_TIMEOUT, 0, 1006, "no close frame from the peer in time");
+		tl_conn_teardown(l, c);
+	}
+}
+
+static void run_timers(struct tl_loop *l)
+{
+	uint64_t now, next = 0;
+	if (!l->timed || tl_now_ns() < l->next_timer_ns)
+		return;
+	now = tl_now_ns();
+	for (uint32_t i = 0; i < l->cfg.max_conns && l->timed; i++) {
+		struct tl_conn *c = &l->conns[i];
+		if (!c->deadline_ns)
+			continue;
+		if (c->deadline_ns <= now)
+			on_deadline(l, c);
+		if (c->deadline_ns && (next == 0 || c->deadline_ns < next))
+			next = c->deadline_ns;
+	}
+	l->next_timer_ns = next;
+}
+
+static void run_stalled(struct tl_loop *l)
+{
+	struct tl_conn *list = l->stalled, *c;
+	l->stalled = NULL;
+	refresh_head(l);
+	while ((c = list) != NULL) {
+		list = c->stall_next;
+		c->on_stall_list = 0;
+		c->stalled = 0;
+		if (c->final_pending) {
+			finish(l, c);
+			continue;
+		}
+		if (c->dying)
+			continue;
+		tl_conn_drive(l, c);
+	}
+}
+
+static void run_rearms(struct tl_loop *l)
+{
+	/* Re-arm only when the kernel has slots to give; else ENOBUFS again. */
+	if (l->br.in_use >= l->br.count - l->br.count / 8)
+		return;
+	l->rearm_waiting = 0;
+	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
+		struct tl_conn *c = &l->conns[i];
+		if (c->want_rearm && !c->recv_armed && !c->dying && !c->eof && c->fd >= 0 &&
+		    c->state != TL_ST_IDLE) {
+			if (c->stalled) {
+				l->rearm_waiting++;
+				continue;
+			}
+			arm_recv(l, c);
+			STAT_ADD(l, rearms, 1);
+		} else if (c->want_rearm && (c->dying || c->eof)) {
+			c->want_rearm = 0;
+		}
+	}
+}
+
+/* ---- the loop ---- */
+
+static int have_commands(struct tl_loop *l)
+{
+	return l->cmd_head != __atomic_load_n(&l->cmr->tail, __ATOMIC_SEQ_CST);
+}
+
+static int space_freed(struct tl_loop *l)
+{
+	if (l->stall_kick)
+		return 1;
+	return l->stalled && __atomic_load_n(&l->evr->head, __ATOMIC_SEQ_CST) != l->ev_head_cache;
+}
+
+static void shutdown_all(struct tl_loop *l)
+{
+	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
+		struct tl_conn *c = &l->conns[i];
+		if (c->state == TL_ST_IDLE || c->dying)
+			continue;
+		if (c->state == TL_ST_OPEN && !c->close_sent) {
+			tl_conn_send_close(l, c, 1001, (const uint8_t *)"pool closed", 11);
+			tl_conn_flush(l, c);
+		}
+		if (!c->fail_err && !c->close_rcvd) {
+			c->fail_err = TL_E_SHUTDOWN;
+			c->fail_code = 1001;
+			tl_detail(l, c, "pool closed");
+		}
+		tl_conn_teardown(l, c);
+	}
+}
+
+static void loop_iteration_wait(struct tl_loop *l, int busy)
+{
+	struct __kernel_timespec ts;
+	struct io_uring_cqe *cqe;
+	uint64_t wait_ns = 0;
+	int spin = l->cfg.loop_wait == TL_WAIT_SPIN;
+
+	if (busy || spin || l->cfg.loop_wait == TL_WAIT_SPIN_THEN_BLOCK || l->cfg.loop_wait == TL_WAIT_DEFAULT) {
+		io_uring_submit(&l->ring);
+		if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
+			io_uring_get_events(&l->ring);
+		if (io_uring_cq_ready(&l->ring) || busy || spin)
+			return;
+		/* spin-then-block: spin on the CQ and the command ring a while */
+		uint64_t until = tl_now_ns() + l->cfg.spin_ns;
+		while (tl_now_ns() < until) {
+			if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
+				io_uring_get_events(&l->ring);
+			if (io_uring_cq_ready(&l->ring) || have_commands(l) || space_freed(l))
+				return;
+			__builtin_ia32_pause();
+		}
+	}
+	/* Block. Announce it, then look once more (Go checks the flag after
+	 * publishing, so one of us sees the other). */
+	arm_efd(l);
+	__atomic_store_n(&l->cmr->loop_sleeping, 1, __ATOMIC_SEQ_CST);
+	if (l->stalled)
+		__atomic_store_n(&l->evr->loop_wants_space, 1, __ATOMIC_SEQ_CST);
+	if (have_commands(l) || space_freed(l) || l->shutting_down ||
+	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&l->cmr->loop_sleeping, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&l->evr->loop_wants_space, 0, __ATOMIC_RELAXED);
+		io_uring_submit(&l->ring);
+		return;
+	}
+	if (l->timed) {
+		uint64_t now = tl_now_ns();
+		wait_ns = l->next_timer_ns > now ? l->next_timer_ns - now : 0;
+		if (wait_ns > 50000000ull)
+			wait_ns = 50000000ull;
+	}
+	if (l->rearm_waiting && (wait_ns == 0 || wait_ns > 1000000ull))
+		wait_ns = 1000000ull;
+	if (wait_ns) {
+		ts.tv_sec = (long long)(wait_ns / 1000000000ull);
+		ts.tv_nsec = (long long)(wait_ns % 1000000000ull);
+		io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+	} else if (l->timed) {
+		io_uring_submit(&l->ring);
+	} else {
+		io_uring_submit_and_wait(&l->ring, 1);
+	}
+	__atomic_store_n(&l->cmr->loop_sleeping, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->evr->loop_wants_space, 0, __ATOMIC_RELAXED);
+}
+
+static void loop_run(struct tl_loop *l)
+{
+	struct io_uring_cqe *cqes[TL_CQE_BATCH];
+	int busy = 0;
+
+	for (;;) {
+		unsigned n;
+
+		if (__atomic_load_n(&l->stop_req, __ATOMIC_ACQUIRE))
+			l->shutting_down = 1;
+		if (l->shutting_down && !l->stop_done) {
+			shutdown_all(l);
+			l->stop_done = 1;
+		}
+		if (l->stop_done && l->live == 0)
+			break;
+		loop_iteration_wait(l, busy);
+		busy = 0;
+		while ((n = io_uring_peek_batch_cqe(&l->ring, cqes, TL_CQE_BATCH)) > 0) {
+			for (unsigned i = 0; i < n; i++)
+				handle_cqe(l, cqes[i]);
+			io_uring_cq_advance(&l->ring, n);
+			STAT_ADD(l, cqes, n);
+			busy = 1;
+		}
+		if (drain_commands(l))
+			busy = 1;
+		if (l->stalled && (space_freed(l) || l->stall_kick)) {
+			l->stall_kick = 0;
+			run_stalled(l);
+			busy = 1;
+		}
+		if (l->rearm_waiting)
+			run_rearms(l);
+		run_timers(l);
+		tl_bufring_commit(&l->br);
+		ev_publish(l);
+		/* With nothing submitted and a clean CQ, a spinning loop still
+		 * needs the kernel to post deferred work: handled in wait. */
+	}
+	ev_publish(l);
+}
+
+/* ---- setup ---- */
+
+static int setup_ring(struct tl_loop *l)
+{
+	struct io_uring_params p;
+	int ret;
+
+	memset(&p, 0, sizeof(p));
+	p.flags = l->cfg.ring_flags | IORING_SETUP_CQSIZE;
+	p.cq_entries = l->cfg.cq_entries;
+	if (p.flags & IORING_SETUP_SQPOLL) {
+		p.sq_thread_idle = l->cfg.sq_thread_idle_ms;
+		if (l->cfg.sq_thread_cpu >= 0) {
+			p.flags |= IORING_SETUP_SQ_AFF;
+			p.sq_thread_cpu = (uint32_t)l->cfg.sq_thread_cpu;
+		}
+	}
+	ret = io_uring_queue_init_params(l->cfg.sq_entries, &l->ring, &p);
+	if (ret < 0) {
+		snprintf(l->setup_msg, sizeof(l->setup_msg), "io_uring_queue_init_params(flags=%#x): %s", p.flags,
+			 strerror(-ret));
+		return ret;
+	}
+	l->ring_ok = 1;
+	/* Registered ring fd: fewer fd lookups per enter. Best effort. */
+	io_uring_register_ring_fd(&l->ring);
+	{
+		unsigned workers[2] = {2, 2};
+		io_uring_register_iowq_max_workers(&l->ring, workers);
+	}
+	if (l->cfg.loop_cpu >= 0) {
+		cpu_set_t set;
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		CPU_ZERO(&set);
+		for (long i = 0; i < ncpu && i < CPU_SETSIZE; i++)
+			if (i != l->cfg.loop_cpu)
+				CPU_SET(i, &set);
+		if (CPU_COUNT(&set) > 0)
+			io_uring_register_iowq_aff(&l->ring, sizeof(set), &set);
+	}
+	ret = tl_bufring_init(&l->br, &l->ring, TL_BGID, l->cfg.buf_size, l->cfg.buf_count);
+	if (ret < 0) {
+		snprintf(l->setup_msg, sizeof(l->setup_msg), "provided buffer ring (%u x %u): %s", l->cfg.buf_count,
+			 l->cfg.buf_size, strerror(-ret));
+		return ret;
+	}
+	return 0;
+}
+
+static void *loop_main(void *arg)
+{
+	struct tl_loop *l = arg;
+	int ret;
+
+	if (l->cfg.loop_cpu >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(l->cfg.loop_cpu, &set);
+		ret = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+		if (ret) {
+			snprintf(l->setup_msg, sizeof(l->setup_msg), "pin loop to CPU %d: %s", l->cfg.loop_cpu,
+				 strerror(ret));
+			ret = -ret;
+			goto report;
+		}
+	}
+	/* SINGLE_ISSUER makes the creating thread the submitter: create here. */
+	ret = setup_ring(l);
+report:
+	pthread_mutex_lock(&l->mu);
+	l->setup_state = ret < 0 ? ret : 1;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	if (ret < 0)
+		return NULL;
+	loop_run(l);
+	return NULL;
+}
+
+static void *map_zero(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int pow2(uint64_t v) { return v && !(v & (v - 1)); }
+
+struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf, size_t errcap)
+{
+	struct tl_loop *l;
+	int ret;
+
+	*err = 0;
+	if (!pow2(cfg->event_ring_size) || !pow2(cfg->arena_size) || !pow2(cfg->cmd_ring_size) ||
+	    !pow2(cfg->buf_size) || !pow2(cfg->buf_count) || cfg->max_conns == 0 || cfg->max_conns > TL_MAX_SLOTS ||
+	    cfg->max_message == 0 || cfg->max_message > cfg->arena_size / 2 || cfg->cmd_ring_size < 4096) {
+		*err = -EINVAL;
+		snprintf(errbuf, errcap, "sizes must be powers of two, max message <= arena/2, cmd ring >= 4096");
+		return NULL;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		goto nomem;
+	l->cfg = *cfg;
+	l->efd = -1;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	l->evr = map_zero(sizeof(*l->evr));
+	l->cmr = map_zero(sizeof(*l->cmr));
+	l->stats = map_zero(sizeof(*l->stats));
+	l->conns = calloc(cfg->max_conns, sizeof(*l->conns));
+	l->pub = map_zero(sizeof(*l->pub) * cfg->max_conns);
+	l->dials = calloc(cfg->max_conns, sizeof(*l->dials));
+	l->ev_arena_end = calloc(cfg->event_ring_size, sizeof(uint64_t));
+	l->slot_next = calloc(cfg->buf_count, sizeof(int32_t));
+	l->slot_len = calloc(cfg->buf_count, sizeof(uint32_t));
+	l->arena = map_zero(cfg->arena_size);
+	l->arena_size = cfg->arena_size;
+	if (!l->evr || !l->cmr || !l->stats || !l->conns || !l->pub || !l->dials || !l->ev_arena_end ||
+	    !l->slot_next || !l->slot_len || !l->arena)
+		goto nomem_free;
+	l->evr->size = cfg->event_ring_size;
+	l->evr->mask = cfg->event_ring_size - 1;
+	l->evr->ev = map_zero(sizeof(struct tl_event) * cfg->event_ring_size);
+	l->cmr->size = cfg->cmd_ring_size;
+	l->cmr->buf = map_zero(cfg->cmd_ring_size);
+	if (!l->evr->ev || !l->cmr->buf)
+		goto nomem_free;
+	for (uint32_t i = 0; i < cfg->max_conns; i++) {
+		l->conns[i].fd = -1;
+		l->conns[i].slot = i;
+		l->conns[i].rxq_head = l->conns[i].rxq_tail = -1;
+	}
+	l->efd = eventfd(0, EFD_CLOEXEC);
+	if (l->efd < 0) {
+		*err = -errno;
+		snprintf(errbuf, errcap, "eventfd: %s", strerror(errno));
+		tl_loop_free(l);
+		return NULL;
+	}
+	l->cmr->efd = l->efd;
+	ret = pthread_create(&l->thread, NULL, loop_main, l);
+	if (ret) {
+		*err = -ret;
+		snprintf(errbuf, errcap, "pthread_create: %s", strerror(ret));
+		tl_loop_free(l);
+		return NULL;
+	}
+	l->started = 1;
+	pthread_mutex_lock(&l->mu);
+	while (l->setup_state == 0)
+		pthread_cond_wait(&l->cv, &l->mu);
+	pthread_mutex_unlock(&l->mu);
+	if (l->setup_state < 0) {
+		*err = l->setup_state;
+		snprintf(errbuf, errcap, "%s", l->setup_msg);
+		pthread_join(l->thread, NULL);
+		l->started = 0;
+		tl_loop_free(l);
+		return NULL;
+	}
+	return l;
+
+nomem_free:
+	tl_loop_free(l);
+nomem:
+	*err = -ENOMEM;
+	snprintf(errbuf, errcap, "out of memory");
+	return NULL;
+}
+
+struct tl_evring *tl_loop_evring(struct tl_loop *l) { return l->evr; }
+struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmr; }
+struct tl_conn_pub *tl_loop_conns(struct tl_loop *l) { return l->pub; }
+struct tl_pool_stats *tl_loop_stats(struct tl_loop *l) { return l->stats; }
+
+static char *dupn(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (!d)
+		return NULL;
+	if (n)
+		memcpy(d, s, n);
+	d[n] = 0;
+	return d;
+}
+
+int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p)
+{
+	struct tl_dial *d;
+
+	if (slot >= l->cfg.max_conns || p->addr_len > sizeof(p->addr))
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	memcpy(&d->addr, &p->addr, sizeof(d->addr));
+	d->addr_len = p->addr_len;
+	d->tls = p->tls;
+	d->insecure = p->insecure;
+	d->handshake_timeout_ns = p->handshake_timeout_ns ? p->handshake_timeout_ns : l->cfg.handshake_timeout_ns;
+#define DUP(f)                                              \
+	do {                                                \
+		d->f = dupn(p->f ? p->f : "", p->f##_len); \
+		d->f##_len = p->f##_len;                    \
+		if (!d->f)                                  \
+			goto fail;                          \
+	} while (0)
+	DUP(host);
+	DUP(path);
+	DUP(headers);
+	DUP(protocols);
+	DUP(server_name);
+	DUP(ca_file);
+	DUP(ca_pem);
+#undef DUP
+	free_dial(l->dials[slot]);
+	l->dials[slot] = d;
+	return 0;
+fail:
+	free_dial(d);
+	return -ENOMEM;
+}
+
+void tl_loop_stop(struct tl_loop *l)
+{
+	uint64_t one = 1;
+
+	if (!l->started)
+		return;
+	__atomic_store_n(&l->stop_req, 1, __ATOMIC_SEQ_CST);
+	if (write(l->efd, &one, sizeof(one)) < 0) {
+		/* the loop checks stop_req before every wait anyway */
+	}
+	pthread_join(l->thread, NULL);
+	l->started = 0;
+}
+
+void tl_loop_free(struct tl_loop *l)
+{
+	if (!l)
+		return;
+	if (l->started)
+		tl_loop_stop(l);
+	if (l->conns) {
+		for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
+			struct tl_conn *c = &l->conns[i];
+			if (c->fd >= 0)
+				close(c->fd);
+			tl_tls_free(c);
+			free_dial(c->dial);
+			free(c->hs);
+			free(c->msg);
+			free(c->out[0].p);
+			free(c->out[1].p);
+		}
+	}
+	if (l->dials)
+		for (uint32_t i = 0; i < l->cfg.max_conns; i++)
+			free_dial(l->dials[i]);
+	if (l->ring_ok) {
+		tl_bufring_free(&l->br, &l->ring);
+		io_uring_queue_exit(&l->ring);
+	}
+	tl_tls_global_free(l);
+	if (l->efd >= 0)
+		close(l->efd);
+	if (l->evr) {
+		if (l->evr->ev)
+			munmap(l->evr->ev, sizeof(struct tl_event) * l->cfg.event_ring_size);
+		munmap(l->evr, sizeof(*l->evr));
+	}
+	if (l->cmr) {
+		if (l->cmr->buf)
+			munmap(l->cmr->buf, l->cfg.cmd_ring_size);
+		munmap(l->cmr, sizeof(*l->cmr));
+	}
+	if (l->stats)
+		munmap(l->stats, sizeof(*l->stats));
+	if (l->pub)
+		munmap(l->pub, sizeof(*l->pub) * l->cfg.max_conns);
+	if (l->arena)
+		munmap(l->arena, l->cfg.arena_size);
+	free(l->conns);
+	free(l->dials);
+	free(l->ev_arena_end);
+	free(l->slot_next);
+	free(l->slot_len);
+	free(l->scratch);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	free(l);
+}

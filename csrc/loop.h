@@ -1,0 +1,219 @@
+/* loop.h - internal structures of the io_uring loop and its connections.
+ * Only loop.c, conn.c and tls.c include this; Go sees talaris.h. */
+#ifndef TALARIS_LOOP_H
+#define TALARIS_LOOP_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "bufring.h"
+#include "http.h"
+#include "ring.h"
+#include "talaris.h"
+#include "utf8.h"
+#include "ws.h"
+
+/* user_data layout: op (8 bits) | gen (32 bits) | slot (24 bits). The
+ * generation makes a late completion for a reused slot harmless. */
+enum {
+	TL_OP_NONE = 0,
+	TL_OPK_CONNECT = 1,
+	TL_OPK_RECV = 2,
+	TL_OPK_SEND = 3,
+	TL_OPK_CANCEL = 4,
+	TL_OPK_EFD = 5,
+	TL_OPK_SHUTDOWN = 6,
+};
+#define TL_SLOT_BITS 24
+#define TL_MAX_SLOTS (1u << TL_SLOT_BITS)
+
+static inline uint64_t tl_ud(unsigned op, uint32_t gen, uint32_t slot)
+{
+	return ((uint64_t)op << 56) | ((uint64_t)gen << TL_SLOT_BITS) | (slot & (TL_MAX_SLOTS - 1));
+}
+static inline unsigned tl_ud_op(uint64_t ud) { return (unsigned)(ud >> 56); }
+static inline uint32_t tl_ud_gen(uint64_t ud) { return (uint32_t)(ud >> TL_SLOT_BITS); }
+static inline uint32_t tl_ud_slot(uint64_t ud) { return (uint32_t)(ud & (TL_MAX_SLOTS - 1)); }
+
+/* Connection states: mirror talaris.State. */
+enum {
+	TL_ST_IDLE = 0,
+	TL_ST_CONNECTING = 1,
+	TL_ST_TLS = 2,
+	TL_ST_UPGRADING = 3,
+	TL_ST_OPEN = 4,
+	TL_ST_CLOSING = 5,
+	TL_ST_CLOSED = 6,
+};
+
+/* tl_dial is the loop's copy of tl_dial_params. */
+struct tl_dial {
+	struct sockaddr_storage addr;
+	uint32_t addr_len;
+	int tls;
+	char *host, *path, *headers, *protocols, *server_name, *ca_file, *ca_pem;
+	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
+	int insecure;
+	uint64_t handshake_timeout_ns;
+};
+
+/* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
+struct tl_outbuf {
+	uint8_t *p;
+	size_t len, cap;
+};
+
+struct tl_tls; /* tls.c */
+
+struct tl_conn {
+	uint32_t slot, gen;
+	int fd;
+	uint8_t state;
+	uint8_t is_tls;
+	uint8_t recv_armed;   /* a multishot recv is in the kernel */
+	uint8_t want_rearm;   /* recv ended; re-arm when buffers allow */
+	uint8_t send_inflight;
+	uint8_t cancel_inflight;
+	uint8_t connect_inflight;
+	uint8_t dying;        /* teardown started: no new ops */
+	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
+	uint8_t stalled;      /* input held back for lack of ring/arena/send space */
+	uint8_t discard;      /* failed or closed: drop further input */
+	uint8_t close_sent, close_rcvd;
+	uint8_t final_pending; /* teardown done, final event not yet published */
+	uint8_t open_pending;  /* open, EventOpen not yet published */
+	int eof_errno;
+
+	/* received slots not yet consumed, as a list through loop->slot_next */
+	int32_t rxq_head, rxq_tail;
+	uint32_t rx_off;
+
+	/* upgrade */
+	struct tl_dial *dial;
+	char key[TL_WS_KEY_LEN + 1];
+	char *hs;             /* response head bytes so far (TL_HTTP_MAX_HEAD) */
+	size_t hs_len;
+
+	/* frame parser */
+	uint8_t hdr[TL_WS_MAX_HDR];
+	uint8_t hdr_len;      /* header bytes gathered while a header is split */
+	uint8_t in_payload;   /* header done, payload bytes outstanding */
+	tl_ws_hdr h;
+	uint64_t remaining;   /* payload bytes of the current frame still to come */
+	uint8_t msg_op;       /* opcode of the message being reassembled, 0 if none */
+	uint8_t msg_ready;    /* msg holds a complete message not yet published */
+	uint8_t *msg;
+	size_t msg_len, msg_cap;
+	tl_utf8 utf8;
+	uint8_t ctrl[125];
+	uint8_t ctrl_len;
+	uint8_t ctrl_ready;   /* ctrl holds a complete control frame not yet handled */
+
+	/* close */
+	uint16_t close_code;  /* the peer's code (1005 if none) */
+	uint8_t reason_len;
+	uint8_t reason[123];
+	int fail_err, fail_aux;
+	uint16_t fail_code;
+	uint64_t deadline_ns; /* 0: none */
+
+	/* tx: out[cur] collects; out[cur^1] may be in the kernel */
+	struct tl_outbuf out[2];
+	int cur;
+	size_t sent_off;      /* bytes of the in-flight buffer already sent */
+
+	struct tl_tls *tls;
+
+	struct tl_conn *stall_next; /* on loop->stalled while stalled */
+	uint8_t on_stall_list;
+};
+
+struct tl_loop {
+	struct tl_config cfg;
+	struct io_uring ring;
+	int ring_ok;
+	struct tl_bufring br;
+	int32_t *slot_next;   /* per buffer slot: next slot in a conn's rx queue */
+	uint32_t *slot_len;   /* per buffer slot: bytes the kernel wrote */
+
+	/* event ring (producer side) */
+	struct tl_evring *evr;
+	uint64_t ev_tail;       /* local, published at batch end */
+	uint64_t ev_published;
+	uint64_t ev_head_cache;
+	uint64_t *ev_arena_end; /* per event: arena position after its payload */
+	uint8_t *arena;
+	uint64_t arena_size;
+	uint64_t arena_wpos;    /* monotonic */
+	uint64_t arena_rpos;    /* monotonic: bytes before this are free */
+
+	/* command ring (consumer side) */
+	struct tl_cmdring *cmr;
+	uint64_t cmd_head;      /* local */
+	uint64_t cmd_tail_cache;
+	int efd;
+	uint64_t efd_val;
+	int efd_armed;
+
+	struct tl_conn *conns;
+	struct tl_conn_pub *pub;
+	struct tl_dial **dials; /* prepared by Go, taken by TL_CMD_DIAL */
+	uint32_t live;          /* connections not idle */
+	uint32_t timed;         /* connections with a deadline */
+	uint64_t next_timer_ns;
+	struct tl_conn *stalled;
+	uint32_t rearm_waiting;
+	int blocked_on_send;    /* a SEND command waits for a full send queue */
+	int stall_kick;         /* a send completed: stalled conns may go on */
+	int inject_blocked;     /* an INJECT waits for ring space */
+
+	struct tl_pool_stats *stats;
+
+	pthread_t thread;
+	int started;
+	int shutting_down;
+	int stop_done;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int setup_state;        /* 0 pending, 1 ok, <0 -errno */
+	char setup_msg[128];
+	void *ssl_ctx_default;  /* tls.c: shared context for the system store */
+	int stop_req;           /* set by tl_loop_stop (atomic) */
+	uint8_t *scratch;       /* conn.c: TLS plaintext framing and mask staging */
+	size_t scratch_cap;
+	uint8_t rnd[4096];      /* CSPRNG bytes for mask keys, refilled by getrandom */
+	uint32_t rnd_off;
+};
+
+/* loop.c */
+uint64_t tl_now_ns(void);
+struct io_uring_sqe *tl_sqe(struct tl_loop *l);
+void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st);
+int tl_emit(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, size_t n, uint16_t code, int err,
+	    int aux, int flags);
+void tl_stall(struct tl_loop *l, struct tl_conn *c);
+void tl_conn_flush(struct tl_loop *l, struct tl_conn *c);
+void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
+void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c);
+void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
+void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
+
+/* conn.c */
+int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
+void tl_conn_drive(struct tl_loop *l, struct tl_conn *c);
+int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
+int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n);
+int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen);
+int tl_out_append(struct tl_conn *c, const uint8_t *p, size_t n);
+uint8_t *tl_out_reserve(struct tl_conn *c, size_t n);
+void tl_conn_reset(struct tl_conn *c);
+
+/* tls.c */
+int tl_tls_start(struct tl_loop *l, struct tl_conn *c);
+int tl_tls_drive(struct tl_loop *l, struct tl_conn *c);
+int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n);
+void tl_tls_free(struct tl_conn *c);
+void tl_tls_global_free(struct tl_loop *l);
+
+#endif

@@ -1,0 +1,157 @@
+/* ring.h - the two single-producer/single-consumer rings shared with Go.
+ *
+ * Event ring (C loop -> Go pump): fixed 32-byte events; payloads live in a
+ * byte arena allocated in event order, so releasing events in order releases
+ * their payload memory. The loop publishes the tail once per batch; Go
+ * publishes the head once per batch, which releases every payload of the
+ * batch at once.
+ *
+ * Command ring (Go senders -> C loop): variable-length 16-byte-aligned
+ * records, payload inline. Go serialises its producers with a mutex, so the
+ * ring itself stays SPSC.
+ *
+ * Head and tail sit on their own 64-byte lines; each side caches the other's
+ * index and reloads it only when the cached value says "full" or "empty".
+ * Wake-ups happen only when the other side announced it sleeps (flag then
+ * recheck on both sides, seq_cst, Dekker style). Go reads and writes these
+ * fields with sync/atomic, so layout changes must be mirrored in
+ * talaris_linux.go. */
+#ifndef TALARIS_RING_H
+#define TALARIS_RING_H
+
+#include <stdint.h>
+
+#define TL_LINE 64
+
+/* Event kinds: mirror talaris.EventKind. */
+enum {
+	TL_EV_OPEN = 1,
+	TL_EV_TEXT = 2,
+	TL_EV_BINARY = 3,
+	TL_EV_PING = 4,
+	TL_EV_PONG = 5,
+	TL_EV_CLOSE = 6,
+	TL_EV_ERROR = 7,
+};
+
+/* Error causes carried in tl_event.err and tl_conn_pub.err; mapped to Go
+ * sentinels in talaris_linux.go. aux refines some of them. */
+enum {
+	TL_E_NONE = 0,
+	TL_E_DIAL = 1,          /* aux = errno of connect/socket */
+	TL_E_TIMEOUT = 2,       /* handshake timeout */
+	TL_E_HTTP = 3,          /* aux = TL_HTTP_ERR_* (negative), code = HTTP status */
+	TL_E_PROTOCOL = 4,      /* close 1002 sent */
+	TL_E_UTF8 = 5,          /* close 1007 sent */
+	TL_E_TOO_BIG = 6,       /* close 1009 sent */
+	TL_E_LOST = 7,          /* 1006: EOF or socket error without close frame; aux = errno or 0 */
+	TL_E_CLOSE_TIMEOUT = 8, /* close handshake did not finish in time */
+	TL_E_TLS = 9,           /* aux = TL_TLS_* cause */
+	TL_E_ABORTED = 10,      /* closed by the user before open */
+	TL_E_SHUTDOWN = 11,     /* the pool closed */
+	TL_E_NOMEM = 12,        /* allocation failed in the loop */
+	TL_E_INTERNAL = 13,
+};
+
+/* TLS causes in aux for TL_E_TLS */
+enum {
+	TL_TLS_GENERIC = 0,
+	TL_TLS_UNKNOWN_CA = 1,
+	TL_TLS_HOSTNAME = 2,
+	TL_TLS_EXPIRED = 3,
+	TL_TLS_ALPN = 4,
+	TL_TLS_NOT_TLS = 5,
+	TL_TLS_CONFIG = 6, /* CA file unreadable and the like */
+};
+
+/* Event flag bits */
+#define TL_EVF_FINAL 0x1 /* last event of this connection: the slot is free */
+
+/* tl_event is one record of the event ring (32 bytes). */
+struct tl_event {
+	const uint8_t *ptr; /* payload in the arena (NULL when len is 0) */
+	uint32_t len;   /* payload length */
+	uint32_t slot;  /* connection slot */
+	uint32_t gen;   /* connection generation */
+	uint16_t code;  /* close code (EV_CLOSE/EV_ERROR) or HTTP status */
+	uint8_t kind;   /* TL_EV_* */
+	uint8_t flags;  /* TL_EVF_* */
+	int32_t err;    /* TL_E_* for EV_ERROR */
+	int32_t aux;    /* errno or sub-cause */
+};
+
+/* tl_evring is the event ring's control block. */
+struct tl_evring {
+	uint64_t tail;          /* written by C (release), read by Go (acquire) */
+	uint8_t pad0[TL_LINE - 8];
+	uint64_t head;          /* written by Go (release), read by C (acquire) */
+	uint8_t pad1[TL_LINE - 8];
+	uint32_t cons_sleeping; /* Go sets 1 before sleeping on wake_seq */
+	uint32_t wake_seq;      /* futex word: C increments and wakes */
+	uint32_t loop_wants_space; /* C sets 1 when input is held back for lack of ring/arena */
+	uint32_t pad2i;
+	uint8_t pad2[TL_LINE - 16];
+	uint32_t size;          /* events, a power of two */
+	uint32_t mask;
+	struct tl_event *ev;
+	uint8_t pad3[TL_LINE - 16];
+};
+
+/* Command ops */
+enum {
+	TL_CMD_PAD = 0,      /* skip to the end of the ring */
+	TL_CMD_DIAL = 1,     /* start slot/gen with the params from tl_dial_prepare */
+	TL_CMD_SEND = 2,     /* flags: opcode in bits 0-3, TL_CMDF_FIN, TL_CMDF_CONT */
+	TL_CMD_PING = 3,
+	TL_CMD_PONG = 4,
+	TL_CMD_CLOSE = 5,    /* code + reason payload */
+	TL_CMD_SHUTDOWN = 6, /* the pool closes */
+	TL_CMD_INJECT = 7,   /* feed payload to a memory connection as if the server sent it */
+};
+#define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
+#define TL_CMDF_FIN 0x10
+#define TL_CMDF_CONT 0x20 /* continuation of a message started by an earlier record */
+
+/* tl_cmd is the 16-byte record header; len payload bytes follow, padded to
+ * 16. */
+struct tl_cmd {
+	uint32_t len;
+	uint8_t op;
+	uint8_t flags;
+	uint16_t code;
+	uint32_t slot;
+	uint32_t gen;
+};
+
+#define TL_CMD_ALIGN 16
+
+/* tl_cmdring is the command ring's control block. */
+struct tl_cmdring {
+	uint64_t tail;          /* written by Go (release) */
+	uint8_t pad0[TL_LINE - 8];
+	uint64_t head;          /* written by C (release) */
+	uint8_t pad1[TL_LINE - 8];
+	uint32_t loop_sleeping; /* C sets 1 before blocking; Go writes the eventfd when set */
+	int32_t efd;            /* eventfd the loop has a read armed on */
+	uint8_t pad2[TL_LINE - 8];
+	uint64_t size;          /* bytes, a power of two */
+	uint8_t *buf;
+	uint8_t pad3[TL_LINE - 16];
+};
+
+/* tl_conn_pub is what Go may read of a connection at any time (C writes
+ * with atomic stores). Go waits on state with a futex during Dial. */
+struct tl_conn_pub {
+	uint32_t state;   /* talaris.State values */
+	uint32_t gen;
+	int32_t err;      /* TL_E_* once failed */
+	int32_t aux;
+	uint32_t code;    /* close code or HTTP status */
+	uint32_t pad;
+	uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
+	uint64_t pings_in, pongs_in, wire_in, wire_out;
+	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */
+	char proto[64];   /* agreed subprotocol, NUL-terminated */
+};
+
+#endif

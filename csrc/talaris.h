@@ -1,0 +1,94 @@
+/* talaris.h - the C API the Go binding calls. Every call here is a cgo call
+ * and none of them is on the per-message path: Go creates a loop, prepares
+ * dials and stops the loop through these; messages and commands travel
+ * through the rings of ring.h. */
+#ifndef TALARIS_H
+#define TALARIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ring.h"
+
+/* Wait strategies: mirror talaris.WaitStrategy. */
+enum {
+	TL_WAIT_DEFAULT = 0,
+	TL_WAIT_BLOCK = 1,
+	TL_WAIT_SPIN = 2,
+	TL_WAIT_SPIN_THEN_BLOCK = 3,
+};
+
+/* tl_config carries Config after Go filled in its defaults. */
+struct tl_config {
+	uint32_t sq_entries, cq_entries;
+	uint32_t ring_flags;      /* IORING_SETUP_* */
+	uint32_t sq_thread_idle_ms;
+	int32_t sq_thread_cpu;    /* -1: none */
+	uint32_t buf_size, buf_count;
+	int32_t loop_cpu;         /* -1: not pinned */
+	uint32_t loop_wait;       /* TL_WAIT_* */
+	uint64_t spin_ns;
+	uint32_t event_ring_size;
+	uint64_t arena_size;
+	uint64_t cmd_ring_size;
+	uint32_t max_conns;
+	uint64_t max_message;
+	uint64_t handshake_timeout_ns;
+	uint64_t close_timeout_ns;
+	uint64_t max_send_queue;
+};
+
+/* tl_pool_stats mirrors talaris.PoolStats (C writes with relaxed atomics). */
+struct tl_pool_stats {
+	uint64_t events, batches, cqes, rearms, nobufs, stalls, loop_wakes, pump_sleeps;
+};
+
+struct tl_loop;
+
+/* tl_loop_new creates the io_uring loop and its thread, waiting until the
+ * thread has set the ring up. On failure returns NULL with a negative errno
+ * in *err and a message in errbuf (errcap bytes). The loop owns every
+ * buffer it exposes; tl_loop_free releases them. */
+struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf, size_t errcap);
+
+/* Accessors for the shared blocks; valid until tl_loop_free. */
+struct tl_evring *tl_loop_evring(struct tl_loop *l);
+struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l);
+struct tl_conn_pub *tl_loop_conns(struct tl_loop *l);
+struct tl_pool_stats *tl_loop_stats(struct tl_loop *l);
+
+/* tl_dial_params describes one connection; strings are copied by
+ * tl_dial_prepare and need not outlive the call. */
+struct tl_dial_params {
+	struct sockaddr_storage addr;
+	uint32_t addr_len;
+	int32_t tls;                     /* 1 for wss:// */
+	const char *host; size_t host_len;       /* Host header value */
+	const char *path; size_t path_len;
+	const char *headers; size_t headers_len; /* "Name: value\r\n" lines */
+	const char *protocols; size_t protocols_len;
+	const char *server_name; size_t server_name_len; /* SNI and verified name */
+	const char *ca_file; size_t ca_file_len;
+	const char *ca_pem; size_t ca_pem_len;
+	int32_t insecure;
+	uint64_t handshake_timeout_ns;
+};
+
+/* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
+ * flight on it); a following TL_CMD_DIAL starts it. Returns 0, or a
+ * negative errno (-ENOMEM, -EINVAL for a bad slot, -EPROTONOSUPPORT for
+ * tls without a TLS backend). On failure nothing is kept. */
+int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p);
+
+/* tl_loop_stop asks the thread to close every connection and exit, and
+ * joins it. Events already published stay readable until tl_loop_free. */
+void tl_loop_stop(struct tl_loop *l);
+
+/* tl_loop_free releases a stopped loop and everything it exposed. */
+void tl_loop_free(struct tl_loop *l);
+
+/* tl_tls_backend names the linked TLS library: "boringssl" or "openssl". */
+const char *tl_tls_backend(void);
+
+#endif

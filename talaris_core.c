@@ -1,0 +1,12 @@
+//go:build linux && cgo
+
+/* talaris_core.c lets cgo compile the C core in csrc/ with the package's
+ * flags: one translation unit per file would need a prebuilt archive. */
+#define _GNU_SOURCE
+#include "csrc/utf8.c"
+#include "csrc/ws.c"
+#include "csrc/http.c"
+#include "csrc/bufring.c"
+#include "csrc/loop.c"
+#include "csrc/conn.c"
+#include "csrc/tls.c"
