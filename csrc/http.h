@@ -13,11 +13,13 @@
 
 /* tl_ws_make_key fills key (TL_WS_KEY_LEN bytes + NUL) with base64 of 16
  * bytes from the kernel CSPRNG (getrandom). Returns 0, or -1 if getrandom
- * failed. */
+ * failed (errno set; key contents then unspecified). */
 int tl_ws_make_key(char key[TL_WS_KEY_LEN + 1]);
 
 /* tl_ws_accept computes Sec-WebSocket-Accept for key into out
- * (TL_WS_ACCEPT_LEN bytes + NUL). */
+ * (TL_WS_ACCEPT_LEN bytes + NUL): base64(SHA-1(key + RFC 6455 GUID)).
+ * key need not be NUL-terminated. A key longer than 128 bytes cannot be
+ * one we sent; out is then the empty string, which matches no header. */
 void tl_ws_accept(const char *key, size_t key_len, char out[TL_WS_ACCEPT_LEN + 1]);
 
 /* tl_http_request describes one upgrade request. Strings need not be
@@ -33,7 +35,8 @@ typedef struct tl_http_request {
 } tl_http_request;
 
 /* tl_http_write_request writes the request into out (cap bytes). Returns
- * its length, or 0 if cap is too small. */
+ * its length, or 0 if cap is too small (out then holds a partial request).
+ * A NUL is appended when there is room for it; it is not counted. */
 size_t tl_http_write_request(char *out, size_t cap, const tl_http_request *rq);
 
 /* Response parse results */
@@ -63,12 +66,23 @@ typedef struct tl_http_response {
  * upgrade request with key and the offered protocols (comma-separated, may
  * be empty). Stateless: call again with the grown buffer when it returns
  * TL_HTTP_NEED_MORE. Bytes past head_len belong to the WebSocket stream.
- * Never reads past buf[len-1] and never allocates. */
+ * Never reads past buf[len-1] and never allocates. key is TL_WS_KEY_LEN
+ * chars (NUL not needed), as sent in the request.
+ *
+ * Syntax (CRLF only, no obs-fold, tchar names, no space before ':') and
+ * both size bounds are checked as bytes arrive, so SYNTAX and TOO_LARGE
+ * may be returned before the head is complete; every other verdict only
+ * once it is, in this order: STATUS, TRANSFER, UPGRADE, CONNECTION,
+ * ACCEPT, EXTENSION, PROTOCOL. A verdict other than NEED_MORE on a prefix
+ * is the verdict on any longer buffer. out is always written: status once
+ * the status line is complete (else 0), head_len once the head is
+ * complete (else 0), protocol only with TL_HTTP_OK (else NULL, 0). */
 int tl_http_parse_response(const char *buf, size_t len, const char *key,
 			   const char *protocols, size_t protocols_len,
 			   tl_http_response *out);
 
-/* tl_http_strerror names a TL_HTTP_ERR_* code. */
+/* tl_http_strerror names a TL_HTTP_* code: a static string, never NULL
+ * ("unknown ..." for codes outside the enum). */
 const char *tl_http_strerror(int code);
 
 #endif

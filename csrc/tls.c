@@ -1,27 +1,471 @@
-/* tls.c - placeholder until the TLS data path lands: wss:// dials fail. */
+/* tls.c - TLS inside the loop. Ciphertext arrives in provided-buffer slots
+ * and is read by a custom BIO straight from the connection's slot queue
+ * (no BIO_s_mem copy; a slot goes back to the kernel as soon as the library
+ * has taken its bytes). Ciphertext written by the library is appended to
+ * the connection's out buffer and leaves through the loop's send. One code
+ * path for BoringSSL and OpenSSL 3; OPENSSL_IS_BORINGSSL guards the few
+ * differences. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include "loop.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TL_TLS_PT_CAP 16384 /* one record's worth of plaintext */
+#define TL_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
+#define TL_SYSTEM_CA_DIR "/etc/ssl/certs"
+
+struct tl_tls {
+	SSL *ssl;
+	SSL_CTX *own_ctx; /* set when the dial brought its own roots or skips verification */
+	struct tl_loop *l;
+	struct tl_conn *c;
+	uint8_t *pt;      /* plaintext of the last SSL_read */
+	size_t pt_off, pt_len;
+	int handshake_done;
+	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
+};
+
+const char *tl_tls_backend(void)
+{
+#ifdef OPENSSL_IS_BORINGSSL
+	return "boringssl";
+#else
+	return "openssl";
+#endif
+}
+
+/* ---- the slot BIO ---- */
+
+static int slot_bio_read(BIO *b, char *out, int outl)
+{
+	struct tl_tls *t = BIO_get_data(b);
+	struct tl_loop *l = t->l;
+	struct tl_conn *c = t->c;
+	int got = 0;
+
+	BIO_clear_retry_flags(b);
+	while (got < outl && c->rxq_head >= 0) {
+		uint32_t bid = (uint32_t)c->rxq_head;
+		uint32_t len = l->slot_len[bid];
+		uint32_t n = len - c->rx_off;
+		if (n > (uint32_t)(outl - got))
+			n = (uint32_t)(outl - got);
+		memcpy(out + got, tl_bufring_slot(&l->br, bid) + c->rx_off, n);
+		got += (int)n;
+		c->rx_off += n;
+		if (c->rx_off >= len) {
+			c->rxq_head = l->slot_next[bid];
+			if (c->rxq_head < 0)
+				c->rxq_tail = -1;
+			c->rx_off = 0;
+			tl_bufring_recycle(&l->br, bid);
+		}
+	}
+	if (got > 0)
+		return got;
+	if (c->eof)
+		return 0; /* transport EOF */
+	BIO_set_retry_read(b);
+	return -1;
+}
+
+static int slot_bio_write(BIO *b, const char *in, int inl)
+{
+	struct tl_tls *t = BIO_get_data(b);
+	BIO_clear_retry_flags(b);
+	if (tl_out_append(t->c, (const uint8_t *)in, (size_t)inl) < 0)
+		return -1;
+	return inl;
+}
+
+static long slot_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	(void)b;
+	(void)num;
+	(void)ptr;
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static int slot_bio_create(BIO *b)
+{
+	BIO_set_init(b, 1);
+	return 1;
+}
+
+static BIO_METHOD *slot_method;
+static pthread_once_t slot_method_once = PTHREAD_ONCE_INIT;
+
+static void make_slot_method(void)
+{
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "talaris slot");
+	if (!m)
+		return;
+	BIO_meth_set_read(m, slot_bio_read);
+	BIO_meth_set_write(m, slot_bio_write);
+	BIO_meth_set_ctrl(m, slot_bio_ctrl);
+	BIO_meth_set_create(m, slot_bio_create);
+	slot_method = m;
+}
+
+/* ---- contexts ---- */
+
+static SSL_CTX *new_ctx(void)
+{
+	static const uint8_t alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	if (!ctx)
+		return NULL;
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	/* Returns 0 on success in both libraries. */
+	if (SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn)) != 0) {
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	return ctx;
+}
+
+static int add_pem_roots(SSL_CTX *ctx, const char *pem, size_t len)
+{
+	X509_STORE *store = SSL_CTX_get_cert_store(ctx);
+	BIO *b = BIO_new_mem_buf(pem, (int)len);
+	int added = 0;
+	X509 *x;
+
+	if (!b)
+		return -1;
+	while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL) {
+		if (X509_STORE_add_cert(store, x) == 1)
+			added++;
+		X509_free(x);
+	}
+	ERR_clear_error(); /* the loop ends on a "no start line" error */
+	BIO_free(b);
+	return added > 0 ? 0 : -1;
+}
+
+static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char *what)
+{
+	char buf[88];
+	unsigned long e = ERR_peek_last_error();
+	if (e && !what) {
+		ERR_error_string_n(e, buf, sizeof(buf));
+		what = buf;
+	}
+	ERR_clear_error();
+	tl_conn_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
+}
 
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 {
-	tl_conn_fail(l, c, TL_E_TLS, EPROTONOSUPPORT, 0, "TLS not built");
-	return -1;
+	struct tl_dial *d = c->dial;
+	struct tl_tls *t;
+	SSL_CTX *ctx;
+	BIO *bio;
+	unsigned char ipbuf[16];
+	int is_ip;
+
+	pthread_once(&slot_method_once, make_slot_method);
+	if (!slot_method) {
+		tls_fail(l, c, TL_TLS_GENERIC, "cannot create the slot BIO method");
+		return -1;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t || !(t->pt = malloc(TL_TLS_PT_CAP))) {
+		free(t);
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory starting TLS");
+		return -1;
+	}
+	t->l = l;
+	t->c = c;
+	c->tls = t;
+	if (d->ca_file_len || d->ca_pem_len || d->insecure) {
+		ctx = t->own_ctx = new_ctx();
+		if (!ctx) {
+			tls_fail(l, c, TL_TLS_GENERIC, NULL);
+			return -1;
+		}
+		if (d->insecure) {
+			SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+		} else if (d->ca_file_len && SSL_CTX_load_verify_locations(ctx, d->ca_file, NULL) != 1) {
+			tls_fail(l, c, TL_TLS_CONFIG, "cannot load RootCAFile");
+			return -1;
+		} else if (d->ca_pem_len && add_pem_roots(ctx, d->ca_pem, d->ca_pem_len) < 0) {
+			tls_fail(l, c, TL_TLS_CONFIG, "RootCAPEM holds no certificate");
+			return -1;
+		}
+	} else {
+		if (!l->ssl_ctx_default) {
+			ctx = new_ctx();
+			if (!ctx) {
+				tls_fail(l, c, TL_TLS_GENERIC, NULL);
+				return -1;
+			}
+			/* The system store explicitly: Android's BoringSSL build has no
+			 * useful default paths. */
+			if (SSL_CTX_load_verify_locations(ctx, TL_SYSTEM_CA_FILE, TL_SYSTEM_CA_DIR) != 1)
+				ERR_clear_error(); /* no system store: every verify fails with unknown CA */
+			l->ssl_ctx_default = ctx;
+		}
+		ctx = l->ssl_ctx_default;
+	}
+	t->ssl = SSL_new(ctx);
+	bio = BIO_new(slot_method);
+	if (!t->ssl || !bio) {
+		BIO_free(bio);
+		tls_fail(l, c, TL_TLS_GENERIC, NULL);
+		return -1;
+	}
+	BIO_set_data(bio, t);
+	SSL_set_bio(t->ssl, bio, bio); /* one BIO both ways; SSL owns it */
+	SSL_set_connect_state(t->ssl);
+	is_ip = inet_pton(AF_INET, d->server_name, ipbuf) == 1 || inet_pton(AF_INET6, d->server_name, ipbuf) == 1;
+	if (!is_ip && d->server_name_len)
+		SSL_set_tlsext_host_name(t->ssl, d->server_name);
+	if (!d->insecure && d->server_name_len) {
+		X509_VERIFY_PARAM *param = SSL_get0_param(t->ssl);
+		int ok;
+		X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+		if (is_ip)
+			ok = X509_VERIFY_PARAM_set1_ip_asc(param, d->server_name);
+		else
+			ok = X509_VERIFY_PARAM_set1_host(param, d->server_name, d->server_name_len);
+		if (ok != 1) {
+			tls_fail(l, c, TL_TLS_CONFIG, "cannot set the name to verify");
+			return -1;
+		}
+	}
+	return tl_tls_drive(l, c) == -2 ? -1 : 0;
 }
-int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
+
+void tl_tls_free(struct tl_conn *c)
 {
-	(void)l;
-	(void)c;
-	return -2;
+	struct tl_tls *t = c->tls;
+	if (!t)
+		return;
+	SSL_free(t->ssl);
+	SSL_CTX_free(t->own_ctx);
+	free(t->pt);
+	free(t);
+	c->tls = NULL;
 }
+
+void tl_tls_global_free(struct tl_loop *l)
+{
+	if (l->ssl_ctx_default) {
+		SSL_CTX_free(l->ssl_ctx_default);
+		l->ssl_ctx_default = NULL;
+	}
+}
+
 int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n)
 {
+	struct tl_tls *t = c->tls;
 	(void)l;
-	(void)c;
-	(void)p;
-	(void)n;
-	return -1;
+	if (!t || !t->handshake_done)
+		return -1;
+	while (n > 0) {
+		int chunk = n > (1u << 30) ? (1 << 30) : (int)n;
+		int w = SSL_write(t->ssl, p, chunk);
+		if (w <= 0) {
+			tls_fail(l, c, TL_TLS_GENERIC, NULL);
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
 }
-void tl_tls_free(struct tl_conn *c) { (void)c; }
-void tl_tls_global_free(struct tl_loop *l) { (void)l; }
-const char *tl_tls_backend(void) { return "none"; }
+
+/* classify turns a failed handshake into the cause users act on. */
+static int tls_classify(struct tl_tls *t, const char **what)
+{
+	long vr = SSL_get_verify_result(t->ssl);
+	unsigned long e = ERR_peek_last_error();
+	int reason = ERR_GET_REASON(e);
+
+	switch (vr) {
+	case X509_V_OK:
+		break;
+	case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+	case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+	case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+	case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+	case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+		*what = X509_verify_cert_error_string(vr);
+		return TL_TLS_UNKNOWN_CA;
+	case X509_V_ERR_HOSTNAME_MISMATCH:
+	case X509_V_ERR_IP_ADDRESS_MISMATCH:
+		*what = X509_verify_cert_error_string(vr);
+		return TL_TLS_HOSTNAME;
+	case X509_V_ERR_CERT_HAS_EXPIRED:
+	case X509_V_ERR_CERT_NOT_YET_VALID:
+		*what = X509_verify_cert_error_string(vr);
+		return TL_TLS_EXPIRED;
+	default:
+		*what = X509_verify_cert_error_string(vr);
+		return TL_TLS_GENERIC;
+	}
+	if (reason == SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL || reason == SSL_R_NO_APPLICATION_PROTOCOL) {
+		*what = "server refused ALPN http/1.1";
+		return TL_TLS_ALPN;
+	}
+	if (reason == SSL_R_WRONG_VERSION_NUMBER) {
+		*what = "server did not answer with TLS";
+		return TL_TLS_NOT_TLS;
+	}
+	return TL_TLS_GENERIC;
+}
+
+/* looks_like_tls checks the first byte the server sent: a TLS server
+ * answers with a handshake (22) or alert (21) record; anything else (an
+ * HTTP 400 from a plain server, say) means no TLS at all. */
+static int looks_like_tls(struct tl_loop *l, struct tl_conn *c, char *peek, size_t cap)
+{
+	const uint8_t *p = tl_bufring_slot(&l->br, (uint32_t)c->rxq_head) + c->rx_off;
+	size_t n = l->slot_len[c->rxq_head] - c->rx_off, k = 0;
+	if (p[0] == 22 || p[0] == 21)
+		return 1;
+	for (size_t i = 0; i < n && k + 1 < cap && p[i] != '\r' && p[i] != '\n'; i++)
+		peek[k++] = (p[i] >= 0x20 && p[i] < 0x7f) ? (char)p[i] : '.';
+	peek[k] = 0;
+	return 0;
+}
+
+static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
+{
+	const unsigned char *sel = NULL;
+	unsigned int sel_len = 0;
+	int r;
+
+	if (!t->saw_data && c->rxq_head >= 0) {
+		char peek[48], msg[88];
+		t->saw_data = 1;
+		if (!looks_like_tls(l, c, peek, sizeof(peek))) {
+			snprintf(msg, sizeof(msg), "server answered in plain text: %s", peek);
+			tl_conn_fail(l, c, TL_E_TLS, TL_TLS_NOT_TLS, 0, msg);
+			return -2;
+		}
+	}
+	r = SSL_do_handshake(t->ssl);
+	if (r != 1) {
+		int e = SSL_get_error(t->ssl, r);
+		const char *what = NULL;
+		int cause;
+		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+			ERR_clear_error();
+			return 0;
+		}
+		if (c->eof && ERR_peek_last_error() == 0) {
+			tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
+			return -2;
+		}
+		cause = tls_classify(t, &what);
+		tls_fail(l, c, cause, what);
+		return -2;
+	}
+	SSL_get0_alpn_selected(t->ssl, &sel, &sel_len);
+	if (sel_len && (sel_len != 8 || memcmp(sel, "http/1.1", 8) != 0)) {
+		tls_fail(l, c, TL_TLS_ALPN, "server selected an ALPN protocol other than http/1.1");
+		return -2;
+	}
+	t->handshake_done = 1;
+	if (tl_conn_start_upgrade(l, c) < 0)
+		return -2;
+	return 1;
+}
+
+/* tl_tls_drive runs the handshake, then decrypts what the slots hold and
+ * feeds the plaintext to the frame parser. Returns 0, -1 when the parser
+ * stalled (plaintext kept for later) or -2 when the connection failed. */
+int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_tls *t = c->tls;
+	int did_read = 0, r;
+
+	if (!t)
+		return -2;
+	if (!t->handshake_done) {
+		r = handshake(l, c, t);
+		if (r <= 0)
+			return r == 0 ? 0 : -2;
+	}
+	if (c->open_pending || c->msg_ready || c->ctrl_ready) {
+		size_t used = 0;
+		r = tl_conn_feed(l, c, t->pt + t->pt_off, 0, &used);
+		if (r == -1)
+			return -1;
+	}
+	for (;;) {
+		if (t->pt_off < t->pt_len) {
+			size_t used = 0;
+			r = tl_conn_feed(l, c, t->pt + t->pt_off, t->pt_len - t->pt_off, &used);
+			t->pt_off += used;
+			if (r == -1)
+				return -1;
+			if (r == -2) {
+				t->pt_off = t->pt_len;
+				c->discard = 1;
+			}
+			if (c->dying)
+				return -2;
+			continue;
+		}
+		r = SSL_read(t->ssl, t->pt, TL_TLS_PT_CAP);
+		if (r > 0) {
+			t->pt_off = 0;
+			t->pt_len = (size_t)r;
+			did_read = 1;
+			continue;
+		}
+		{
+			int e = SSL_get_error(t->ssl, r);
+			if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+				ERR_clear_error();
+				break;
+			}
+			if (e == SSL_ERROR_ZERO_RETURN) {
+				/* close_notify: the TLS stream ended cleanly. What that means
+				 * for the WebSocket is decided like a TCP EOF. */
+				ERR_clear_error();
+				c->eof = 1;
+				break;
+			}
+			if (c->eof) {
+				/* Transport EOF without close_notify: BoringSSL says
+				 * SYSCALL, OpenSSL "unexpected eof". Report both the same way,
+				 * through the EOF path. */
+				ERR_clear_error();
+				break;
+			}
+			tls_fail(l, c, TL_TLS_GENERIC, NULL);
+			return -2;
+		}
+	}
+	if (did_read && !c->dying && !c->close_sent) {
+		/* Acknowledge a KeyUpdate (or flush any post-handshake reply) even on
+		 * a connection that never sends: both libraries emit it on write. */
+		SSL_write(t->ssl, "", 0);
+		ERR_clear_error();
+	}
+	return 0;
+}

@@ -19,7 +19,11 @@ static inline void tl_utf8_reset(tl_utf8 *u) { u->state = 0; }
 
 /* tl_utf8_feed validates n more bytes of one message. Returns 0 while the
  * bytes so far can still form valid UTF-8, -1 as soon as they cannot (u is
- * then undefined until reset). */
+ * then undefined until reset). "As soon as" is exact: the call that
+ * receives the first byte no continuation could make valid fails (C0, F5,
+ * a stray 80 at once; E0 80, ED A0, F0 80, F4 90 at their second byte).
+ * In practice u stays failed: later feeds keep returning -1 until reset.
+ * Allocation-free; reads only p[0..n). */
 int tl_utf8_feed(tl_utf8 *u, const uint8_t *p, size_t n);
 
 /* tl_utf8_complete returns 1 when u ends at a code point boundary (the

@@ -2,20 +2,23 @@
  *
  * The parser is written for a client: every frame it accepts came from a
  * server, so a MASK bit is a protocol error (RFC 6455 5.1) and there is no
- * key to read. Errors are reported from the earliest byte that proves
- * them, checked in byte order (byte 0, then byte 1, then byte 2), so a
- * shorter prefix never reports a different error than the whole header. */
+ * key to read. The checks and their order mirror ws.ParseHeader (the Go
+ * reference the C parser is differentially fuzzed against): nothing is
+ * judged before two bytes are in, then RSV, OPCODE, MASKED, CTRL_FRAG,
+ * CTRL_LEN, and LEN64 from the third byte, so a shorter prefix never
+ * reports a different error than the whole header. */
 #include "ws.h"
 
 #include <string.h>
 
 int tl_ws_parse_hdr(const uint8_t *p, size_t n, tl_ws_hdr *h)
 {
-	if (n == 0)
+	if (n < 2)
 		return TL_WS_NEED_MORE;
 
-	uint8_t b0 = p[0];
+	uint8_t b0 = p[0], b1 = p[1];
 	unsigned op = b0 & 0x0F;
+	unsigned len7 = b1 & 0x7F;
 	int fin = b0 >> 7;
 	int ctrl = (op & 0x8) != 0;
 
@@ -25,16 +28,10 @@ int tl_ws_parse_hdr(const uint8_t *p, size_t n, tl_ws_hdr *h)
 		return TL_WS_ERR_RSV;
 	if ((op >= 0x3 && op <= 0x7) || op >= 0xB)
 		return TL_WS_ERR_OPCODE;
-	if (ctrl && !fin)
-		return TL_WS_ERR_CTRL_FRAG;
-	if (n < 2)
-		return TL_WS_NEED_MORE;
-
-	uint8_t b1 = p[1];
-	unsigned len7 = b1 & 0x7F;
-
 	if (b1 & 0x80)
 		return TL_WS_ERR_MASKED;
+	if (ctrl && !fin)
+		return TL_WS_ERR_CTRL_FRAG;
 	/* A control frame with the 16- or 64-bit form is rejected even when
 	 * the extended value would be <= 125: no conforming peer sends it and
 	 * deciding on byte 1 keeps control-frame validation to two bytes. */

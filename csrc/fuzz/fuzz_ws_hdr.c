@@ -11,10 +11,10 @@
 
 #include "../ws.h"
 
-/* ref_parse: the rules in the order of the header's bytes. */
+/* ref_parse: the rules in the order ws.ParseHeader (Go) checks them. */
 static int ref_parse(const uint8_t *p, size_t n, tl_ws_hdr *h)
 {
-	if (n < 1)
+	if (n < 2)
 		return TL_WS_NEED_MORE;
 	int fin = (p[0] & 0x80) != 0;
 	int rsv = (p[0] >> 4) & 7;
@@ -23,12 +23,10 @@ static int ref_parse(const uint8_t *p, size_t n, tl_ws_hdr *h)
 		return TL_WS_ERR_RSV;
 	if (!(op == 0 || op == 1 || op == 2 || op == 8 || op == 9 || op == 10))
 		return TL_WS_ERR_OPCODE;
-	if (op >= 8 && !fin)
-		return TL_WS_ERR_CTRL_FRAG;
-	if (n < 2)
-		return TL_WS_NEED_MORE;
 	if (p[1] & 0x80)
 		return TL_WS_ERR_MASKED;
+	if (op >= 8 && !fin)
+		return TL_WS_ERR_CTRL_FRAG;
 	int l7 = p[1] & 0x7F;
 	if (op >= 8 && l7 > 125)
 		return TL_WS_ERR_CTRL_LEN;
