@@ -10,7 +10,7 @@
 
 # The C core. Append new sources here (one list, no globbing, so a file
 # that is still being written does not break everybody's build).
-CORE_SRCS = csrc/utf8.c csrc/ws.c csrc/http.c
+CORE_SRCS = csrc/utf8.c csrc/ws.c csrc/http.c csrc/bufring.c csrc/loop.c csrc/conn.c csrc/tls.c
 
 CC       ?= cc
 FUZZ_CC  ?= clang
@@ -32,7 +32,7 @@ endif
 # Static liburing for the loop sources once they join CORE_SRCS.
 URING_LDFLAGS = -l:liburing.a
 
-LDLIBS   = $(TLS_LDFLAGS) $(URING_LDFLAGS)
+LDLIBS   = $(TLS_LDFLAGS) $(URING_LDFLAGS) -lpthread
 WARN     = -Wall -Wextra -Werror
 STD      = -std=gnu11
 SAN      = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

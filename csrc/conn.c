@@ -248,7 +248,8 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 	{
 		struct tl_conn_pub *pub = &l->pub[c->slot];
 		size_t pl = rs.protocol_len < sizeof(pub->proto) - 1 ? rs.protocol_len : sizeof(pub->proto) - 1;
-		memcpy(pub->proto, rs.protocol, pl);
+		if (pl)
+			memcpy(pub->proto, rs.protocol, pl);
 		pub->proto[pl] = 0;
 	}
 	*used = take - (c->hs_len - rs.head_len);

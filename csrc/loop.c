@@ -472,18 +472,16 @@ static int drain_commands(struct tl_loop *l)
 			c = cmd_conn(l, cmd);
 			if (c && c->fd < 0 && !c->dying) {
 				size_t used = 0;
-				int r = tl_conn_feed(l, c, payload, cmd->len, &used);
+				int r = tl_conn_feed(l, c, payload + l->inject_off, cmd->len - l->inject_off, &used);
 				if (r == -1) {
-					/* No room: run this command again once Go has pumped. */
-					if (used) {
-						struct tl_cmd *w = (struct tl_cmd *)cmd;
-						memmove((uint8_t *)payload, payload + used, cmd->len - used);
-						w->len -= (uint32_t)used;
-					}
+					/* No room: run the rest of this command again once Go
+					 * has pumped. The record stays as Go wrote it. */
+					l->inject_off += used;
 					l->inject_blocked = 1;
 					break;
 				}
 			}
+			l->inject_off = 0;
 		} else if (cmd->op == TL_CMD_SHUTDOWN) {
 			l->shutting_down = 1;
 		} else if ((c = cmd_conn(l, cmd)) != NULL) {

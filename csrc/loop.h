@@ -167,6 +167,7 @@ struct tl_loop {
 	int blocked_on_send;    /* a SEND command waits for a full send queue */
 	int stall_kick;         /* a send completed: stalled conns may go on */
 	int inject_blocked;     /* an INJECT waits for ring space */
+	uint32_t inject_off;    /* bytes of the INJECT at the ring head already parsed */
 
 	struct tl_pool_stats *stats;
 

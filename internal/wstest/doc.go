@@ -6,7 +6,8 @@
 // [NewGorilla] (github.com/gorilla/websocket) and [NewCoder]
 // (github.com/coder/websocket) build a [Server] with the same endpoints;
 // [Server.Start] listens on 127.0.0.1 and sets [Server.URL]
-// (ws://127.0.0.1:port). Endpoints, configured with query parameters:
+// (ws://127.0.0.1:port); [Server.StartTLS] serves the same over TLS
+// (wss://127.0.0.1:port). Endpoints, configured with query parameters:
 //
 //	/stream?n=N&size=S&op=binary|text&frag=K&ping=1&rst=1
 //	    Sends N messages, message i being PayloadOp(op, i, S). frag=K>1
@@ -21,9 +22,11 @@
 //	    After reading N messages (default 0) sends a close with code C
 //	    (default 1000, 0 for an empty body, invalid codes allowed) and
 //	    reason R, then completes the handshake.
-//	/drop?n=N&size=S&op=..&rst=1
+//	/drop?n=N&size=S&op=..&rst=1&trunc=1&partial=1
 //	    Sends N stream messages, then closes TCP without a close frame
-//	    (with rst=1 as a reset).
+//	    (with rst=1 as a reset). Over TLS ([Server.StartTLS]) the TLS
+//	    connection is closed with close_notify, unless trunc=1: then TCP
+//	    is closed under TLS without it (partial=1: after half a record).
 //	/collect
 //	    Records every message (see Server.Collected, Server.OnMessage).
 //	/subproto

@@ -2,8 +2,11 @@ package wstest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"strconv"
@@ -71,10 +74,32 @@ type conn interface {
 // Start listens on a free loopback port, serves in the background and
 // returns s. With a non-nil t, failures are fatal to the test and Close is
 // registered with t.Cleanup; with nil, Start panics on failure.
-func (s *Server) Start(t testing.TB) *Server {
+func (s *Server) Start(t testing.TB) *Server { return s.start(t, nil) }
+
+// StartTLS is Start over TLS: the listener is wrapped with cfg (which must
+// hold a certificate) and URL is wss://127.0.0.1:port. When cfg.NextProtos
+// is nil the server offers ALPN "http/1.1". TLS handshake failures are not
+// logged (error tests cause them on purpose). Over TLS, /drop closes the
+// TLS connection (close_notify, then FIN) unless trunc=1 is given: then the
+// TCP connection under TLS is closed without close_notify, after half a
+// TLS record when partial=1 is given too.
+func (s *Server) StartTLS(t testing.TB, cfg *tls.Config) *Server {
+	cfg = cfg.Clone()
+	if cfg.NextProtos == nil {
+		cfg.NextProtos = []string{"http/1.1"}
+	}
+	return s.start(t, cfg)
+}
+
+func (s *Server) start(t testing.TB, tlsCfg *tls.Config) *Server {
 	ln, err := listen(t)
 	if err != nil {
 		return s
+	}
+	scheme := "ws://"
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+		scheme = "wss://"
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stream", s.handle(s.stream, nil))
@@ -84,7 +109,10 @@ func (s *Server) Start(t testing.TB) *Server {
 	mux.HandleFunc("/collect", s.handle(s.collect, nil))
 	mux.HandleFunc("/subproto", s.handle(s.subproto, []string{Subprotocol}))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	s.URL = "ws://" + ln.Addr().String()
+	if tlsCfg != nil {
+		s.srv.ErrorLog = log.New(io.Discard, "", 0)
+	}
+	s.URL = scheme + ln.Addr().String()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -231,10 +259,21 @@ func (s *Server) drop(c conn, q params) error {
 	if err := writeStream(c, q); err != nil {
 		return ignoreClosed(err)
 	}
-	if q.str("rst") == "1" {
-		setLinger0(c.NetConn())
+	nc := c.NetConn()
+	if tc, ok := nc.(*tls.Conn); ok && q.str("trunc") == "1" {
+		// Truncate: no close_notify, optionally in the middle of a record
+		// (an application-data header announcing 100 bytes, then 3).
+		nc = tc.NetConn()
+		if q.str("partial") == "1" {
+			if _, err := nc.Write([]byte{23, 3, 3, 0, 100, 1, 2, 3}); err != nil {
+				return ignoreClosed(err)
+			}
+		}
 	}
-	return ignoreClosed(c.NetConn().Close())
+	if q.str("rst") == "1" {
+		setLinger0(nc)
+	}
+	return ignoreClosed(nc.Close())
 }
 
 func (s *Server) echo(c conn, _ params) error {
@@ -296,6 +335,9 @@ func ignoreClosed(err error) error {
 
 // setLinger0 makes the next Close of c send a TCP reset.
 func setLinger0(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetLinger(0)
 	}

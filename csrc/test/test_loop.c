@@ -1,0 +1,323 @@
+/* test_loop.c - the loop, the frame parser and the rings under ASan/UBSan,
+ * driven through the same C API and rings Go uses: memory connections fed
+ * with TL_CMD_INJECT, and a real loopback socket served by a thread. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../http.h"
+#include "../talaris.h"
+#include "../ws.h"
+#include "check.h"
+
+struct harness {
+	struct tl_loop *l;
+	struct tl_evring *er;
+	struct tl_cmdring *cr;
+	uint64_t head, tail;
+};
+
+static void push(struct harness *h, uint8_t op, uint8_t flags, uint16_t code, uint32_t slot, uint32_t gen,
+		 const void *p, uint32_t n)
+{
+	struct tl_cmdring *r = h->cr;
+	size_t rec = sizeof(struct tl_cmd) + ((n + 15) & ~15u);
+	for (;;) {
+		uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+		uint64_t off = h->tail & (r->size - 1);
+		uint64_t pad = off + rec > r->size ? r->size - off : 0;
+		if (h->tail + pad + rec - head <= r->size) {
+			if (pad) {
+				struct tl_cmd *c = (struct tl_cmd *)(r->buf + off);
+				memset(c, 0, sizeof(*c));
+				c->len = (uint32_t)(pad - sizeof(*c));
+				h->tail += pad;
+				off = 0;
+			}
+			struct tl_cmd *c = (struct tl_cmd *)(r->buf + off);
+			c->len = n;
+			c->op = op;
+			c->flags = flags;
+			c->code = code;
+			c->slot = slot;
+			c->gen = gen;
+			if (n)
+				memcpy(c + 1, p, n);
+			h->tail += rec;
+			__atomic_store_n(&r->tail, h->tail, __ATOMIC_SEQ_CST);
+			if (__atomic_load_n(&r->loop_sleeping, __ATOMIC_SEQ_CST)) {
+				uint64_t one = 1;
+				CHECK(write(r->efd, &one, 8) == 8);
+			}
+			return;
+		}
+		usleep(100);
+	}
+}
+
+/* next_event waits (bounded) for one event and copies it out. */
+static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload, size_t cap)
+{
+	for (int i = 0; i < 20000; i++) {
+		uint64_t tail = __atomic_load_n(&h->er->tail, __ATOMIC_ACQUIRE);
+		if (tail != h->head) {
+			*out = h->er->ev[h->head & h->er->mask];
+			if (out->len && payload) {
+				CHECK(out->len <= cap);
+				memcpy(payload, out->ptr, out->len);
+			}
+			h->head++;
+			__atomic_store_n(&h->er->head, h->head, __ATOMIC_SEQ_CST);
+			if (__atomic_load_n(&h->er->loop_wants_space, __ATOMIC_SEQ_CST)) {
+				uint64_t one = 1;
+				CHECK(write(h->cr->efd, &one, 8) == 8);
+			}
+			return 1;
+		}
+		usleep(500);
+	}
+	return 0;
+}
+
+static void start(struct harness *h, uint32_t ev_size)
+{
+	struct tl_config cfg = {
+		.sq_entries = 64, .cq_entries = 256, .ring_flags = 0, .sq_thread_cpu = -1,
+		.buf_size = 4096, .buf_count = 16, .loop_cpu = -1, .loop_wait = 1,
+		.event_ring_size = ev_size, .arena_size = 1 << 22, .cmd_ring_size = 1 << 16,
+		.max_conns = 8, .max_message = 1 << 20, .handshake_timeout_ns = 5000000000ull,
+		.close_timeout_ns = 200000000ull, .max_send_queue = 1 << 20,
+	};
+	int err = 0;
+	char msg[160];
+	memset(h, 0, sizeof(*h));
+	h->l = tl_loop_new(&cfg, &err, msg, sizeof(msg));
+	if (!h->l)
+		fprintf(stderr, "tl_loop_new: %d %s\n", err, msg);
+	CHECK(h->l != NULL);
+	h->er = tl_loop_evring(h->l);
+	h->cr = tl_loop_cmdring(h->l);
+}
+
+static size_t frame(uint8_t *out, int fin, int op, const void *p, size_t n)
+{
+	size_t k = 0;
+	out[k++] = (uint8_t)((fin ? 0x80 : 0) | op);
+	if (n < 126) {
+		out[k++] = (uint8_t)n;
+	} else if (n < 65536) {
+		out[k++] = 126;
+		out[k++] = (uint8_t)(n >> 8);
+		out[k++] = (uint8_t)n;
+	} else {
+		out[k++] = 127;
+		for (int i = 7; i >= 0; i--)
+			out[k++] = (uint8_t)(n >> (8 * i));
+	}
+	memcpy(out + k, p, n);
+	return k + n;
+}
+
+/* A stream of messages, fragmented with a ping between fragments, fed one
+ * byte per command: every split point of header and payload. */
+static void test_memory_stream(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	static uint8_t wire[1 << 16], pl[1 << 16];
+	size_t n = 0;
+
+	start(&h, 64);
+	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 1, 7, NULL, 0);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN && ev.slot == 1 && ev.gen == 7);
+	for (int i = 0; i < 100; i++) {
+		char msg[64];
+		int len = snprintf(msg, sizeof(msg), "{\"id\":%d}", i);
+		if (i % 3 == 0) {
+			n += frame(wire + n, 0, TL_OP_TEXT, msg, 3);
+			n += frame(wire + n, 1, TL_OP_PING, "pp", 2);
+			n += frame(wire + n, 1, TL_OP_CONT, msg + 3, (size_t)len - 3);
+		} else {
+			n += frame(wire + n, 1, i % 3 == 1 ? TL_OP_BINARY : TL_OP_TEXT, msg, (size_t)len);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		push(&h, TL_CMD_INJECT, 0, 0, 1, 7, wire + i, 1);
+	for (int i = 0; i < 100; i++) {
+		char want[64];
+		int len = snprintf(want, sizeof(want), "{\"id\":%d}", i);
+		if (i % 3 == 0) {
+			CHECK(next_event(&h, &ev, pl, sizeof(pl)) && ev.kind == TL_EV_PING && ev.len == 2);
+		}
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == (i % 3 == 1 ? TL_EV_BINARY : TL_EV_TEXT));
+		CHECK(ev.len == (uint32_t)len && memcmp(pl, want, (size_t)len) == 0);
+	}
+	/* a bad frame: reserved opcode -> final error with 1002 */
+	{
+		uint8_t bad[2] = {0x83, 0};
+		push(&h, TL_CMD_INJECT, 0, 0, 1, 7, bad, 2);
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == TL_EV_ERROR && ev.code == 1002 && (ev.flags & TL_EVF_FINAL));
+	}
+	/* invalid UTF-8 -> 1007; a frame bigger than max_message -> 1009 */
+	{
+		uint8_t b[16];
+		size_t k;
+		push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 2, 1, NULL, 0);
+		CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+		k = frame(b, 1, TL_OP_TEXT, "\xed\xa0\x80", 3);
+		push(&h, TL_CMD_INJECT, 0, 0, 2, 1, b, (uint32_t)k);
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)) && ev.kind == TL_EV_ERROR && ev.code == 1007);
+		push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 3, 1, NULL, 0);
+		CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+		uint8_t big[10] = {0x82, 127, 0x40, 0, 0, 0, 0, 0, 0, 0}; /* 2^62 */
+		push(&h, TL_CMD_INJECT, 0, 0, 3, 1, big, 10);
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)) && ev.kind == TL_EV_ERROR && ev.code == 1009);
+	}
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
+/* Back-pressure: an event ring of 4 and 1000 messages injected at once;
+ * a consumer that reads slowly still gets every one, in order. */
+static void test_backpressure(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	static uint8_t wire[1 << 16], pl[256];
+	size_t n = 0;
+
+	start(&h, 4);
+	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 0, 3, NULL, 0);
+	for (int i = 0; i < 1000; i++) {
+		uint8_t v[8];
+		memcpy(v, &i, 4);
+		memset(v + 4, 0xab, 4);
+		n += frame(wire + n, 1, TL_OP_BINARY, v, 8);
+	}
+	push(&h, TL_CMD_INJECT, 0, 0, 0, 3, wire, (uint32_t)n);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+	for (int i = 0; i < 1000; i++) {
+		int got;
+		if (i % 100 == 0)
+			usleep(2000);
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)) && ev.kind == TL_EV_BINARY && ev.len == 8);
+		memcpy(&got, pl, 4);
+		CHECK(got == i);
+	}
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
+/* ---- a real socket: a thread plays the server ---- */
+
+struct server {
+	int lfd;
+	uint16_t port;
+	int frames;
+};
+
+static void *serve(void *arg)
+{
+	struct server *s = arg;
+	char req[4096], resp[512], acc[TL_WS_ACCEPT_LEN + 1];
+	size_t got = 0;
+	int fd = accept(s->lfd, NULL, NULL);
+	CHECK(fd >= 0);
+	while (got < sizeof(req) - 1) {
+		ssize_t r = read(fd, req + got, sizeof(req) - 1 - got);
+		CHECK(r > 0);
+		got += (size_t)r;
+		req[got] = 0;
+		if (strstr(req, "\r\n\r\n"))
+			break;
+	}
+	char *k = strcasestr(req, "Sec-WebSocket-Key: ");
+	CHECK(k != NULL);
+	k += strlen("Sec-WebSocket-Key: ");
+	tl_ws_accept(k, TL_WS_KEY_LEN, acc);
+	int rl = snprintf(resp, sizeof(resp),
+			  "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+			  "Sec-WebSocket-Accept: %s\r\n\r\n",
+			  acc);
+	/* 101 and the first frames in one write */
+	static uint8_t out[1 << 20];
+	size_t n = (size_t)rl;
+	memcpy(out, resp, n);
+	for (int i = 0; i < s->frames; i++) {
+		uint8_t v[100];
+		memset(v, (uint8_t)i, sizeof(v));
+		n += frame(out + n, 1, TL_OP_BINARY, v, sizeof(v));
+		if (n > sizeof(out) - 256) {
+			CHECK(write(fd, out, n) == (ssize_t)n);
+			n = 0;
+		}
+	}
+	n += frame(out + n, 1, TL_OP_CLOSE, "\x03\xe8" "done", 6);
+	CHECK(write(fd, out, n) == (ssize_t)n);
+	/* read the client's close frame (masked, 2+4+6 bytes), then FIN */
+	uint8_t cf[64];
+	ssize_t r = read(fd, cf, sizeof(cf));
+	CHECK(r >= 6 && (cf[0] & 0x0f) == TL_OP_CLOSE && (cf[1] & 0x80));
+	close(fd);
+	return NULL;
+}
+
+static void test_socket(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	struct server s = {.frames = 5000};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	pthread_t th;
+	static uint8_t pl[256];
+
+	s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(s.lfd >= 0);
+	CHECK(bind(s.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(s.lfd, 4) == 0);
+	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
+	CHECK(pthread_create(&th, NULL, serve, &s) == 0);
+
+	start(&h, 1024);
+	struct tl_dial_params p;
+	memset(&p, 0, sizeof(p));
+	memcpy(&p.addr, &a, sizeof(a));
+	p.addr_len = sizeof(a);
+	p.host = "127.0.0.1";
+	p.host_len = 9;
+	p.path = "/";
+	p.path_len = 1;
+	CHECK(tl_dial_prepare(h.l, 5, &p) == 0);
+	push(&h, TL_CMD_DIAL, 0, 0, 5, 9, NULL, 0);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+	for (int i = 0; i < s.frames; i++) {
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == TL_EV_BINARY && ev.len == 100 && pl[0] == (uint8_t)i && pl[99] == (uint8_t)i);
+	}
+	CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+	CHECK(ev.kind == TL_EV_CLOSE && ev.code == 1000 && ev.len == 4 && memcmp(pl, "done", 4) == 0);
+	CHECK(ev.flags & TL_EVF_FINAL);
+	pthread_join(th, NULL);
+	close(s.lfd);
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
+int main(void)
+{
+	test_memory_stream();
+	test_backpressure();
+	test_socket();
+	printf("test_loop: %lu checks passed\n", check_passed);
+	return 0;
+}
