@@ -72,7 +72,10 @@ int tl_out_append(struct tl_conn *c, const uint8_t *p, size_t n)
 
 static void mask_key(struct tl_loop *l, uint8_t key[4])
 {
-	if (l->rnd_off + 4 > sizeof(l->rnd)) {
+	/* rnd_off == 0 only before the first fill (it is >= 4 after every
+	 * use): the loop starts with rnd zeroed, which gave all-zero mask keys
+	 * to the first 1024 frames (fixed by the TLS engineer, issue 3). */
+	if (l->rnd_off == 0 || l->rnd_off + 4 > sizeof(l->rnd)) {
 		size_t got = 0;
 		while (got < sizeof(l->rnd)) {
 			ssize_t r = getrandom(l->rnd + got, sizeof(l->rnd) - got, 0);
@@ -288,14 +291,54 @@ static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t co
 	return FEED_DEAD;
 }
 
-static int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
+static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	struct tl_conn_pub *pub = &l->pub[c->slot];
-	if (tl_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
+	if (tl_emit_data(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n) < 0)
 		return FEED_STALL;
-	__atomic_store_n(&pub->msgs_in, pub->msgs_in + 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&pub->bytes_in, pub->bytes_in + n, __ATOMIC_RELAXED);
+	c->msgs_in++;
+	c->bytes_in += n;
+	__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
+	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
 	return FEED_OK;
+}
+
+/* text_valid is tl_utf8_valid with the common case inline: a short
+ * all-ASCII payload (JSON ticks) is checked with two word loads. */
+static inline int text_valid(const uint8_t *p, size_t n)
+{
+	const uint64_t hi = 0x8080808080808080ull;
+	if (n >= 8 && n <= 16) {
+		uint64_t a, b;
+		__builtin_memcpy(&a, p, 8);
+		__builtin_memcpy(&b, p + n - 8, 8);
+		if (((a | b) & hi) == 0)
+			return 1;
+	} else if (n < 8) {
+		uint64_t a = 0;
+		__builtin_memcpy(&a, p, n);
+		if ((a & hi) == 0)
+			return 1;
+	}
+	return tl_utf8_valid(p, n);
+}
+
+/* parse_hdr decodes the header at hp; the common server frame (no RSV, a
+ * data opcode, length < 126, unmasked) is handled inline. */
+static inline int parse_hdr(const uint8_t *hp, size_t avail, tl_ws_hdr *h)
+{
+	if (avail >= 2) {
+		unsigned b0 = hp[0], b1 = hp[1], op = b0 & 0x0f;
+		if ((b0 & 0x70) == 0 && b1 < 126 && (op == TL_OP_TEXT || op == TL_OP_BINARY || op == TL_OP_CONT)) {
+			h->fin = (uint8_t)(b0 >> 7);
+			h->rsv = 0;
+			h->opcode = (uint8_t)op;
+			h->masked = 0;
+			h->len = b1;
+			return 2;
+		}
+	}
+	return tl_ws_parse_hdr(hp, avail, h);
 }
 
 static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
@@ -387,7 +430,9 @@ static int hdr_error(struct tl_loop *l, struct tl_conn *c, int r)
 	case TL_WS_ERR_CTRL_LEN:
 		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "control frame longer than 125 bytes");
 	case TL_WS_ERR_LEN64:
-		return fail_proto(l, c, TL_E_TOO_BIG, 1009, "frame length has the top bit set");
+		/* RFC 6455 5.2: the top bit "MUST be 0", so this is a malformed
+		 * header (1002, as ws.Parser says), not an over-long message. */
+		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "frame length has the top bit set");
 	}
 	return fail_proto(l, c, TL_E_PROTOCOL, 1002, "bad frame header");
 }
@@ -470,7 +515,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 				hp = c->hdr;
 				avail = c->hdr_len + take;
 			}
-			hl = tl_ws_parse_hdr(hp, avail, &c->h);
+			hl = parse_hdr(hp, avail, &c->h);
 			if (hl == TL_WS_NEED_MORE) {
 				if (c->hdr_len == 0) {
 					memcpy(c->hdr, p + off, n - off);
@@ -495,7 +540,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 				if (c->h.fin && (c->h.opcode == TL_OP_TEXT || c->h.opcode == TL_OP_BINARY) &&
 				    n - off - (size_t)hl >= c->h.len) {
 					const uint8_t *pl = p + off + hl;
-					if (c->h.opcode == TL_OP_TEXT && !tl_utf8_valid(pl, c->h.len)) {
+					if (c->h.opcode == TL_OP_TEXT && !text_valid(pl, c->h.len)) {
 						*used = n;
 						return fail_proto(l, c, TL_E_UTF8, 1007, "invalid UTF-8 in a text message");
 					}

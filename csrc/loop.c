@@ -106,12 +106,13 @@ void tl_conn_flush(struct tl_loop *l, struct tl_conn *c)
 
 /* ---- events ---- */
 
-static void ev_publish(struct tl_loop *l)
+void tl_ev_publish(struct tl_loop *l)
 {
 	struct tl_evring *r = l->evr;
 	if (l->ev_tail == l->ev_published)
 		return;
 	__atomic_store_n(&r->tail, l->ev_tail, __ATOMIC_SEQ_CST);
+	STAT_ADD(l, events, l->ev_tail - l->ev_published);
 	l->ev_published = l->ev_tail;
 	STAT_ADD(l, batches, 1);
 	if (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
@@ -187,10 +188,9 @@ int tl_emit(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, si
 	e->aux = aux;
 	l->ev_arena_end[l->ev_tail & r->mask] = l->arena_wpos;
 	l->ev_tail++;
-	STAT_ADD(l, events, 1);
 	/* Publish early when the batch grows large so Go can start. */
 	if (l->ev_tail - l->ev_published >= 1024)
-		ev_publish(l);
+		tl_ev_publish(l);
 	return 0;
 }
 
@@ -212,6 +212,10 @@ void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
 	c->state = (uint8_t)st;
+	/* Dial tells "opened, then ended before Dial looked" (the events are
+	 * in the ring: a success) from "failed during the handshake". */
+	if (st == TL_ST_OPEN)
+		__atomic_store_n(&p->opened, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&p->state, (uint32_t)st, __ATOMIC_RELEASE);
 	/* Dial may be waiting on this word. State changes are rare. */
 	futex_wake(&p->state);
@@ -409,7 +413,7 @@ static void start_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 
 /* start_memory opens a socketless connection: Go feeds it server bytes with
  * TL_CMD_INJECT (benchmarks, replay of captured streams). */
-static void start_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
+void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
 	struct tl_conn *c = &l->conns[slot];
 	tl_conn_reset(c);
@@ -464,7 +468,7 @@ static int drain_commands(struct tl_loop *l)
 			if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE &&
 			    !l->conns[cmd->slot].dying) {
 				if (cmd->flags & TL_CMDF_MEMORY)
-					start_memory(l, cmd->slot, cmd->gen);
+					tl_conn_open_memory(l, cmd->slot, cmd->gen);
 				else
 					start_dial(l, cmd->slot, cmd->gen);
 			}
@@ -890,11 +894,11 @@ static void loop_run(struct tl_loop *l)
 			run_rearms(l);
 		run_timers(l);
 		tl_bufring_commit(&l->br);
-		ev_publish(l);
+		tl_ev_publish(l);
 		/* With nothing submitted and a clean CQ, a spinning loop still
 		 * needs the kernel to post deferred work: handled in wait. */
 	}
-	ev_publish(l);
+	tl_ev_publish(l);
 }
 
 /* ---- setup ---- */
@@ -984,10 +988,11 @@ static void *map_zero(size_t n)
 
 static int pow2(uint64_t v) { return v && !(v & (v - 1)); }
 
-struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf, size_t errcap)
+/* loop_alloc makes a loop's memory (rings, arena, tables) without a thread
+ * or io_uring. */
+static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *errbuf, size_t errcap)
 {
 	struct tl_loop *l;
-	int ret;
 
 	*err = 0;
 	if (!pow2(cfg->event_ring_size) || !pow2(cfg->arena_size) || !pow2(cfg->cmd_ring_size) ||
@@ -1021,6 +1026,9 @@ struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf,
 	l->evr->size = cfg->event_ring_size;
 	l->evr->mask = cfg->event_ring_size - 1;
 	l->evr->ev = map_zero(sizeof(struct tl_event) * cfg->event_ring_size);
+	l->events = l->evr->ev;
+	l->ev_size = cfg->event_ring_size;
+	l->ev_mask = cfg->event_ring_size - 1;
 	l->cmr->size = cfg->cmd_ring_size;
 	l->cmr->buf = map_zero(cfg->cmd_ring_size);
 	if (!l->evr->ev || !l->cmr->buf)
@@ -1030,6 +1038,30 @@ struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf,
 		l->conns[i].slot = i;
 		l->conns[i].rxq_head = l->conns[i].rxq_tail = -1;
 	}
+	return l;
+
+nomem_free:
+	tl_loop_free(l);
+nomem:
+	*err = -ENOMEM;
+	snprintf(errbuf, errcap, "out of memory");
+	return NULL;
+}
+
+struct tl_loop *tl_loop_new_detached(const struct tl_config *cfg)
+{
+	int err;
+	char msg[128];
+	return loop_alloc(cfg, &err, msg, sizeof(msg));
+}
+
+struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf, size_t errcap)
+{
+	struct tl_loop *l = loop_alloc(cfg, err, errbuf, errcap);
+	int ret;
+
+	if (!l)
+		return NULL;
 	l->efd = eventfd(0, EFD_CLOEXEC);
 	if (l->efd < 0) {
 		*err = -errno;
@@ -1059,13 +1091,6 @@ struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf,
 		return NULL;
 	}
 	return l;
-
-nomem_free:
-	tl_loop_free(l);
-nomem:
-	*err = -ENOMEM;
-	snprintf(errbuf, errcap, "out of memory");
-	return NULL;
 }
 
 struct tl_evring *tl_loop_evring(struct tl_loop *l) { return l->evr; }

@@ -125,6 +125,8 @@ struct tl_conn {
 
 	struct tl_tls *tls;
 
+	uint64_t msgs_in, bytes_in; /* mirrored to tl_conn_pub with relaxed stores */
+
 	struct tl_conn *stall_next; /* on loop->stalled while stalled */
 	uint8_t on_stall_list;
 };
@@ -139,6 +141,8 @@ struct tl_loop {
 
 	/* event ring (producer side) */
 	struct tl_evring *evr;
+	struct tl_event *events; /* evr->ev, evr->size and evr->mask, kept here for the hot path */
+	uint64_t ev_size, ev_mask;
 	uint64_t ev_tail;       /* local, published at batch end */
 	uint64_t ev_published;
 	uint64_t ev_head_cache;
@@ -188,6 +192,12 @@ struct tl_loop {
 };
 
 /* loop.c */
+/* tl_loop_new_detached allocates a loop's rings, arena and tables with no
+ * thread and no io_uring: fuzzers and C benchmarks drive tl_conn_feed on
+ * memory connections of it directly. Free with tl_loop_free. */
+struct tl_loop *tl_loop_new_detached(const struct tl_config *cfg);
+/* tl_conn_open_memory opens slot as a socketless connection (state open). */
+void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
 uint64_t tl_now_ns(void);
 struct io_uring_sqe *tl_sqe(struct tl_loop *l);
 void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st);
@@ -199,6 +209,66 @@ void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c);
 void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
 void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
+
+void tl_ev_publish(struct tl_loop *l);
+
+/* tl_copy_small copies n bytes; short payloads (the common market-data
+ * case) avoid a libc call with overlapping word moves. */
+static inline void tl_copy_small(uint8_t *d, const uint8_t *s, size_t n)
+{
+	if (n >= 8 && n <= 16) {
+		uint64_t a, b;
+		__builtin_memcpy(&a, s, 8);
+		__builtin_memcpy(&b, s + n - 8, 8);
+		__builtin_memcpy(d, &a, 8);
+		__builtin_memcpy(d + n - 8, &b, 8);
+	} else if (n >= 4 && n < 8) {
+		uint32_t a, b;
+		__builtin_memcpy(&a, s, 4);
+		__builtin_memcpy(&b, s + n - 4, 4);
+		__builtin_memcpy(d, &a, 4);
+		__builtin_memcpy(d + n - 4, &b, 4);
+	} else if (n) {
+		__builtin_memcpy(d, s, n);
+	}
+}
+
+/* tl_emit_data is tl_emit for a data message when ring and arena have room
+ * without wrapping: the per-message path, inlined into the parser. */
+static inline __attribute__((always_inline)) int tl_emit_data(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, size_t n)
+{
+	/* Locals: the stores below may alias the loop's fields as far as the
+	 * compiler knows, so read everything once. */
+	uint64_t need = (n + 7) & ~(uint64_t)7;
+	uint64_t w = l->arena_wpos, asize = l->arena_size, off = w & (asize - 1);
+	uint64_t tail = l->ev_tail, idx = tail & l->ev_mask;
+	struct tl_event ev, *e;
+	uint8_t *dst;
+
+	if (__builtin_expect(tail - l->ev_head_cache >= l->ev_size || off + need > asize ||
+				     w + need - l->arena_rpos > asize,
+			     0))
+		return tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	dst = l->arena + off;
+	e = &l->events[idx];
+	ev.ptr = dst;
+	ev.len = (uint32_t)n;
+	ev.slot = c->slot;
+	ev.gen = c->gen;
+	ev.code = 0;
+	ev.kind = (uint8_t)kind;
+	ev.flags = 0;
+	ev.err = 0;
+	ev.aux = 0;
+	*e = ev;
+	l->ev_arena_end[idx] = w + need;
+	l->arena_wpos = w + need;
+	l->ev_tail = tail + 1;
+	tl_copy_small(dst, p, n);
+	if (__builtin_expect(tail + 1 - l->ev_published >= 1024, 0))
+		tl_ev_publish(l); /* let Go start on a long batch */
+	return 0;
+}
 
 /* conn.c */
 int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);

@@ -147,7 +147,7 @@ struct tl_conn_pub {
 	int32_t err;      /* TL_E_* once failed */
 	int32_t aux;
 	uint32_t code;    /* close code or HTTP status */
-	uint32_t pad;
+	uint32_t opened;  /* 1 once the upgrade completed (stays 1 after close) */
 	uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
 	uint64_t pings_in, pongs_in, wire_in, wire_out;
 	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */

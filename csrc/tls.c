@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define TL_TLS_PT_CAP 16384 /* one record's worth of plaintext */
 #define TL_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
@@ -36,6 +37,7 @@ struct tl_tls {
 	size_t pt_off, pt_len;
 	int handshake_done;
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
+	int consumed;     /* the library took ciphertext since the last flush check */
 };
 
 const char *tl_tls_backend(void)
@@ -74,8 +76,10 @@ static int slot_bio_read(BIO *b, char *out, int outl)
 			tl_bufring_recycle(&l->br, bid);
 		}
 	}
-	if (got > 0)
+	if (got > 0) {
+		t->consumed = 1;
 		return got;
+	}
 	if (c->eof)
 		return 0; /* transport EOF */
 	BIO_set_retry_read(b);
@@ -141,6 +145,12 @@ static SSL_CTX *new_ctx(void)
 		return NULL;
 	}
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+#ifndef OPENSSL_IS_BORINGSSL
+	/* Refuse TLS 1.2 renegotiation like BoringSSL does by default
+	 * (ssl_renegotiate_never): a HelloRequest is answered with a
+	 * no_renegotiation alert instead of a new handshake mid-stream. */
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+#endif
 	return ctx;
 }
 
@@ -163,6 +173,21 @@ static int add_pem_roots(SSL_CTX *ctx, const char *pem, size_t len)
 	return added > 0 ? 0 : -1;
 }
 
+/* send_alert_now hands the alert the library just queued (unknown_ca,
+ * no_renegotiation, ...) to the socket at once, so the server learns why
+ * we leave: teardown shuts the socket down without waiting for a send.
+ * Failure path only; skipped when a send is in flight (order matters). */
+static void send_alert_now(struct tl_conn *c)
+{
+	struct tl_outbuf *ob = &c->out[c->cur];
+	if (c->fd < 0 || c->send_inflight || ob->len == 0)
+		return;
+	if (send(c->fd, ob->p, ob->len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		/* nothing to do: we are leaving anyway */
+	}
+	ob->len = 0;
+}
+
 static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char *what)
 {
 	char buf[88];
@@ -172,6 +197,7 @@ static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char
 		what = buf;
 	}
 	ERR_clear_error();
+	send_alert_now(c);
 	tl_conn_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
 }
 
@@ -296,15 +322,51 @@ int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 	return 0;
 }
 
-/* classify turns a failed handshake into the cause users act on. */
-static int tls_classify(struct tl_tls *t, const char **what)
+/* alpn_failure walks the error queue (the last entry is often a generic
+ * wrapper such as BoringSSL's PARSE_TLSEXT) for an ALPN cause: the server
+ * refused http/1.1 (no_application_protocol alert) or selected a protocol
+ * we never offered. */
+static int alpn_failure(void)
+{
+	int found = 0;
+#ifdef OPENSSL_IS_BORINGSSL
+	unsigned long e;
+	while ((e = ERR_get_error()) != 0) {
+		int r = ERR_GET_REASON(e);
+		if (r == SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL || r == SSL_R_NO_APPLICATION_PROTOCOL ||
+		    r == SSL_R_INVALID_ALPN_PROTOCOL)
+			found = 1;
+	}
+#else
+	const char *func = NULL;
+	unsigned long e;
+	while ((e = ERR_get_error_all(NULL, NULL, &func, NULL, NULL)) != 0) {
+		int r = ERR_GET_REASON(e);
+		if (r == SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL || r == SSL_R_NO_APPLICATION_PROTOCOL)
+			found = 1;
+		/* An unoffered selection is a BAD_EXTENSION raised by the ALPN
+		 * extension parser; only the function name says which one. */
+		if (func && strstr(func, "alpn"))
+			found = 1;
+	}
+#endif
+	return found;
+}
+
+/* classify turns a failed handshake into the cause users act on. It may
+ * empty the error queue: *what is set to the message to report (into buf
+ * when it comes from the queue). */
+static int tls_classify(struct tl_tls *t, const char **what, char *buf, size_t cap)
 {
 	long vr = SSL_get_verify_result(t->ssl);
 	unsigned long e = ERR_peek_last_error();
 	int reason = ERR_GET_REASON(e);
 
+	/* X509_V_ERR_INVALID_CALL: no chain was verified (the handshake failed
+	 * before the certificate, an ALPN alert say): the error queue decides. */
 	switch (vr) {
 	case X509_V_OK:
+	case X509_V_ERR_INVALID_CALL:
 		break;
 	case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
 	case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
@@ -325,14 +387,17 @@ static int tls_classify(struct tl_tls *t, const char **what)
 		*what = X509_verify_cert_error_string(vr);
 		return TL_TLS_GENERIC;
 	}
-	if (reason == SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL || reason == SSL_R_NO_APPLICATION_PROTOCOL) {
-		*what = "server refused ALPN http/1.1";
-		return TL_TLS_ALPN;
-	}
 	if (reason == SSL_R_WRONG_VERSION_NUMBER) {
 		*what = "server did not answer with TLS";
 		return TL_TLS_NOT_TLS;
 	}
+	if (e)
+		ERR_error_string_n(e, buf, cap);
+	if (alpn_failure()) {
+		*what = "server refused ALPN http/1.1 or selected another protocol";
+		return TL_TLS_ALPN;
+	}
+	*what = e ? buf : NULL;
 	return TL_TLS_GENERIC;
 }
 
@@ -370,6 +435,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 	if (r != 1) {
 		int e = SSL_get_error(t->ssl, r);
 		const char *what = NULL;
+		char ebuf[88];
 		int cause;
 		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
 			ERR_clear_error();
@@ -379,7 +445,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 			tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
 			return -2;
 		}
-		cause = tls_classify(t, &what);
+		cause = tls_classify(t, &what, ebuf, sizeof(ebuf));
 		tls_fail(l, c, cause, what);
 		return -2;
 	}
@@ -400,7 +466,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_tls *t = c->tls;
-	int did_read = 0, r;
+	int r;
 
 	if (!t)
 		return -2;
@@ -434,7 +500,6 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 		if (r > 0) {
 			t->pt_off = 0;
 			t->pt_len = (size_t)r;
-			did_read = 1;
 			continue;
 		}
 		{
@@ -461,9 +526,12 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			return -2;
 		}
 	}
-	if (did_read && !c->dying && !c->close_sent) {
+	if (t->consumed && !c->dying && !c->close_sent) {
 		/* Acknowledge a KeyUpdate (or flush any post-handshake reply) even on
-		 * a connection that never sends: both libraries emit it on write. */
+		 * a connection that never sends: both libraries emit it on write.
+		 * Keyed on ciphertext consumed, not on plaintext returned: a
+		 * KeyUpdate that arrives alone yields no application data. */
+		t->consumed = 0;
 		SSL_write(t->ssl, "", 0);
 		ERR_clear_error();
 	}
