@@ -49,6 +49,10 @@ install_python_websockets() {
 
 step() { echo; echo "== $*"; "$@"; }
 
+# The go command caches cgo builds by the package directory's files only;
+# csrc/*.c arrive by #include, so their fingerprint lives in csrc_hash.go.
+go run ./internal/cgohash/gen
+
 cmd="${1:-build}"
 shift || true
 case "$cmd" in

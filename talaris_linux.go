@@ -658,10 +658,17 @@ func (p *Pool) Dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	for {
 		s := atomic.LoadUint32(stp)
 		if s == uint32(StateOpen) || s >= uint32(StateClosing) {
-			if s == uint32(StateOpen) || s == uint32(StateClosing) {
+			// A connection that opened and then already ended (a short
+			// stream, a drop) is still a successful dial: its events,
+			// EventOpen first, are in the ring.
+			if s == uint32(StateOpen) || s == uint32(StateClosing) ||
+				atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[slot].opened))) != 0 {
 				return c, nil
 			}
-			return Conn{}, p.connErr(slot)
+			if err := p.connErr(slot); err != nil {
+				return Conn{}, err
+			}
+			return Conn{}, ErrClosed // not reached: a failed dial records why
 		}
 		if err := ctx.Err(); err != nil {
 			p.command(cmdClose, 0, 1000, slot, gen, nil)

@@ -221,7 +221,10 @@ func generatePKI() (*pki, error) {
 		return nil, err
 	}
 	p := &pki{tmp: dir, CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem")}
-	fail := func(err error) (*pki, error) { os.RemoveAll(dir); return nil, fmt.Errorf("generating the test PKI: %w", err) }
+	fail := func(err error) (*pki, error) {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("generating the test PKI: %w", err)
+	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fail(err)

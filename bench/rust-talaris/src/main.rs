@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use talaris::connection_meta::{ConnectionConfig, State};
-use talaris::pool::WsDataEvent;
+use talaris::ws::DataEvent as WsDataEvent;
 use talaris::{Pool, PoolConfig};
 
 struct Args {

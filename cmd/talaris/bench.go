@@ -1,0 +1,1016 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// Result is one measured run.
+type Result struct {
+	Workload     string       `json:"workload"` // decode, ingress, latency, rtt
+	Client       string       `json:"client"`   // talaris/<wait>, gorilla, gobwas, gws, coder, rust-talaris[/spin], floor
+	Transport    string       `json:"transport,omitempty"`
+	Size         int          `json:"size,omitempty"`
+	Conns        int          `json:"conns,omitempty"`
+	Frames       uint64       `json:"frames"`
+	Bytes        uint64       `json:"bytes"`
+	Secs         float64      `json:"secs"`
+	CPUSecs      float64      `json:"cpu_s"`
+	FramesPerSec float64      `json:"frames_per_s,omitempty"`
+	MBPerSec     float64      `json:"mb_per_s,omitempty"`
+	CPUPerM      float64      `json:"cpu_s_per_mframes,omitempty"`
+	NsPerMsg     float64      `json:"ns_per_msg,omitempty"`
+	P50          float64      `json:"p50_us,omitempty"`
+	P99          float64      `json:"p99_us,omitempty"`
+	P999         float64      `json:"p999_us,omitempty"`
+	Max          float64      `json:"max_us,omitempty"`
+	Count        int64        `json:"count,omitempty"`
+	CDF          [][2]float64 `json:"cdf,omitempty"` // [percentile, us]
+	FloorPct     float64      `json:"floor_pct,omitempty"`
+	Err          string       `json:"error,omitempty"`
+}
+
+func (r *Result) finish() {
+	if r.Secs > 0 && r.Workload == "ingress" {
+		r.FramesPerSec = float64(r.Frames) / r.Secs
+		r.MBPerSec = float64(r.Bytes) / r.Secs / 1e6
+		if r.Frames > 0 {
+			r.CPUPerM = r.CPUSecs / (float64(r.Frames) / 1e6)
+		}
+	}
+}
+
+// cdfQuantiles are the quantiles (0..1) sampled for the latency CDF plots;
+// the Rust client uses the same list.
+func cdfQuantiles() []float64 {
+	var v []float64
+	for q := 0.0; q < 0.9-1e-9; q += 0.02 {
+		v = append(v, q)
+	}
+	for tail := 0.1; tail > 0.00001; tail /= 10 {
+		for _, k := range []float64{1, 0.5, 0.25} {
+			v = append(v, 1-tail*k)
+		}
+	}
+	return append(v, 1)
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000_000, 3) }
+
+func histInto(r *Result, h *hdrhistogram.Histogram) {
+	us := func(v int64) float64 { return float64(v) / 1000 }
+	r.Count = h.TotalCount()
+	if r.Count == 0 {
+		r.Err = "no samples"
+		return
+	}
+	r.P50, r.P99, r.P999, r.Max = us(h.ValueAtQuantile(50)), us(h.ValueAtQuantile(99)), us(h.ValueAtQuantile(99.9)), us(h.Max())
+	for _, q := range cdfQuantiles() {
+		r.CDF = append(r.CDF, [2]float64{q * 100, us(h.ValueAtQuantile(q * 100))})
+	}
+}
+
+type talVariant struct {
+	name       string
+	loop, cons talaris.WaitStrategy
+	spin       bool
+}
+
+var talVariants = []talVariant{
+	{"block", talaris.WaitBlock, talaris.WaitBlock, false},
+	{"spin", talaris.WaitSpin, talaris.WaitSpin, true},
+	{"spin-then-block", talaris.WaitSpinThenBlock, talaris.WaitSpinThenBlock, false},
+}
+
+type bench struct {
+	workloads, clients, variants  map[string]bool
+	conns                         []int
+	warm, dur, latDur, rttDur     time.Duration
+	rate, decodeN, decodeRounds   int
+	clientCPU, serverCPU, loopCPU int
+	tlsMode                       string
+	rustBin, rustNote             string
+	quick                         bool
+
+	pki       *pki
+	feed      *feedProc
+	tlsOK     bool // talaris can dial wss://
+	tlsNote   string
+	goTLS     *tls.Config
+	results   []Result
+	cmdline   string
+	startedAt time.Time
+}
+
+func splitSet(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			m[f] = true
+		}
+	}
+	return m
+}
+
+func benchMain(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: talaris bench [flags]\n\nRuns decode, ingress, latency and rtt workloads for talaris and the Go peers\n(and the Rust talaris crate when bench/rust-talaris is built) against a feed\nserver in a child process.\n\n")
+		fs.PrintDefaults()
+	}
+	b := &bench{}
+	workloads := fs.String("workloads", "decode,ingress,latency,rtt", "workloads to run (floor runs with plain ingress)")
+	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
+	variants := fs.String("variants", "block,spin,spin-then-block", "talaris wait strategies to run")
+	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
+	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
+	fs.DurationVar(&b.warm, "warmup", 300*time.Millisecond, "warm-up before each measurement")
+	fs.DurationVar(&b.dur, "duration", 2*time.Second, "measurement time per ingress run")
+	fs.DurationVar(&b.latDur, "lat-duration", 10*time.Second, "measurement time per latency run")
+	fs.DurationVar(&b.rttDur, "rtt-duration", 3*time.Second, "measurement time per rtt run")
+	fs.IntVar(&b.rate, "rate", 20000, "latency workload: messages per second")
+	fs.IntVar(&b.decodeN, "decode-n", 100000, "decode workload: messages per round")
+	fs.IntVar(&b.decodeRounds, "decode-rounds", 5, "decode workload: rounds (best is reported)")
+	fs.IntVar(&b.clientCPU, "client-cpu", -1, "pin the client process to this CPU")
+	fs.IntVar(&b.serverCPU, "server-cpu", -1, "pin the feed server process to this CPU")
+	fs.IntVar(&b.loopCPU, "loop-cpu", -1, "pin the talaris loop thread to this CPU")
+	fs.StringVar(&b.tlsMode, "tls", "auto", "TLS ingress: auto (when talaris has a TLS backend), on, off")
+	rust := fs.String("rust", "auto", "Rust talaris bench client binary: auto (build/rust-talaris/release/rust-talaris-bench), a path, or off")
+	jsonOut := fs.String("json", "", "write results as JSON to this file")
+	mdOut := fs.String("md", "", "write a Markdown report to this file")
+	plots := fs.String("plots", "", "write PNG plots to this directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b.quick = *quick
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		def := func(name string, f func()) {
+			if !set[name] {
+				f()
+			}
+		}
+		def("conns", func() { *conns = "1,16" })
+		def("warmup", func() { b.warm = 200 * time.Millisecond })
+		def("duration", func() { b.dur = 500 * time.Millisecond })
+		def("lat-duration", func() { b.latDur = 3 * time.Second })
+		def("rtt-duration", func() { b.rttDur = time.Second })
+		def("decode-rounds", func() { b.decodeRounds = 3 })
+	}
+	b.workloads, b.clients, b.variants = splitSet(*workloads), splitSet(*clients), splitSet(*variants)
+	for _, s := range strings.Split(*conns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad --conns %q", *conns)
+		}
+		b.conns = append(b.conns, n)
+	}
+	b.cmdline = "talaris bench " + strings.Join(args, " ")
+	b.startedAt = time.Now()
+	if b.clientCPU >= 0 {
+		if err := pinProcess(b.clientCPU); err != nil {
+			return err
+		}
+	}
+	b.findRust(*rust)
+
+	var err error
+	if b.pki, err = loadPKI(); err != nil {
+		return err
+	}
+	defer b.pki.cleanup()
+	if b.feed, err = startFeed(b.pki, b.serverCPU); err != nil {
+		return err
+	}
+	defer b.feed.Stop()
+	b.setupTLS()
+	fmt.Fprintf(os.Stderr, "bench: %s | %s | %d CPUs | talaris TLS backend %q | feed ws=%s wss=%s\n",
+		cpuModel(), kernelVersion(), runtime.NumCPU(), talaris.TLSBackend(), b.feed.WS, b.feed.WSS)
+	if b.tlsNote != "" {
+		fmt.Fprintf(os.Stderr, "bench: %s\n", b.tlsNote)
+	}
+	if b.rustNote != "" {
+		fmt.Fprintf(os.Stderr, "bench: %s\n", b.rustNote)
+	}
+
+	jobs := b.plan()
+	for i, j := range jobs {
+		fmt.Fprintf(os.Stderr, "[%3d/%d] %-60s ", i+1, len(jobs), j.label)
+		r, err := j.run()
+		r.Workload, r.Client = j.workload, j.client
+		if r.Transport == "" {
+			r.Transport, r.Size, r.Conns = j.transport, j.size, j.conns
+		}
+		if err != nil {
+			r.Err = oneLine(err.Error())
+		}
+		r.finish()
+		b.results = append(b.results, r)
+		fmt.Fprintln(os.Stderr, summaryOf(&r))
+	}
+	b.floorFractions()
+
+	fmt.Println(b.markdownTables())
+	if *jsonOut != "" {
+		out := map[string]any{"command": b.cmdline, "cpu": cpuModel(), "kernel": kernelVersion(), "go": runtime.Version(),
+			"tls_backend": talaris.TLSBackend(), "started": b.startedAt.UTC().Format(time.RFC3339), "notes": b.notes(), "results": b.results}
+		data, _ := json.MarshalIndent(out, "", "  ")
+		if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {
+			return err
+		}
+	}
+	var plotFiles []string
+	if *plots != "" {
+		if plotFiles, err = b.writePlots(*plots); err != nil {
+			return err
+		}
+	}
+	if *mdOut != "" {
+		if err := os.WriteFile(*mdOut, []byte(b.markdownReport(*mdOut, plotFiles)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 160 {
+		s = s[:160] + "..."
+	}
+	return s
+}
+
+func summaryOf(r *Result) string {
+	if r.Err != "" {
+		return "ERROR " + r.Err
+	}
+	switch r.Workload {
+	case "decode":
+		return fmt.Sprintf("%8.1f ns/msg", r.NsPerMsg)
+	case "ingress":
+		return fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.2f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
+	default:
+		return fmt.Sprintf("p50 %7.1f  p99 %8.1f  p99.9 %8.1f  max %8.1f us (n=%d)", r.P50, r.P99, r.P999, r.Max, r.Count)
+	}
+}
+
+func (b *bench) findRust(flagVal string) {
+	switch flagVal {
+	case "off":
+		b.rustNote = "Rust talaris client disabled (--rust off)"
+		return
+	case "auto":
+		root := filepath.Dir(findTestdata())
+		if root == "." || root == "" {
+			b.rustNote = "Rust talaris client not found (run from the repository)"
+			return
+		}
+		flagVal = filepath.Join(root, "build", "rust-talaris", "release", "rust-talaris-bench")
+	}
+	if st, err := os.Stat(flagVal); err != nil || st.IsDir() {
+		b.rustNote = fmt.Sprintf("Rust talaris client not built (%s missing; build it with: CARGO_TARGET_DIR=build/rust-talaris cargo build --release --manifest-path bench/rust-talaris/Cargo.toml)", flagVal)
+		return
+	}
+	b.rustBin = flagVal
+}
+
+// setupTLS decides whether wss:// runs: the Go peers always can (crypto/tls),
+// talaris when its C core has a TLS backend and a probe dial works.
+func (b *bench) setupTLS() {
+	caPEM, err := os.ReadFile(b.pki.CAFile)
+	if err == nil {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(caPEM)
+		b.goTLS = &tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{"http/1.1"}}
+	}
+	if b.tlsMode == "off" || !b.feed.TLSActive {
+		b.tlsNote = "TLS workloads off"
+		return
+	}
+	if be := talaris.TLSBackend(); be == "none" || be == "" {
+		b.tlsNote = "talaris has no TLS backend in this build (csrc/tls.c is a placeholder): wss:// rows for talaris are marked as errors"
+		return
+	}
+	p, err := talaris.NewPool(talaris.Config{})
+	if err != nil {
+		b.tlsNote = "talaris TLS probe: " + err.Error()
+		return
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := p.Dial(ctx, "wss://"+b.feed.WSS+"/echo", b.talDialOpts(true))
+	if err != nil {
+		b.tlsNote = "talaris wss:// probe dial failed: " + err.Error()
+		return
+	}
+	c.Close(1000, "")
+	b.tlsOK = true
+}
+
+func (b *bench) talDialOpts(tlsOn bool) *talaris.DialOptions {
+	if !tlsOn {
+		return nil
+	}
+	return &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: b.pki.CAFile, ServerName: "localhost"}}
+}
+
+type job struct {
+	label, workload, client, transport string
+	size, conns                        int
+	run                                func() (Result, error)
+}
+
+func (b *bench) plan() []job {
+	var jobs []job
+	add := func(j job) { jobs = append(jobs, j) }
+	want := func(c string) bool { return b.clients[c] }
+	var tvs []talVariant
+	for _, v := range talVariants {
+		if b.variants[v.name] {
+			tvs = append(tvs, v)
+		}
+	}
+	if b.workloads["decode"] {
+		if want("talaris") {
+			add(job{label: "decode talaris", workload: "decode", client: "talaris", run: b.talDecode})
+		}
+		for _, p := range goPeers {
+			if want(p.name) {
+				add(job{label: "decode " + p.name, workload: "decode", client: p.name, run: func() (Result, error) { return b.peerDecode(p) }})
+			}
+		}
+		if want("rust") && b.rustBin != "" {
+			add(job{label: "decode rust-talaris", workload: "decode", client: "rust-talaris", run: func() (Result, error) {
+				return b.rustRun("decode", "--n", strconv.Itoa(b.decodeN), "--rounds", strconv.Itoa(b.decodeRounds))
+			}})
+		}
+	}
+	if b.workloads["ingress"] || b.workloads["floor"] {
+		for _, tr := range []struct {
+			name string
+			size int
+		}{{"ws", 64}, {"wss", 256}} {
+			if tr.name == "wss" && (b.tlsMode == "off" || !b.feed.TLSActive) {
+				continue
+			}
+			tlsOn := tr.name == "wss"
+			addr := b.feed.WS
+			if tlsOn {
+				addr = b.feed.WSS
+			}
+			path := fmt.Sprintf("/flood?size=%d", tr.size)
+			url := tr.name + "://" + addr + path
+			for _, n := range b.conns {
+				base := job{workload: "ingress", transport: tr.name, size: tr.size, conns: n}
+				lbl := fmt.Sprintf("ingress %s %dB x%d ", tr.name, tr.size, n)
+				if b.workloads["ingress"] {
+					if want("talaris") {
+						for _, v := range tvs {
+							j := base
+							j.label, j.client = lbl+"talaris/"+v.name, "talaris/"+v.name
+							j.run = func() (Result, error) {
+								if tlsOn && !b.tlsOK {
+									return Result{}, errors.New(b.tlsNote)
+								}
+								return b.talIngress(v, url, n, b.talDialOpts(tlsOn))
+							}
+							add(j)
+						}
+					}
+					for _, p := range goPeers {
+						if want(p.name) {
+							j := base
+							j.label, j.client = lbl+p.name, p.name
+							j.run = func() (Result, error) { return b.peerIngress(p, url, n, tlsOn) }
+							add(j)
+						}
+					}
+					if want("rust") && b.rustBin != "" {
+						j := base
+						j.label, j.client = lbl+"rust-talaris", "rust-talaris"
+						j.run = func() (Result, error) { return b.rustNet("ingress", addr, path, n, tlsOn, false) }
+						add(j)
+					}
+				}
+				if !tlsOn && want("floor") {
+					j := base
+					j.label, j.client = lbl+"floor (bare recv)", "floor"
+					j.run = func() (Result, error) { return b.floor(addr, path, tr.size, n) }
+					add(j)
+				}
+			}
+		}
+	}
+	for _, wl := range []string{"latency", "rtt"} {
+		if !b.workloads[wl] {
+			continue
+		}
+		path := fmt.Sprintf("/paced?size=64&rate=%d", b.rate)
+		if wl == "rtt" {
+			path = "/echo"
+		}
+		url := "ws://" + b.feed.WS + path
+		base := job{workload: wl, transport: "ws", size: 64, conns: 1}
+		if want("talaris") {
+			for _, v := range tvs {
+				j := base
+				j.label, j.client = wl+" talaris/"+v.name, "talaris/"+v.name
+				j.run = func() (Result, error) { return b.talLatency(wl, v, url) }
+				add(j)
+			}
+		}
+		for _, p := range goPeers {
+			if want(p.name) {
+				j := base
+				j.label, j.client = wl+" "+p.name, p.name
+				j.run = func() (Result, error) { return b.peerLatency(wl, p, url) }
+				add(j)
+			}
+		}
+		if want("rust") && b.rustBin != "" {
+			for _, spin := range []bool{false, true} {
+				if spin && b.quick {
+					continue
+				}
+				j := base
+				j.client = "rust-talaris"
+				if spin {
+					j.client += "/spin"
+				}
+				j.label = wl + " " + j.client
+				j.run = func() (Result, error) { return b.rustNet(wl, b.feed.WS, path, 1, false, spin) }
+				add(j)
+			}
+		}
+	}
+	return jobs
+}
+
+// ---- decode ----
+
+// decodeStream returns n frames: message i is binary u64 i when i%3 == 0,
+// else text {"id":i}.
+func decodeStream(n int) []byte {
+	var out []byte
+	var num [8]byte
+	for i := 0; i < n; i++ {
+		if i%3 == 0 {
+			binary.LittleEndian.PutUint64(num[:], uint64(i))
+			out = ws.AppendFrame(out, true, ws.OpBinary, num[:])
+		} else {
+			out = ws.AppendFrame(out, true, ws.OpText, []byte(`{"id":`+strconv.Itoa(i)+`}`))
+		}
+	}
+	return out
+}
+
+// parseID reads the number of {"id":N}.
+func parseID(p []byte) uint64 {
+	v := uint64(0)
+	for _, c := range p[min(6, len(p)):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v
+}
+
+func (b *bench) talDecode() (Result, error) {
+	stream := decodeStream(b.decodeN)
+	want := uint64(b.decodeN) * uint64(b.decodeN-1) / 2
+	p, err := talaris.NewPool(talaris.Config{})
+	if err != nil {
+		return Result{}, err
+	}
+	defer p.Close()
+	c, err := p.DialMemory()
+	if err != nil {
+		return Result{}, err
+	}
+	var sum uint64
+	var count int
+	fn := func(_ talaris.Conn, op talaris.Opcode, pl []byte) {
+		count++
+		if op == talaris.OpBinary {
+			sum += binary.LittleEndian.Uint64(pl)
+		} else {
+			sum += parseID(pl)
+		}
+	}
+	best := time.Duration(1 << 62)
+	for range b.decodeRounds {
+		sum, count = 0, 0
+		errc := make(chan error, 1)
+		t0 := time.Now()
+		go func() {
+			for off := 0; off < len(stream); off += 4096 {
+				if err := c.Inject(stream[off:min(off+4096, len(stream))]); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		for count < b.decodeN {
+			if _, err := p.PumpData(fn); err != nil {
+				return Result{}, err
+			}
+		}
+		el := time.Since(t0)
+		if err := <-errc; err != nil {
+			return Result{}, err
+		}
+		if sum != want {
+			return Result{}, fmt.Errorf("sum of ids %d, want %d", sum, want)
+		}
+		best = min(best, el)
+	}
+	return Result{Frames: uint64(b.decodeN), Bytes: uint64(len(stream)), Secs: best.Seconds(), NsPerMsg: float64(best.Nanoseconds()) / float64(b.decodeN)}, nil
+}
+
+func (b *bench) peerDecode(p goPeer) (Result, error) {
+	stream := decodeStream(b.decodeN)
+	want := uint64(b.decodeN) * uint64(b.decodeN-1) / 2
+	best := time.Duration(1 << 62)
+	for range b.decodeRounds {
+		mc := newMemConn(stream, 4096)
+		nd := func(context.Context, string, string) (net.Conn, error) { return mc, nil }
+		pc, err := p.dial(context.Background(), "ws://127.0.0.1:1/", nil, nd)
+		if err != nil {
+			return Result{}, err
+		}
+		var sum uint64
+		count := 0
+		t0 := time.Now()
+		err = pc.run(func(text bool, pl []byte) {
+			count++
+			if text {
+				sum += parseID(pl)
+			} else {
+				sum += binary.LittleEndian.Uint64(pl)
+			}
+		})
+		el := time.Since(t0)
+		if err != nil && count != b.decodeN && !errors.Is(err, io.EOF) {
+			return Result{}, err
+		}
+		if count != b.decodeN || sum != want {
+			return Result{}, fmt.Errorf("%d messages, sum %d; want %d, %d", count, sum, b.decodeN, want)
+		}
+		best = min(best, el)
+	}
+	return Result{Frames: uint64(b.decodeN), Bytes: uint64(len(stream)), Secs: best.Seconds(), NsPerMsg: float64(best.Nanoseconds()) / float64(b.decodeN)}, nil
+}
+
+// ---- ingress ----
+
+func (b *bench) talPool(v talVariant) (*talaris.Pool, error) {
+	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons}
+	if b.loopCPU >= 0 {
+		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
+	}
+	return talaris.NewPool(cfg)
+}
+
+func talPump(p *talaris.Pool, v talVariant, fn talaris.DataFunc) (int, error) {
+	if v.spin {
+		return p.PumpSpin(1024, fn)
+	}
+	return p.PumpData(fn)
+}
+
+func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.DialOptions) (Result, error) {
+	p, err := b.talPool(v)
+	if err != nil {
+		return Result{}, err
+	}
+	var cs []talaris.Conn
+	defer func() { closePool(p, cs) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range conns {
+		c, err := p.Dial(ctx, url, opts)
+		if err != nil {
+			return Result{}, err
+		}
+		cs = append(cs, c)
+	}
+	var frames, nbytes uint64
+	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) { frames++; nbytes += uint64(len(pl)) }
+	warmEnd := time.Now().Add(b.warm)
+	end := warmEnd.Add(b.dur)
+	var f0, b0 uint64
+	var c0 float64
+	var t0 time.Time
+	for {
+		if _, err := talPump(p, v, fn); err != nil {
+			return Result{}, err
+		}
+		now := time.Now()
+		if t0.IsZero() {
+			if now.After(warmEnd) {
+				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
+			}
+		} else if now.After(end) {
+			return Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0}, nil
+		}
+	}
+}
+
+// closePool ends a pool that may still be receiving a flood. Pool.Close
+// deadlocks when the loop holds final events that no longer fit in a full
+// event ring (a core bug, see the report), so every connection is closed
+// first while the ring keeps being drained, and Close itself is bounded.
+func closePool(p *talaris.Pool, cs []talaris.Conn) {
+	for _, c := range cs {
+		c.Close(talaris.CloseNormal, "")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for p.ConnCount() > 0 && time.Now().Before(deadline) {
+		if n, err := p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {}); err != nil {
+			break
+		} else if n == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		fmt.Fprintf(os.Stderr, "\nbench: WARNING: talaris Pool.Close did not return within 5s (%d connections left); continuing\n", p.ConnCount())
+	}
+}
+
+type counter struct {
+	n, b atomic.Uint64
+	_    [48]byte
+}
+
+func (b *bench) peerTLS(tlsOn bool) *tls.Config {
+	if !tlsOn {
+		return nil
+	}
+	return b.goTLS.Clone()
+}
+
+func (b *bench) peerIngress(p goPeer, url string, conns int, tlsOn bool) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pcs := make([]peerConn, 0, conns)
+	defer func() {
+		for _, pc := range pcs {
+			pc.close()
+		}
+	}()
+	for range conns {
+		pc, err := p.dial(ctx, url, b.peerTLS(tlsOn), nil)
+		if err != nil {
+			return Result{}, err
+		}
+		pcs = append(pcs, pc)
+	}
+	ctrs := make([]counter, conns)
+	var wg sync.WaitGroup
+	for i, pc := range pcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &ctrs[i]
+			var n, nb uint64
+			pc.run(func(_ bool, pl []byte) {
+				n++
+				nb += uint64(len(pl))
+				if n&63 == 0 {
+					c.n.Store(n)
+					c.b.Store(nb)
+				}
+			})
+		}()
+	}
+	snap := func() (uint64, uint64) {
+		var n, nb uint64
+		for i := range ctrs {
+			n += ctrs[i].n.Load()
+			nb += ctrs[i].b.Load()
+		}
+		return n, nb
+	}
+	time.Sleep(b.warm)
+	f0, b0 := snap()
+	c0, t0 := cpuSeconds(), time.Now()
+	time.Sleep(b.dur)
+	f1, b1 := snap()
+	r := Result{Frames: f1 - f0, Bytes: b1 - b0, Secs: time.Since(t0).Seconds(), CPUSecs: cpuSeconds() - c0}
+	for _, pc := range pcs {
+		pc.close()
+	}
+	pcs = nil
+	wg.Wait()
+	return r, nil
+}
+
+// floor is a bare recv() loop: raw sockets, the upgrade done by hand, then
+// unix.Read into a 1 MiB buffer with no parsing at all. Frames are bytes
+// divided by the frame length.
+func (b *bench) floor(addr, path string, size, conns int) (Result, error) {
+	ap, err := net.ResolveTCPAddr("tcp4", addr)
+	if err != nil {
+		return Result{}, err
+	}
+	sa := &unix.SockaddrInet4{Port: ap.Port}
+	copy(sa.Addr[:], ap.IP.To4())
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " +
+		ws.NewKey() + "\r\nSec-WebSocket-Version: 13\r\n\r\n"
+	ctrs := make([]counter, conns)
+	for i := range conns {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return Result{}, err
+		}
+		fds = append(fds, fd)
+		if err := unix.Connect(fd, sa); err != nil {
+			return Result{}, err
+		}
+		if _, err := unix.Write(fd, []byte(req)); err != nil {
+			return Result{}, err
+		}
+		var got []byte
+		buf := make([]byte, 4096)
+		for !bytes.Contains(got, []byte("\r\n\r\n")) {
+			n, err := unix.Read(fd, buf)
+			if n <= 0 {
+				return Result{}, fmt.Errorf("upgrade: %v", err)
+			}
+			got = append(got, buf[:n]...)
+		}
+		if !bytes.HasPrefix(got, []byte("HTTP/1.1 101")) {
+			return Result{}, errors.New("upgrade refused")
+		}
+		ctrs[i].b.Store(uint64(len(got) - bytes.Index(got, []byte("\r\n\r\n")) - 4))
+	}
+	var wg sync.WaitGroup
+	for i, fd := range fds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1<<20)
+			c := &ctrs[i]
+			total := c.b.Load()
+			for {
+				n, err := unix.Read(fd, buf)
+				if n <= 0 {
+					if err == unix.EINTR {
+						continue
+					}
+					return
+				}
+				total += uint64(n)
+				c.b.Store(total)
+			}
+		}()
+	}
+	snap := func() uint64 {
+		var s uint64
+		for i := range ctrs {
+			s += ctrs[i].b.Load()
+		}
+		return s
+	}
+	time.Sleep(b.warm)
+	b0, c0, t0 := snap(), cpuSeconds(), time.Now()
+	time.Sleep(b.dur)
+	b1 := snap()
+	r := Result{Bytes: b1 - b0, Secs: time.Since(t0).Seconds(), CPUSecs: cpuSeconds() - c0}
+	for _, fd := range fds {
+		unix.Shutdown(fd, unix.SHUT_RDWR)
+	}
+	wg.Wait()
+	frameLen := len(ws.AppendFrame(nil, true, ws.OpBinary, make([]byte, size)))
+	r.Frames = r.Bytes / uint64(frameLen)
+	r.Bytes = r.Frames * uint64(size) // payload bytes, like the other clients
+	return r, nil
+}
+
+// floorFractions sets FloorPct of every plain ingress result from the floor
+// run with the same connection count.
+func (b *bench) floorFractions() {
+	floor := map[int]float64{}
+	for _, r := range b.results {
+		if r.Workload == "ingress" && r.Client == "floor" && r.Err == "" {
+			floor[r.Conns] = r.FramesPerSec
+		}
+	}
+	for i := range b.results {
+		r := &b.results[i]
+		if f := floor[r.Conns]; r.Workload == "ingress" && r.Transport == "ws" && f > 0 && r.Err == "" {
+			r.FloorPct = 100 * r.FramesPerSec / f
+		}
+	}
+}
+
+// ---- latency and rtt ----
+
+func nowNano() int64 { return time.Now().UnixNano() }
+
+func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) {
+	p, err := b.talPool(v)
+	if err != nil {
+		return Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := p.Dial(ctx, url, nil)
+	if err != nil {
+		p.Close()
+		return Result{}, err
+	}
+	defer closePool(p, []talaris.Conn{c})
+	h := newHist()
+	recording := false
+	got := false
+	var frames uint64
+	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) {
+		got = true
+		if recording && wl == "latency" && len(pl) >= 16 {
+			h.RecordValue(max(nowNano()-int64(binary.LittleEndian.Uint64(pl[8:])), 1))
+			frames++
+		}
+	}
+	start := time.Now()
+	warmEnd, end := start.Add(b.warm), start.Add(b.warm+b.latDur)
+	if wl == "rtt" {
+		end = start.Add(b.warm + b.rttDur)
+	}
+	msg := make([]byte, 64)
+	for {
+		now := time.Now()
+		recording = now.After(warmEnd)
+		if now.After(end) {
+			break
+		}
+		if wl == "latency" {
+			if _, err := talPump(p, v, fn); err != nil {
+				return Result{}, err
+			}
+			continue
+		}
+		binary.LittleEndian.PutUint64(msg, frames)
+		t0 := time.Now()
+		if err := c.SendBinary(msg); err != nil {
+			return Result{}, err
+		}
+		for got = false; !got; {
+			if _, err := talPump(p, v, fn); err != nil {
+				return Result{}, err
+			}
+		}
+		if recording {
+			h.RecordValue(max(int64(time.Since(t0)), 1))
+			frames++
+		}
+	}
+	r := Result{Frames: frames, Bytes: frames * 64}
+	histInto(&r, h)
+	return r, nil
+}
+
+func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pc, err := p.dial(ctx, url, nil, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	defer pc.close()
+	h := newHist()
+	if wl == "latency" {
+		var rec atomic.Bool
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			pc.run(func(_ bool, pl []byte) {
+				if len(pl) >= 16 && rec.Load() {
+					h.RecordValue(max(nowNano()-int64(binary.LittleEndian.Uint64(pl[8:])), 1))
+				}
+			})
+		}()
+		time.Sleep(b.warm)
+		rec.Store(true)
+		time.Sleep(b.latDur)
+		rec.Store(false)
+		pc.close()
+		<-done
+	} else {
+		msg := make([]byte, 64)
+		start := time.Now()
+		for i := uint64(0); time.Since(start) < b.warm+b.rttDur; i++ {
+			binary.LittleEndian.PutUint64(msg, i)
+			t0 := time.Now()
+			if err := pc.write(msg); err != nil {
+				return Result{}, err
+			}
+			if err := pc.readOne(func(bool, []byte) {}); err != nil {
+				return Result{}, err
+			}
+			if time.Since(start) > b.warm {
+				h.RecordValue(max(int64(time.Since(t0)), 1))
+			}
+		}
+	}
+	r := Result{Frames: uint64(h.TotalCount()), Bytes: uint64(h.TotalCount()) * 64}
+	histInto(&r, h)
+	return r, nil
+}
+
+// ---- Rust talaris ----
+
+type rustOut struct {
+	Frames   uint64       `json:"frames"`
+	Bytes    uint64       `json:"bytes"`
+	Secs     float64      `json:"secs"`
+	CPU      float64      `json:"cpu_s"`
+	NsPerMsg float64      `json:"ns_per_msg"`
+	Count    int64        `json:"count"`
+	P50      float64      `json:"p50_us"`
+	P99      float64      `json:"p99_us"`
+	P999     float64      `json:"p999_us"`
+	Max      float64      `json:"max_us"`
+	CDF      [][2]float64 `json:"cdf"`
+}
+
+func (b *bench) rustRun(args ...string) (Result, error) {
+	if b.clientCPU >= 0 {
+		args = append(args, "--cpu", strconv.Itoa(b.clientCPU))
+	}
+	cmd := exec.Command(b.rustBin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return Result{}, fmt.Errorf("rust client: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if js, ok := strings.CutPrefix(l, "RESULT "); ok {
+			var o rustOut
+			if err := json.Unmarshal([]byte(js), &o); err != nil {
+				return Result{}, fmt.Errorf("rust client: bad RESULT line: %v", err)
+			}
+			return Result{Frames: o.Frames, Bytes: o.Bytes, Secs: o.Secs, CPUSecs: o.CPU, NsPerMsg: o.NsPerMsg,
+				Count: o.Count, P50: o.P50, P99: o.P99, P999: o.P999, Max: o.Max, CDF: o.CDF}, nil
+		}
+	}
+	return Result{}, errors.New("rust client printed no RESULT line")
+}
+
+func (b *bench) rustNet(mode, addr, path string, conns int, tlsOn, spin bool) (Result, error) {
+	d := b.dur
+	if mode == "latency" {
+		d = b.latDur
+	} else if mode == "rtt" {
+		d = b.rttDur
+	}
+	args := []string{mode, "--addr", addr, "--path", path, "--conns", strconv.Itoa(conns),
+		"--warmup-ms", strconv.Itoa(int(b.warm.Milliseconds())), "--duration-ms", strconv.Itoa(int(d.Milliseconds()))}
+	if tlsOn {
+		args = append(args, "--tls", "--ca", b.pki.CAFile)
+	}
+	if spin {
+		args = append(args, "--spin")
+	}
+	return b.rustRun(args...)
+}

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"math/bits"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/talaris-go/talaris"
+)
+
+func catMain(args []string) error {
+	fs := flag.NewFlagSet("cat", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: talaris cat [flags] URL\n\nDials a ws:// or wss:// URL, sends the --send messages once open, prints every\nmessage (text as is, binary as hex or length) and, on Ctrl-C, --count or\n--duration, the counts and the inter-arrival histogram.\n\n")
+		fs.PrintDefaults()
+	}
+	var headers, sends, protos multiFlag
+	fs.Var(&headers, "H", "request header 'Name: value' (repeatable)")
+	fs.Var(&sends, "send", "text message to send after the connection opens (repeatable)")
+	fs.Var(&protos, "subprotocol", "subprotocol to offer (repeatable)")
+	ca := fs.String("ca", "", "PEM file of trusted root CAs (replaces the system store)")
+	insecure := fs.Bool("insecure", false, "do not verify the server certificate")
+	serverName := fs.String("servername", "", "TLS server name (SNI and certificate check); default: the URL host")
+	count := fs.Int("count", 0, "stop after this many messages (0: no limit)")
+	duration := fs.Duration("duration", 0, "stop after this long (0: no limit)")
+	timeout := fs.Duration("timeout", 10*time.Second, "connect + TLS + upgrade timeout")
+	hexMax := fs.Int("hex", 64, "print binary messages up to this many bytes as hex, longer ones as a length")
+	quiet := fs.Bool("q", false, "do not print messages, only the summary")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitCode(2)
+	}
+	rawURL := pos[0]
+	opts := &talaris.DialOptions{
+		Header:       http.Header{},
+		Subprotocols: protos,
+		TLS:          talaris.TLSOptions{RootCAFile: *ca, InsecureSkipVerify: *insecure, ServerName: *serverName},
+	}
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return fmt.Errorf("bad header %q: want 'Name: value'", h)
+		}
+		opts.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	pool, err := talaris.NewPool(talaris.Config{})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	t0 := time.Now()
+	c, err := pool.Dial(ctx, rawURL, opts)
+	if err != nil {
+		return describeDialErr(err)
+	}
+	info := fmt.Sprintf("connected to %s in %v", rawURL, time.Since(t0).Round(time.Microsecond))
+	if sp := c.Subprotocol(); sp != "" {
+		info += fmt.Sprintf(" (subprotocol %q)", sp)
+	}
+	fmt.Fprintln(os.Stderr, info)
+	for _, m := range sends {
+		if err := c.SendText([]byte(m)); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+	}
+
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	stopReq := make(chan string, 4)
+	go func() {
+		<-sig
+		stopReq <- "interrupted"
+		<-sig
+		pool.Close() // a second Ctrl-C does not wait for the close handshake
+	}()
+	if *duration > 0 {
+		time.AfterFunc(*duration, func() { stopReq <- "duration reached" })
+	}
+
+	out := bufio.NewWriterSize(os.Stdout, 64<<10)
+	defer out.Flush()
+	var st catStats
+	st.start = time.Now()
+	closing := false
+	var final error
+	reason := ""
+	done := false
+	startClose := func(why string) {
+		if !closing {
+			closing, reason = true, why
+			c.Close(talaris.CloseNormal, "")
+			// Work around a core bug (the loop does not flush a queued close
+			// frame until other traffic arrives): do not wait for the close
+			// handshake longer than a second.
+			time.AfterFunc(time.Second, func() { pool.Close() })
+		}
+	}
+	for !done {
+		select {
+		case why := <-stopReq:
+			startClose(why)
+		default:
+		}
+		_, err := pool.Pump(func(_ talaris.Conn, ev talaris.Event) {
+			switch ev.Kind {
+			case talaris.EventText, talaris.EventBinary:
+				if closing && *count > 0 && st.msgs >= uint64(*count) {
+					return // in flight after --count was reached
+				}
+				st.add(len(ev.Payload), ev.Kind == talaris.EventText)
+				if !*quiet {
+					printMsg(out, ev, *hexMax)
+				}
+				if *count > 0 && st.msgs >= uint64(*count) {
+					startClose("count reached")
+				}
+			case talaris.EventPing:
+				st.pings++
+			case talaris.EventClose:
+				if reason == "" {
+					reason = fmt.Sprintf("server closed: %d %q", ev.Code, ev.Reason)
+				} else {
+					reason += fmt.Sprintf("; close handshake done (%d)", ev.Code)
+				}
+				done = true
+			case talaris.EventError:
+				final = describeDialErr(ev.Err)
+				done = true
+			}
+		})
+		out.Flush()
+		if errors.Is(err, talaris.ErrPoolClosed) {
+			if closing {
+				reason += "; no close frame from the server within 1s, connection dropped"
+			} else {
+				reason += "; aborted"
+			}
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if closing && !done {
+			// Pump blocks until an event; the close handshake delivers one.
+			continue
+		}
+	}
+	out.Flush()
+	st.print(os.Stderr, reason)
+	return final
+}
+
+type catStats struct {
+	start            time.Time
+	last             int64
+	msgs, text, bin  uint64
+	bytes, pings     uint64
+	buckets          [40]uint64 // inter-arrival: bucket k holds gaps in [2^k, 2^(k+1)) ns
+	minGap, maxGap   int64
+	sumGap, gapCount int64
+}
+
+func (s *catStats) add(n int, text bool) {
+	now := time.Now().UnixNano()
+	s.msgs++
+	s.bytes += uint64(n)
+	if text {
+		s.text++
+	} else {
+		s.bin++
+	}
+	if s.last != 0 {
+		g := max(now-s.last, 1)
+		s.buckets[min(bits.Len64(uint64(g))-1, len(s.buckets)-1)]++
+		if s.gapCount == 0 || g < s.minGap {
+			s.minGap = g
+		}
+		s.maxGap = max(s.maxGap, g)
+		s.sumGap += g
+		s.gapCount++
+	}
+	s.last = now
+}
+
+func fmtNs(ns int64) string {
+	switch {
+	case ns < 1e3:
+		return fmt.Sprintf("%dns", ns)
+	case ns < 1e6:
+		return fmt.Sprintf("%.3gus", float64(ns)/1e3)
+	case ns < 1e9:
+		return fmt.Sprintf("%.3gms", float64(ns)/1e6)
+	}
+	return fmt.Sprintf("%.3gs", float64(ns)/1e9)
+}
+
+func (s *catStats) print(w *os.File, reason string) {
+	el := time.Since(s.start).Seconds()
+	fmt.Fprintf(w, "\n--- %s ---\n", strings.TrimPrefix(reason, "; "))
+	fmt.Fprintf(w, "%d messages (%d text, %d binary), %d payload bytes, %d pings in %.2f s (%.1f msg/s)\n",
+		s.msgs, s.text, s.bin, s.bytes, s.pings, el, float64(s.msgs)/max(el, 1e-9))
+	if s.gapCount == 0 {
+		return
+	}
+	fmt.Fprintf(w, "inter-arrival: min %s  mean %s  max %s\n", fmtNs(s.minGap), fmtNs(s.sumGap/s.gapCount), fmtNs(s.maxGap))
+	var peak uint64
+	lo, hi := -1, 0
+	for k, v := range s.buckets {
+		if v > 0 {
+			if lo < 0 {
+				lo = k
+			}
+			hi = k
+			peak = max(peak, v)
+		}
+	}
+	for k := lo; k <= hi; k++ {
+		v := s.buckets[k]
+		bar := strings.Repeat("#", int((v*50+peak-1)/peak))
+		fmt.Fprintf(w, "  %8s - %-8s %10d %s\n", fmtNs(1<<k), fmtNs(1<<(k+1)), v, bar)
+	}
+}
+
+func printMsg(w *bufio.Writer, ev talaris.Event, hexMax int) {
+	if ev.Kind == talaris.EventText {
+		w.Write(ev.Payload)
+		w.WriteByte('\n')
+		return
+	}
+	if len(ev.Payload) <= hexMax {
+		fmt.Fprintf(w, "binary %d: %s\n", len(ev.Payload), hex.EncodeToString(ev.Payload))
+		return
+	}
+	fmt.Fprintf(w, "binary %d bytes: %s...\n", len(ev.Payload), hex.EncodeToString(ev.Payload[:min(16, len(ev.Payload))]))
+}
+
+// describeDialErr turns a talaris error into one line that says which
+// stage failed (DNS, TCP, TLS, WebSocket handshake) and what to try.
+func describeDialErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var stage, hint string
+	switch {
+	case errors.Is(err, talaris.ErrBadURL):
+		stage, hint = "bad URL", "use ws://host[:port]/path or wss://..."
+	case errors.Is(err, talaris.ErrResolve):
+		stage, hint = "DNS", "check the host name"
+	case errors.Is(err, talaris.ErrDial):
+		stage, hint = "TCP", "is the server listening on that port?"
+	case errors.Is(err, talaris.ErrTLSUnknownCA):
+		stage, hint = "TLS", "certificate not trusted: pass --ca FILE (or --insecure for tests)"
+	case errors.Is(err, talaris.ErrTLSHostname):
+		stage, hint = "TLS", "certificate is for another name: check the URL host or --servername"
+	case errors.Is(err, talaris.ErrTLSExpired):
+		stage = "TLS"
+	case errors.Is(err, talaris.ErrTLSNotTLS):
+		stage, hint = "TLS", "the server does not speak TLS on that port: try ws://"
+	case errors.Is(err, talaris.ErrTLS):
+		stage = "TLS"
+	case errors.Is(err, talaris.ErrBadStatus):
+		stage, hint = "WebSocket handshake", "the server did not switch protocols: check the path, headers and subprotocol"
+	case errors.Is(err, talaris.ErrHandshake), errors.Is(err, talaris.ErrHeaderTooLarge):
+		stage = "WebSocket handshake"
+	case errors.Is(err, talaris.ErrTimeout):
+		stage, hint = "timeout", "no answer in time (--timeout)"
+	case errors.Is(err, talaris.ErrConnectionLost):
+		stage = "connection lost"
+	case errors.Is(err, talaris.ErrProtocol), errors.Is(err, talaris.ErrInvalidUTF8), errors.Is(err, talaris.ErrMessageTooBig):
+		stage = "protocol"
+	default:
+		return err
+	}
+	msg := stage + ": " + err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = stage + ": " + ue.Err.Error()
+	}
+	if hint != "" {
+		msg += " (" + hint + ")"
+	}
+	return errors.New(msg)
+}

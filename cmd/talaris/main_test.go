@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// startTestFeed runs the feed server's plain listener in this process.
+func startTestFeed(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go acceptLoop(ln)
+	return ln.Addr().String()
+}
+
+// TestFeedCounts: a bounded flood of sequence-numbered frames arrives
+// complete, in order and counted exactly, through talaris and through a Go
+// peer (gorilla), followed by the server's close.
+func TestFeedCounts(t *testing.T) {
+	addr := startTestFeed(t)
+	const n, size = 100000, 64
+	url := fmt.Sprintf("ws://%s/flood?size=%d&n=%d", addr, size, n)
+
+	p, err := talaris.NewPool(talaris.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Dial(ctx, url, nil); err != nil {
+		t.Fatal(err)
+	}
+	chk := wstest.NewChecker(size)
+	closed := false
+	for !closed {
+		if _, err := p.Pump(func(_ talaris.Conn, ev talaris.Event) {
+			switch ev.Kind {
+			case talaris.EventBinary:
+				if err := chk.Check(ev.Payload); err != nil {
+					t.Fatal(err)
+				}
+			case talaris.EventClose:
+				if ev.Code != 1000 {
+					t.Errorf("close code %d", ev.Code)
+				}
+				closed = true
+			case talaris.EventError:
+				t.Fatal(ev.Err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if chk.Count() != n {
+		t.Fatalf("talaris: %d frames, want %d", chk.Count(), n)
+	}
+
+	for _, peer := range goPeers[:2] { // gorilla, gobwas
+		pc, err := peer.dial(ctx, url, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chk := wstest.NewChecker(size)
+		pc.run(func(_ bool, pl []byte) {
+			if err := chk.Check(pl); err != nil {
+				t.Fatal(err)
+			}
+		})
+		pc.close()
+		if chk.Count() != n || chk.Sum() != wstest.StreamSum(ws.OpBinary, n, size) {
+			t.Fatalf("%s: %d frames, want %d", peer.name, chk.Count(), n)
+		}
+	}
+}
+
+// TestBenchHarness runs the bench's own ingress, latency, rtt, floor and
+// decode code paths briefly and checks the accounting, not the speed.
+func TestBenchHarness(t *testing.T) {
+	addr := startTestFeed(t)
+	b := &bench{warm: 50 * time.Millisecond, dur: 200 * time.Millisecond, latDur: 200 * time.Millisecond, rttDur: 100 * time.Millisecond,
+		rate: 5000, decodeN: 3000, decodeRounds: 1, loopCPU: -1, clientCPU: -1}
+	flood := "ws://" + addr + "/flood?size=64"
+	check := func(name string, r Result, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.Frames == 0 {
+			t.Fatalf("%s: no frames", name)
+		}
+		if r.Workload == "ingress" && r.Bytes != r.Frames*64 {
+			t.Fatalf("%s: %d bytes for %d frames of 64 B", name, r.Bytes, r.Frames)
+		}
+	}
+	r, err := b.talIngress(talVariants[2], flood, 2, nil)
+	r.Workload = "ingress"
+	check("talaris ingress", r, err)
+	r, err = b.peerIngress(goPeers[1], flood, 2, false)
+	r.Workload = "ingress"
+	check("gobwas ingress", r, err)
+	r, err = b.floor(addr, "/flood?size=64", 64, 1)
+	r.Workload = "ingress"
+	check("floor", r, err)
+	r, err = b.talLatency("latency", talVariants[0], "ws://"+addr+"/paced?size=64&rate=5000")
+	check("talaris latency", r, err)
+	r, err = b.talLatency("rtt", talVariants[0], "ws://"+addr+"/echo")
+	check("talaris rtt", r, err)
+	r, err = b.peerLatency("rtt", goPeers[2], "ws://"+addr+"/echo")
+	check("gws rtt", r, err)
+	r, err = b.talDecode()
+	check("talaris decode", r, err)
+	for _, p := range goPeers {
+		r, err = b.peerDecode(p)
+		check(p.name+" decode", r, err)
+	}
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/talaris-go/talaris"
+)
+
+func (b *bench) notes() []string {
+	var n []string
+	if b.tlsNote != "" {
+		n = append(n, b.tlsNote)
+	}
+	if b.rustNote != "" {
+		n = append(n, b.rustNote)
+	}
+	return n
+}
+
+func fmtRate(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f M", v/1e6)
+}
+
+func fmtF(v float64, prec int) string {
+	if v == 0 || math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+// markdownTables renders every workload's results as Markdown tables.
+func (b *bench) markdownTables() string {
+	var s strings.Builder
+	by := func(wl string) []Result {
+		var out []Result
+		for _, r := range b.results {
+			if r.Workload == wl {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	errCell := func(r Result) string { return "error: " + strings.ReplaceAll(r.Err, "|", "/") }
+	if rs := by("decode"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### decode: in-memory, %d mixed messages (1/3 binary u64, 2/3 text {\"id\":i}), 4096-byte reads, best of %d\n\n", b.decodeN, b.decodeRounds)
+		s.WriteString("| client | ns/msg | M msg/s |\n|---|---:|---:|\n")
+		for _, r := range rs {
+			if r.Err != "" {
+				fmt.Fprintf(&s, "| %s | %s | |\n", r.Client, errCell(r))
+				continue
+			}
+			fmt.Fprintf(&s, "| %s | %.1f | %.2f |\n", r.Client, r.NsPerMsg, 1e3/r.NsPerMsg)
+		}
+		s.WriteString("\n")
+	}
+	if rs := by("ingress"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### ingress: loopback flood, feed server in another process, %v per run after %v warm-up\n\n", b.dur, b.warm)
+		s.WriteString("| transport | frame | conns | client | frames/s | MB/s | CPU s / M frames | % of floor |\n|---|---:|---:|---|---:|---:|---:|---:|\n")
+		for _, r := range rs {
+			if r.Err != "" {
+				fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | | | |\n", r.Transport, r.Size, r.Conns, r.Client, errCell(r))
+				continue
+			}
+			fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | %.1f | %s | %s |\n", r.Transport, r.Size, r.Conns, r.Client,
+				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 2), fmtF(r.FloorPct, 0))
+		}
+		s.WriteString("\n")
+	}
+	for _, wl := range []string{"latency", "rtt"} {
+		rs := by(wl)
+		if len(rs) == 0 {
+			continue
+		}
+		if wl == "latency" {
+			fmt.Fprintf(&s, "### latency: one-way, %d msg/s of 64 B with a send timestamp, %v per run (microseconds)\n\n", b.rate, b.latDur)
+		} else {
+			fmt.Fprintf(&s, "### rtt: echo round trip, 64 B, one message outstanding, %v per run (microseconds)\n\n", b.rttDur)
+		}
+		s.WriteString("| client | p50 | p99 | p99.9 | max | samples |\n|---|---:|---:|---:|---:|---:|\n")
+		for _, r := range rs {
+			if r.Err != "" {
+				fmt.Fprintf(&s, "| %s | %s | | | | |\n", r.Client, errCell(r))
+				continue
+			}
+			fmt.Fprintf(&s, "| %s | %.1f | %.1f | %.1f | %.1f | %d |\n", r.Client, r.P50, r.P99, r.P999, r.Max, r.Count)
+		}
+		s.WriteString("\n")
+	}
+	return s.String()
+}
+
+// bestOf returns the best value of metric among results of a workload
+// whose client satisfies pick (lower is better when low is set).
+func (b *bench) bestOf(match func(Result) bool, metric func(Result) float64, low bool) (float64, string) {
+	best, who := 0.0, ""
+	for _, r := range b.results {
+		if r.Err != "" || !match(r) {
+			continue
+		}
+		v := metric(r)
+		if v == 0 {
+			continue
+		}
+		if who == "" || (low && v < best) || (!low && v > best) {
+			best, who = v, r.Client
+		}
+	}
+	return best, who
+}
+
+func isTalaris(r Result) bool { return strings.HasPrefix(r.Client, "talaris") }
+func isRust(r Result) bool    { return strings.HasPrefix(r.Client, "rust-talaris") }
+func isGoPeer(r Result) bool  { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
+
+// targets checks the ratios of issue 5 on this run's numbers.
+func (b *bench) targets() string {
+	var s strings.Builder
+	s.WriteString("| target | this run | met |\n|---|---|:-:|\n")
+	row := func(target, value string, ok bool, have bool) {
+		m := "no"
+		if !have {
+			m, value = "n/a", value+" (not measured)"
+		} else if ok {
+			m = "yes"
+		}
+		fmt.Fprintf(&s, "| %s | %s | %s |\n", target, value, m)
+	}
+	wl := func(w string, extra func(Result) bool) func(Result) bool {
+		return func(r Result) bool { return r.Workload == w && (extra == nil || extra(r)) }
+	}
+	and := func(a, c func(Result) bool) func(Result) bool { return func(r Result) bool { return a(r) && c(r) } }
+	ns := func(r Result) float64 { return r.NsPerMsg }
+	tv, tw := b.bestOf(wl("decode", isTalaris), ns, true)
+	gv, gw := b.bestOf(wl("decode", isGoPeer), ns, true)
+	row("decode <= 10 ns/msg", fmt.Sprintf("talaris %.1f ns/msg (best Go peer %s %.1f)", tv, gw, gv), tv <= 10, tv > 0)
+	_ = tw
+	fps := func(r Result) float64 { return r.FramesPerSec }
+	for _, tr := range []string{"ws", "wss"} {
+		for _, n := range b.conns {
+			m := func(r Result) bool { return r.Transport == tr && r.Conns == n }
+			tv, tw := b.bestOf(and(wl("ingress", isTalaris), m), fps, false)
+			gv, gw := b.bestOf(and(wl("ingress", isGoPeer), m), fps, false)
+			rv, _ := b.bestOf(and(wl("ingress", isRust), m), fps, false)
+			if gv == 0 {
+				continue
+			}
+			v := fmt.Sprintf("%s %s / %s %s = %.2fx", tw, fmtRate(tv), gw, fmtRate(gv), tv/gv)
+			row(fmt.Sprintf("%s ingress x%d >= 2x best Go peer", tr, n), v, tv >= 2*gv, tv > 0)
+			if rv > 0 {
+				row(fmt.Sprintf("%s ingress x%d >= 1x Rust talaris", tr, n), fmt.Sprintf("%s / %s = %.2fx", fmtRate(tv), fmtRate(rv), tv/rv), tv >= rv, tv > 0)
+			}
+		}
+	}
+	p50 := func(r Result) float64 { return r.P50 }
+	p999 := func(r Result) float64 { return r.P999 }
+	tv, tw = b.bestOf(wl("latency", isTalaris), p50, true)
+	gv, gw = b.bestOf(wl("latency", isGoPeer), p50, true)
+	rv, rw := b.bestOf(wl("latency", isRust), p50, true)
+	if gv > 0 {
+		row("latency p50 <= 0.5x best Go peer", fmt.Sprintf("%s %.1f us / %s %.1f us = %.2fx", tw, tv, gw, gv, tv/gv), tv <= 0.5*gv, tv > 0)
+	}
+	if rv > 0 {
+		row("latency p50 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
+	}
+	tv, tw = b.bestOf(wl("latency", isTalaris), p999, true)
+	gv, gw = b.bestOf(wl("latency", isGoPeer), p999, true)
+	rv, rw = b.bestOf(wl("latency", isRust), p999, true)
+	if gv > 0 {
+		row("latency p99.9 <= 0.2x best Go peer", fmt.Sprintf("%s %.1f us / %s %.1f us = %.2fx", tw, tv, gw, gv, tv/gv), tv <= 0.2*gv, tv > 0)
+	}
+	if rv > 0 {
+		row("latency p99.9 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
+	}
+	return s.String()
+}
+
+func (b *bench) markdownReport(mdPath string, plots []string) string {
+	var s strings.Builder
+	s.WriteString("# talaris benchmark results\n\n")
+	s.WriteString("Generated by `talaris bench`; every number below comes from the run described here (nothing typed by hand).\n\n")
+	fmt.Fprintf(&s, "- command: `%s`\n", strings.TrimSpace(b.cmdline))
+	fmt.Fprintf(&s, "- CPU: %s, %d logical CPUs\n", cpuModel(), runtime.NumCPU())
+	fmt.Fprintf(&s, "- kernel: %s\n", kernelVersion())
+	fmt.Fprintf(&s, "- Go: %s; talaris TLS backend: %q\n", runtime.Version(), talaris.TLSBackend())
+	fmt.Fprintf(&s, "- date: %s; duration of the run: %s\n", b.startedAt.UTC().Format(time.RFC3339), time.Since(b.startedAt).Round(time.Second))
+	pin := func(v int) string {
+		if v < 0 {
+			return "not pinned"
+		}
+		return fmt.Sprintf("CPU %d", v)
+	}
+	fmt.Fprintf(&s, "- pinning: client %s, feed server %s, talaris loop thread %s\n", pin(b.clientCPU), pin(b.serverCPU), pin(b.loopCPU))
+	s.WriteString("- feed server: `talaris feed-server` in a child process (pre-built frames in 256 KiB writes; crypto/tls for wss); Go peers use their fastest read API, crypto/tls for wss\n")
+	s.WriteString("- talaris variants: wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`)\n")
+	for _, n := range b.notes() {
+		fmt.Fprintf(&s, "- note: %s\n", n)
+	}
+	s.WriteString("\n")
+	s.WriteString(b.markdownTables())
+	s.WriteString("### targets (issue 5), computed from the tables above\n\n")
+	s.WriteString(b.targets())
+	s.WriteString("\n")
+	if len(plots) > 0 {
+		s.WriteString("### plots\n\n")
+		for _, p := range plots {
+			rel, err := filepath.Rel(filepath.Dir(mdPath), p)
+			if err != nil {
+				rel = p
+			}
+			fmt.Fprintf(&s, "![%s](%s)\n\n", strings.TrimSuffix(filepath.Base(p), ".png"), filepath.ToSlash(rel))
+		}
+	}
+	return s.String()
+}

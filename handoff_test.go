@@ -1,0 +1,307 @@
+//go:build linux && cgo
+
+package talaris
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// Proofs of the handoff invariants: no per-message cgo call, no
+// per-message allocation, one pumper at a time, dials that do not disturb
+// the pumper.
+
+// TestHandoffCgoCalls receives 1M messages from a real server and counts
+// the cgo calls the process made meanwhile: fewer than one per 1000
+// messages (the pump reads the ring with atomics; no cgo per message).
+func TestHandoffCgoCalls(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p := newTestPool(t, Config{}, 3*hangGuard)
+	spec := streamSpec{n: scaled(1_000_000), size: 16}
+	c := dial(t, p, srv.URL+spec.path())
+	st := newStreamState(spec)
+
+	before := runtime.NumCgoCall()
+	pumpUntil(t, p, func(cc Conn, ev Event) {
+		if cc == c {
+			st.on(ev)
+		}
+	}, func() bool { return st.final != nil }, nil)
+	calls := runtime.NumCgoCall() - before
+
+	st.verify(t, "stream")
+	msgs := int64(st.chk.Count())
+	t.Logf("%d messages, %d cgo calls, stats %+v", msgs, calls, p.Stats())
+	if calls*1000 >= msgs {
+		t.Errorf("%d cgo calls for %d messages: want fewer than 1 per 1000", calls, msgs)
+	}
+}
+
+// memFrames returns n server frames (a mix of small text and binary
+// messages) and the sum of the ids they carry.
+func memFrames(n int) ([]byte, uint64) {
+	var b []byte
+	var sum uint64
+	for i := range n {
+		if i%3 == 0 {
+			var p [8]byte
+			for k := range 8 {
+				p[k] = byte(uint64(i) >> (8 * k))
+			}
+			b = ws.AppendFrame(b, true, ws.OpBinary, p[:])
+		} else {
+			b = ws.AppendFrame(b, true, ws.OpText, []byte(fmt.Sprintf(`{"id":%d}`, i)))
+		}
+		sum += uint64(i)
+	}
+	return b, sum
+}
+
+// TestPumpAllocs: pumping (Inject, then the pump variants dispatching data
+// messages to a callback) allocates nothing per call.
+func TestPumpAllocs(t *testing.T) {
+	const n = 256
+	p := newTestPool(t, Config{}, hangGuard)
+	c, err := p.DialMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, _ := memFrames(n)
+	var got int
+	var bytesIn int
+	dataFn := func(_ Conn, _ Opcode, b []byte) { got++; bytesIn += len(b) }
+	evFn := func(_ Conn, ev Event) {
+		if ev.Kind == EventText || ev.Kind == EventBinary {
+			got++
+			bytesIn += len(ev.Payload)
+		}
+	}
+	runs := map[string]func(){
+		"PumpData": func() {
+			if err := c.Inject(frames); err != nil {
+				t.Fatal(err)
+			}
+			for want := got + n; got < want; {
+				if _, err := p.PumpData(dataFn); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		"Pump": func() {
+			if err := c.Inject(frames); err != nil {
+				t.Fatal(err)
+			}
+			for want := got + n; got < want; {
+				if _, err := p.Pump(evFn); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		"PumpSpin": func() {
+			if err := c.Inject(frames); err != nil {
+				t.Fatal(err)
+			}
+			for want := got + n; got < want; {
+				if _, err := p.PumpSpin(1024, dataFn); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		"PumpNowait": func() {
+			if err := c.Inject(frames); err != nil {
+				t.Fatal(err)
+			}
+			for want := got + n; got < want; {
+				if _, err := p.PumpNowait(dataFn); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+	}
+	for _, name := range []string{"PumpData", "Pump", "PumpSpin", "PumpNowait"} {
+		run := runs[name]
+		run() // warm up (the EventOpen, first-touch of ring memory)
+		if a := testing.AllocsPerRun(200, run); a != 0 {
+			t.Errorf("%s: %v allocations per run of %d messages, want 0", name, a, n)
+		}
+	}
+	if got == 0 || bytesIn == 0 {
+		t.Fatal("nothing delivered")
+	}
+}
+
+// TestConcurrentPump: a second goroutine pumping while one pumps gets
+// ErrConcurrentPump, with every pump variant, and no data race.
+func TestConcurrentPump(t *testing.T) {
+	t.Run("blocked", func(t *testing.T) {
+		p := newTestPool(t, Config{}, hangGuard)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := p.Pump(func(Conn, Event) {}) // no connections: blocks until Close
+			errc <- err
+		}()
+		deadline := time.Now().Add(hangGuard)
+		for p.pumping.Load() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the first pumper never started")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		nop := func(Conn, Opcode, []byte) {}
+		checks := map[string]func() (int, error){
+			"Pump":             func() (int, error) { return p.Pump(func(Conn, Event) {}) },
+			"PumpData":         func() (int, error) { return p.PumpData(nop) },
+			"PumpSpin":         func() (int, error) { return p.PumpSpin(10, nop) },
+			"PumpNowait":       func() (int, error) { return p.PumpNowait(nop) },
+			"PumpEventsNowait": func() (int, error) { return p.PumpEventsNowait(func(Conn, Event) {}) },
+		}
+		for name, fn := range checks {
+			if n, err := fn(); !errors.Is(err, ErrConcurrentPump) || n != 0 {
+				t.Errorf("%s while another goroutine pumps: %d, %v; want ErrConcurrentPump", name, n, err)
+			}
+		}
+		p.Close()
+		if err := <-errc; !errors.Is(err, ErrPoolClosed) {
+			t.Errorf("the blocked Pump returned %v after Close, want ErrPoolClosed", err)
+		}
+		if _, err := p.PumpNowait(nop); !errors.Is(err, ErrPoolClosed) {
+			t.Errorf("PumpNowait after Close: %v, want ErrPoolClosed", err)
+		}
+	})
+	t.Run("racing", func(t *testing.T) {
+		// Two goroutines pump the same live stream as fast as they can.
+		// Every batch is delivered by exactly one of them, in order.
+		srv := wstest.NewGorilla().Start(t)
+		p := newTestPool(t, Config{EventRingSize: 256}, hangGuard)
+		spec := streamSpec{n: scaled(100000), size: 24}
+		c := dial(t, p, srv.URL+spec.path())
+		var mu sync.Mutex // the callbacks never overlap; the mutex makes -race agree
+		st := newStreamState(spec)
+		st.opened = true
+		var done atomic.Bool
+		var refused [2]int
+		var wg sync.WaitGroup
+		for g := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !done.Load() {
+					_, err := p.PumpEventsNowait(func(cc Conn, ev Event) {
+						if !mu.TryLock() {
+							t.Error("two callbacks ran at once")
+							return
+						}
+						defer mu.Unlock()
+						if cc == c && ev.Kind != EventOpen {
+							st.on(ev)
+							if st.final != nil {
+								done.Store(true)
+							}
+						}
+					})
+					switch {
+					case errors.Is(err, ErrConcurrentPump):
+						refused[g]++
+					case err != nil:
+						t.Errorf("pumper %d: %v", g, err)
+						return
+					}
+					runtime.Gosched()
+				}
+			}()
+		}
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		st.verify(t, "racing pumpers")
+		t.Logf("refused: %v", refused)
+		if refused[0]+refused[1] == 0 {
+			t.Logf("the two pumpers never overlapped (possible on a quiet machine)")
+		}
+	})
+}
+
+// TestDialWhilePumping: Dials made from other goroutines while one
+// goroutine pumps a busy stream lose none of that stream's events, and the
+// dialed connections' own events (EventOpen first) reach the pumper.
+func TestDialWhilePumping(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
+		const dialers, perDialer = 4, 8
+		p := newTestPool(t, Config{}, 2*hangGuard)
+		spec := streamSpec{n: scaled(300000), size: 32, frag: 2, ping: true}
+		main, err := p.DialAsync(srv.URL+spec.path(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The pumper owns everything below until it returns.
+		st := newStreamState(spec)
+		events := map[Conn][]finalEvent{}
+		finals := 0
+		pumped := make(chan struct{})
+		go func() {
+			defer close(pumped)
+			for finals < 1+dialers*perDialer {
+				_, err := p.Pump(func(c Conn, ev Event) {
+					if c == main {
+						st.on(ev)
+					} else {
+						events[c] = append(events[c], copyFinal(ev))
+					}
+					if ev.Kind == EventClose || ev.Kind == EventError {
+						finals++
+					}
+				})
+				if err != nil {
+					t.Errorf("Pump: %v", err)
+					return
+				}
+			}
+		}()
+		dialed := make(chan Conn, dialers*perDialer)
+		var wg sync.WaitGroup
+		for d := range dialers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perDialer {
+					code := 4000 + d*perDialer + i
+					ctx, cancel := dialCtx(t)
+					c, err := p.Dial(ctx, fmt.Sprintf("%s/close?code=%d&reason=r%d", srv.URL, code, code), nil)
+					cancel()
+					if err != nil {
+						t.Errorf("Dial: %v", err)
+						return
+					}
+					dialed <- c
+				}
+			}()
+		}
+		wg.Wait()
+		close(dialed)
+		<-pumped
+		st.verify(t, "stream during dials")
+		n := 0
+		for c := range dialed {
+			n++
+			evs := events[c]
+			if len(evs) != 2 || evs[0].Kind != EventOpen || evs[1].Kind != EventClose {
+				t.Errorf("dialed conn %#x: events %+v, want open then close", c.ID(), evs)
+				continue
+			}
+			if evs[1].Code < 4000 || evs[1].Reason != fmt.Sprintf("r%d", evs[1].Code) {
+				t.Errorf("dialed conn %#x: close %+v", c.ID(), evs[1])
+			}
+		}
+		if n != dialers*perDialer || len(events) != n {
+			t.Errorf("%d dials, events for %d connections, want %d", n, len(events), dialers*perDialer)
+		}
+	})
+}

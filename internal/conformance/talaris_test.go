@@ -1,0 +1,95 @@
+//go:build linux && cgo
+
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/talaris-go/talaris"
+)
+
+func init() { talarisAdapter = talarisClient{} }
+
+// talarisClient runs a case through a fresh talaris Pool: Dial, then Pump
+// with an echo loop until the connection's final event.
+type talarisClient struct{}
+
+func (talarisClient) Name() string { return "talaris" }
+
+func (talarisClient) Run(url string, o Opts) *Result {
+	cfg := talaris.Config{CloseTimeout: time.Second, HandshakeTimeout: 5 * time.Second}
+	if o.Talaris != nil {
+		o.Talaris(&cfg)
+	}
+	r := &Result{}
+	p, err := talaris.NewPool(cfg)
+	if err != nil {
+		r.DialErr = err
+		return r
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), guardLong)
+	defer cancel()
+	c, err := p.Dial(ctx, url, &talaris.DialOptions{HandshakeTimeout: o.HandshakeTimeout, Subprotocols: o.Subprotocols})
+	if err != nil {
+		r.DialErr = err
+		return r
+	}
+	r.Opened = true
+	r.Subprotocol = c.Subprotocol()
+	// Hang guard: closing the pool makes Pump return ErrPoolClosed.
+	var hung atomic.Value
+	guard := time.AfterFunc(2*guardLong, func() {
+		hung.Store(fmt.Sprintf("hang guard fired: state %v, conn %+v, pool %+v", c.State(), c.Stats(), p.Stats()))
+		p.Close()
+	})
+	defer guard.Stop()
+	done, events := false, 0
+	var foreign []string
+	for !done {
+		_, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+			if cc != c {
+				foreign = append(foreign, fmt.Sprintf("%v id=%x want %x code %d", ev.Kind, cc.ID(), c.ID(), ev.Code))
+				return
+			}
+			events++
+			if o.Slow && events%32 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			switch ev.Kind {
+			case talaris.EventText, talaris.EventBinary:
+				if ev.Kind == talaris.EventText {
+					c.SendText(ev.Payload)
+				} else {
+					c.SendBinary(ev.Payload)
+				}
+				r.Echoed++
+				if o.CloseAfter > 0 && r.Echoed == o.CloseAfter {
+					c.Close(talaris.CloseNormal, "bye")
+				}
+			case talaris.EventClose:
+				r.Final = fmt.Sprintf("EventClose %d", ev.Code)
+				r.Code = ev.Code
+				done = true
+			case talaris.EventError:
+				r.Final = fmt.Sprintf("EventError %d %s", ev.Code, sentinelNames[firstSentinel(ev.Err)])
+				r.Code, r.Err = ev.Code, ev.Err
+				done = true
+			}
+		})
+		if err != nil {
+			r.Final, r.Err = "pump: "+err.Error(), err
+			if h, ok := hung.Load().(string); ok {
+				r.Final += "; " + h + fmt.Sprintf("; foreign events %q", foreign)
+			}
+			break
+		}
+	}
+	if o.Slow {
+		r.Notes = append(r.Notes, fmt.Sprintf("pool stats %+v", p.Stats()))
+	}
+	return r
+}

@@ -1,0 +1,1073 @@
+//go:build linux && cgo
+
+package talaris
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// TLS tests: real handshakes against Go crypto/tls servers (gorilla and
+// coder), `openssl s_server` and Node's ws over https, with either TLS
+// backend (go test ./ and go test -tags talaris_openssl ./). Timeouts are
+// hang guards only.
+
+const (
+	testCAFile     = "testdata/ca.pem"
+	testCertFile   = "testdata/server.pem"
+	testKeyFile    = "testdata/server-key.pem"
+	expiredCert    = "testdata/expired.pem"
+	expiredKey     = "testdata/expired-key.pem"
+	otherCAFile    = "testdata/other-ca.pem"
+	tlsDialTimeout = 60 * time.Second
+)
+
+// tlsOpts verifies against the test CA.
+var tlsOpts = &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile}}
+
+// serverTLS returns a server config with cert/key restricted to versions
+// [minV, maxV] (0: crypto/tls defaults).
+func serverTLS(t testing.TB, certFile, keyFile string, minV, maxV uint16) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: minV, MaxVersion: maxV}
+}
+
+// forEachTLSServer runs fn per server library, on a wss:// server with cfg.
+func forEachTLSServer(t *testing.T, cfg *tls.Config, fn func(t *testing.T, srv *wstest.Server)) {
+	for _, k := range serverKinds {
+		t.Run(k.name, func(t *testing.T) {
+			srv := k.new().StartTLS(t, cfg)
+			fn(t, srv)
+			if errs := srv.Errors(); len(errs) > 0 {
+				t.Errorf("server errors: %v", errs)
+			}
+		})
+	}
+}
+
+// runStreamTLS is runStream with dial options.
+func runStreamTLS(t *testing.T, p *Pool, url string, opts *DialOptions, spec streamSpec, afterBatch func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
+	defer cancel()
+	c, err := p.Dial(ctx, url+spec.path(), opts)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	st := newStreamState(spec)
+	pumpUntil(t, p, func(cc Conn, ev Event) {
+		if cc != c {
+			t.Errorf("event %v for unknown connection %#x (dialed %#x)", ev.Kind, cc.ID(), c.ID())
+			return
+		}
+		st.on(ev)
+	}, func() bool { return st.final != nil }, afterBatch)
+	st.verify(t, spec.String())
+	if s := c.State(); s != StateClosed {
+		t.Errorf("state after the final event: %v", s)
+	}
+}
+
+// TestTLSIntegrity is the integrity suite over wss://: every message of
+// sequence-numbered, checksummed streams arrives complete and in order,
+// through several buffer and ring configurations. The streams end with a
+// close handshake followed by close_notify, which must give EventClose.
+func TestTLSIntegrity(t *testing.T) {
+	t.Logf("TLS backend %s", TLSBackend())
+	type poolCase struct {
+		name  string
+		cfg   Config
+		specs []streamSpec
+		slow  time.Duration
+		check func(t *testing.T, s PoolStats)
+	}
+	cases := []poolCase{
+		{name: "default", cfg: Config{}, specs: allSpecs(true)},
+		{
+			name: "tinybufs", cfg: Config{BufSize: 4096, BufCount: 4},
+			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
+			check: func(t *testing.T, s PoolStats) {
+				if s.NoBufs == 0 || s.Rearms == 0 {
+					t.Errorf("tiny buffer ring: NoBufs=%d Rearms=%d, want both > 0", s.NoBufs, s.Rearms)
+				}
+			},
+		},
+		{
+			// 512-byte slots: every 16 KiB record spans 32+ slots, and
+			// 4 slots cannot hold one record.
+			name: "splitrecords", cfg: Config{BufSize: 512, BufCount: 4},
+			specs: []streamSpec{
+				{n: 100, size: 65536},
+				{n: 8, size: 1 << 20, text: true},
+				{n: 2000, size: 300, frag: 4, ping: true},
+				{n: scaled(50_000), size: 16},
+			},
+			check: func(t *testing.T, s PoolStats) {
+				if s.NoBufs == 0 {
+					t.Errorf("512-byte slots: NoBufs=0, want > 0")
+				}
+			},
+		},
+		{
+			name:  "slowconsumer",
+			cfg:   Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			specs: []streamSpec{{n: scaled(20000), size: 16}, {n: 20, size: 1 << 20}, {n: 500, size: 65536, text: true}, {n: 2000, size: 100, frag: 3, ping: true}},
+			slow:  time.Millisecond,
+			check: func(t *testing.T, s PoolStats) {
+				if s.Stalls == 0 {
+					t.Errorf("slow consumer: Stalls=0, want > 0")
+				}
+			},
+		},
+	}
+	cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
+	for _, pc := range cases {
+		t.Run(pc.name, func(t *testing.T) {
+			forEachTLSServer(t, cfg, func(t *testing.T, srv *wstest.Server) {
+				p := newTestPool(t, pc.cfg, 5*hangGuard)
+				var after func()
+				if pc.slow > 0 {
+					after = func() { time.Sleep(pc.slow) }
+				}
+				for _, spec := range pc.specs {
+					runStreamTLS(t, p, srv.URL, tlsOpts, spec, after)
+					if t.Failed() {
+						t.Logf("stats %+v", p.Stats())
+						return
+					}
+				}
+				s := p.Stats()
+				t.Logf("stats %+v", s)
+				if pc.check != nil {
+					pc.check(t, s)
+				}
+			})
+		})
+	}
+}
+
+// TestTLSVersions: servers limited to TLS 1.2 (with each AEAD family) or to
+// TLS 1.3.
+func TestTLSVersions(t *testing.T) {
+	cases := []struct {
+		name       string
+		minV, maxV uint16
+		suites     []uint16
+	}{
+		{"tls12-aesgcm", tls.VersionTLS12, tls.VersionTLS12, []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}},
+		{"tls12-chacha", tls.VersionTLS12, tls.VersionTLS12, []uint16{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305}},
+		{"tls12-aes256", tls.VersionTLS12, tls.VersionTLS12, []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384}},
+		{"tls13", tls.VersionTLS13, tls.VersionTLS13, nil},
+	}
+	specs := []streamSpec{{n: scaled(100_000), size: 16}, {n: 8, size: 1 << 20}, {n: 2000, size: 125, text: true}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := serverTLS(t, testCertFile, testKeyFile, tc.minV, tc.maxV)
+			cfg.CipherSuites = tc.suites
+			var mu sync.Mutex
+			var seen []string
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s/%s/alpn=%q", tls.VersionName(cs.Version), tls.CipherSuiteName(cs.CipherSuite), cs.NegotiatedProtocol))
+				mu.Unlock()
+				return nil
+			}
+			forEachTLSServer(t, cfg, func(t *testing.T, srv *wstest.Server) {
+				p := newTestPool(t, Config{}, hangGuard)
+				for _, spec := range specs {
+					runStreamTLS(t, p, srv.URL, tlsOpts, spec, nil)
+				}
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) == 0 {
+				t.Fatal("no handshake seen by the server")
+			}
+			for _, s := range seen {
+				if !strings.Contains(s, `alpn="http/1.1"`) {
+					t.Errorf("handshake %s: ALPN http/1.1 not negotiated", s)
+				}
+			}
+			t.Logf("server saw %s", seen[0])
+		})
+	}
+}
+
+// batchConn holds writes until Flush, so many TLS records leave in one
+// TCP write (and land in one buffer slot of the client).
+type batchConn struct {
+	net.Conn
+	hold bool
+	buf  []byte
+}
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	if b.hold {
+		b.buf = append(b.buf, p...)
+		return len(p), nil
+	}
+	return b.Conn.Write(p)
+}
+
+func (b *batchConn) Flush() error {
+	_, err := b.Conn.Write(b.buf)
+	b.buf = b.buf[:0]
+	return err
+}
+
+// tlsRawServer accepts TLS connections, answers the WebSocket upgrade and
+// runs handler. It returns the wss:// URL.
+func tlsRawServer(t *testing.T, cfg *tls.Config, handler func(tc *tls.Conn, bc *batchConn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer nc.Close()
+				bc := &batchConn{Conn: nc}
+				tc := tls.Server(bc, cfg)
+				tc.SetDeadline(time.Now().Add(hangGuard))
+				br := bufio.NewReader(tc)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				resp := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+					ws.AcceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
+				if _, err := io.WriteString(tc, resp); err != nil {
+					return
+				}
+				handler(tc, bc, br)
+			}()
+		}
+	}()
+	return "wss://" + ln.Addr().String()
+}
+
+// readClose reads client frames until its close frame.
+func readClose(br *bufio.Reader) {
+	for {
+		var hdr [14]byte
+		if _, err := io.ReadFull(br, hdr[:2]); err != nil {
+			return
+		}
+		n := 4
+		switch hdr[1] & 0x7f {
+		case 126:
+			n += 2
+		case 127:
+			n += 8
+		}
+		if _, err := io.ReadFull(br, hdr[2:2+n]); err != nil {
+			return
+		}
+		h, _, err := ws.ParseHeader(hdr[:2+n], false)
+		if err != nil {
+			return
+		}
+		if _, err := io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
+			return
+		}
+		if h.Op == ws.OpClose {
+			return
+		}
+	}
+}
+
+// TestTLSManyRecordsPerSlot: the server writes every frame as its own TLS
+// record but sends ~64 KiB of records per TCP write, so one buffer slot
+// holds hundreds of records (and records straddle slot boundaries).
+func TestTLSManyRecordsPerSlot(t *testing.T) {
+	n := scaled(200_000)
+	const size = 16
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		t.Run(tls.VersionName(v), func(t *testing.T) {
+			cfg := serverTLS(t, testCertFile, testKeyFile, v, v)
+			cfg.NextProtos = []string{"http/1.1"}
+			url := tlsRawServer(t, cfg, func(tc *tls.Conn, bc *batchConn, br *bufio.Reader) {
+				bc.hold = true
+				var fr []byte
+				for i := range n {
+					fr = ws.AppendFrame(fr[:0], true, ws.OpBinary, wstest.Payload(i, size))
+					if _, err := tc.Write(fr); err != nil { // one record
+						return
+					}
+					if len(bc.buf) >= 64<<10 {
+						if bc.Flush() != nil {
+							return
+						}
+					}
+				}
+				tc.Write(ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "done")))
+				if bc.Flush() != nil {
+					return
+				}
+				bc.hold = false
+				readClose(br)
+				tc.Close()
+			})
+			p := newTestPool(t, Config{}, hangGuard)
+			runStreamTLS(t, p, url, tlsOpts, streamSpec{n: n, size: size}, nil)
+			t.Logf("stats %+v", p.Stats())
+		})
+	}
+}
+
+// TestTLSVerification: the ways to trust a server, and that verification
+// is on by default.
+func TestTLSVerification(t *testing.T) {
+	good := serverTLS(t, testCertFile, testKeyFile, 0, 0)
+	expired := serverTLS(t, expiredCert, expiredKey, 0, 0)
+	srv := wstest.NewGorilla().StartTLS(t, good)
+	expSrv := wstest.NewGorilla().StartTLS(t, expired)
+	caPEM, err := os.ReadFile(testCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
+	p := newTestPool(t, Config{}, hangGuard)
+	ok := []struct {
+		name string
+		url  string
+		opts *DialOptions
+	}{
+		{"RootCAFile", srv.URL, tlsOpts},
+		{"RootCAPEM", srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: caPEM}}},
+		{"localhost", "wss://localhost:" + port, tlsOpts},
+		{"ServerName", srv.URL, &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile, ServerName: "localhost"}}},
+		{"InsecureSkipVerify", srv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true}}},
+		{"InsecureSkipVerify-wrongname", srv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true, ServerName: "wrong.example"}}},
+		{"InsecureSkipVerify-expired", expSrv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true}}},
+		{"InsecureSkipVerify-otherCA", expSrv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true, RootCAFile: otherCAFile}}},
+	}
+	for _, tc := range ok {
+		t.Run(tc.name, func(t *testing.T) {
+			runStreamTLS(t, p, tc.url, tc.opts, streamSpec{n: 100, size: 200}, nil)
+		})
+	}
+}
+
+var tlsSentinels = []error{ErrTLSUnknownCA, ErrTLSHostname, ErrTLSExpired, ErrTLSALPN, ErrTLSNotTLS, ErrTimeout, ErrConnectionLost}
+
+// wantDialErr checks that err matches want (and parent, when non-nil) and
+// none of the other causes.
+func wantDialErr(t *testing.T, err, want, parent error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("Dial succeeded, want %v", want)
+	}
+	t.Logf("error: %v", err)
+	if !errors.Is(err, want) {
+		t.Errorf("errors.Is(%v, %v) = false", err, want)
+	}
+	if parent != nil && !errors.Is(err, parent) {
+		t.Errorf("errors.Is(%v, %v) = false", err, parent)
+	}
+	for _, s := range tlsSentinels {
+		if s != want && errors.Is(err, s) {
+			t.Errorf("error %v also matches %v", err, s)
+		}
+	}
+}
+
+// TestTLSErrors: each failure a user can act on gives its own error.
+func TestTLSErrors(t *testing.T) {
+	good := serverTLS(t, testCertFile, testKeyFile, 0, 0)
+	srv := wstest.NewGorilla().StartTLS(t, good)
+	p := newTestPool(t, Config{}, hangGuard)
+	dialErr := func(url string, opts *DialOptions) error {
+		ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
+		defer cancel()
+		c, err := p.Dial(ctx, url+"/echo", opts)
+		if err == nil {
+			c.Close(1000, "")
+		}
+		return err
+	}
+	t.Run("UnknownCA-file", func(t *testing.T) {
+		wantDialErr(t, dialErr(srv.URL, &DialOptions{TLS: TLSOptions{RootCAFile: otherCAFile}}), ErrTLSUnknownCA, ErrTLS)
+	})
+	t.Run("UnknownCA-pem", func(t *testing.T) {
+		pem, _ := os.ReadFile(otherCAFile)
+		wantDialErr(t, dialErr(srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: pem}}), ErrTLSUnknownCA, ErrTLS)
+	})
+	t.Run("UnknownCA-system", func(t *testing.T) {
+		wantDialErr(t, dialErr(srv.URL, nil), ErrTLSUnknownCA, ErrTLS)
+	})
+	t.Run("Hostname", func(t *testing.T) {
+		wantDialErr(t, dialErr(srv.URL, &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile, ServerName: "wrong.example"}}), ErrTLSHostname, ErrTLS)
+	})
+	t.Run("Expired", func(t *testing.T) {
+		exp := wstest.NewGorilla().StartTLS(t, serverTLS(t, expiredCert, expiredKey, 0, 0))
+		wantDialErr(t, dialErr(exp.URL, tlsOpts), ErrTLSExpired, ErrTLS)
+	})
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		t.Run("ALPN-refused-"+tls.VersionName(v), func(t *testing.T) {
+			// No protocol in common: crypto/tls aborts with
+			// no_application_protocol. (Only "h2" would not do: Go lets
+			// http/1.1 clients in as if they had not sent ALPN.)
+			cfg := serverTLS(t, testCertFile, testKeyFile, v, v)
+			cfg.NextProtos = []string{"x-talaris-other"}
+			s := wstest.NewGorilla().StartTLS(t, cfg)
+			wantDialErr(t, dialErr(s.URL, tlsOpts), ErrTLSALPN, ErrTLS)
+		})
+	}
+	t.Run("ALPN-h2-only-accepted", func(t *testing.T) {
+		// crypto/tls treats an h2-only server and an http/1.1 client as no
+		// ALPN at all; the client accepts "nothing selected".
+		cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
+		cfg.NextProtos = []string{"h2"}
+		s := wstest.NewGorilla().StartTLS(t, cfg)
+		if err := dialErr(s.URL, tlsOpts); err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+	})
+	t.Run("ALPN-selected-other", func(t *testing.T) {
+		// A TLS 1.2 server whose ServerHello selects "h2xxxxxx", which
+		// the client never offered (a proxy rewrites the plaintext
+		// ServerHello of a crypto/tls server that selected http/1.1).
+		cfg := serverTLS(t, testCertFile, testKeyFile, tls.VersionTLS12, tls.VersionTLS12)
+		s := wstest.NewGorilla().StartTLS(t, cfg)
+		url := rewriteProxy(t, strings.TrimPrefix(s.URL, "wss://"), []byte("\x08http/1.1"), []byte("\x08h2xxxxxx"))
+		wantDialErr(t, dialErr(url, tlsOpts), ErrTLSALPN, ErrTLS)
+	})
+	t.Run("HandshakeTimeout", func(t *testing.T) {
+		// Accepts TCP and never says a word.
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []net.Conn
+		var mu sync.Mutex
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+			}
+		}()
+		defer func() {
+			ln.Close()
+			<-done
+			mu.Lock()
+			for _, c := range held {
+				c.Close()
+			}
+			mu.Unlock()
+		}()
+		err = dialErr("wss://"+ln.Addr().String(), &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile}, HandshakeTimeout: 500 * time.Millisecond})
+		wantDialErr(t, err, ErrTimeout, nil)
+		if errors.Is(err, ErrTLS) {
+			t.Errorf("timeout %v also matches ErrTLS", err)
+		}
+	})
+	t.Run("NotTLS", func(t *testing.T) {
+		plain := wstest.NewGorilla().Start(t) // ws:// server answers a ClientHello with HTTP 400
+		wantDialErr(t, dialErr("wss://"+strings.TrimPrefix(plain.URL, "ws://"), tlsOpts), ErrTLSNotTLS, ErrTLS)
+	})
+	t.Run("NotTLS-silent-close", func(t *testing.T) {
+		// A server that reads the ClientHello and hangs up: not a TLS
+		// verdict, the connection was lost during the handshake.
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Read(make([]byte, 4096))
+			c.Close()
+		}()
+		err = dialErr("wss://"+ln.Addr().String(), tlsOpts)
+		if err == nil {
+			t.Fatal("Dial succeeded")
+		}
+		t.Logf("error: %v", err)
+		if !errors.Is(err, ErrConnectionLost) {
+			t.Errorf("errors.Is(%v, ErrConnectionLost) = false", err)
+		}
+	})
+}
+
+// rewriteProxy forwards TCP to target, replacing the first occurrence of
+// from with to (same length) in the server's bytes. Returns wss://addr.
+func rewriteProxy(t *testing.T, target string, from, to []byte) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp4", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				var seen []byte
+				buf := make([]byte, 32<<10)
+				done := false
+				s.SetReadDeadline(time.Now().Add(hangGuard))
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						out := buf[:n]
+						if !done {
+							seen = append(seen, out...)
+							if i := bytes.Index(seen, from); i >= 0 {
+								copy(seen[i:], to)
+								done = true
+							}
+							// Hold bytes until the pattern is found (the
+							// ServerHello comes first and is small).
+							if !done && len(seen) < 64<<10 {
+								continue
+							}
+							out = seen
+						}
+						if _, werr := c.Write(out); werr != nil {
+							return
+						}
+						seen = nil
+					}
+					if err != nil {
+						if len(seen) > 0 {
+							c.Write(seen)
+						}
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "wss://" + ln.Addr().String()
+}
+
+// TestTLSEndings: how a wss:// stream ends. A completed close handshake
+// followed by close_notify is EventClose (TestTLSIntegrity); a server that
+// goes away without a close frame is ErrConnectionLost whether it sent
+// close_notify, just closed TCP, or closed TCP in the middle of a record,
+// identically on both backends.
+func TestTLSEndings(t *testing.T) {
+	cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
+	cases := []struct{ name, query string }{
+		{"close_notify", ""},
+		{"truncated", "&trunc=1"},
+		{"truncated-mid-record", "&trunc=1&partial=1"},
+		{"truncated-rst", "&trunc=1&rst=1"},
+	}
+	forEachTLSServer(t, cfg, func(t *testing.T, srv *wstest.Server) {
+		p := newTestPool(t, Config{}, hangGuard)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				const n = 5000
+				ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
+				defer cancel()
+				c, err := p.Dial(ctx, srv.URL+fmt.Sprintf("/drop?n=%d&size=100", n)+tc.query, tlsOpts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				chk := wstest.NewChecker(100)
+				var chkErr error
+				f := pumpOne(t, p, c, func(ev Event) {
+					if ev.Kind == EventBinary && chkErr == nil {
+						chkErr = chk.Check(ev.Payload)
+					}
+				})
+				if chkErr != nil {
+					t.Error(chkErr)
+				}
+				// With rst=1 the reset may destroy data still in flight.
+				if chk.Count() != n && !strings.Contains(tc.query, "rst") {
+					t.Errorf("got %d messages, want %d", chk.Count(), n)
+				}
+				if f.Kind != EventError || !errors.Is(f.Err, ErrConnectionLost) || f.Code != CloseAbnormal {
+					t.Errorf("final event %+v, want EventError ErrConnectionLost 1006", f)
+				} else {
+					t.Logf("final: %v", f.Err)
+				}
+			})
+		}
+	})
+}
+
+// ---- openssl s_server ----
+
+// sServer is a scripted `openssl s_server`: what it reads from the client
+// appears on its stdout (with -msg protocol traces); what is written to its
+// stdin is sent to the client, except one-letter command lines.
+type sServer struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	port  string
+
+	mu   sync.Mutex
+	out  []byte
+	cond *sync.Cond
+	done bool
+}
+
+func startSServer(t *testing.T, args ...string) *sServer {
+	t.Helper()
+	bin, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl binary not found (Debian package openssl)")
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	all := append([]string{"s_server", "-accept", fmt.Sprintf("127.0.0.1:%d", port), "-naccept", "1",
+		"-cert", testCertFile, "-key", testKeyFile, "-msg", "-alpn", "http/1.1"}, args...)
+	s := &sServer{t: t, port: fmt.Sprint(port)}
+	s.cond = sync.NewCond(&s.mu)
+	s.cmd = exec.Command(bin, all...)
+	s.cmd.Env = append(os.Environ(), "OPENSSL_CONF=/dev/null")
+	s.stdin, err = s.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stderr = s.cmd.Stdout
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := stdout.Read(buf)
+			s.mu.Lock()
+			s.out = append(s.out, buf[:n]...)
+			if err != nil {
+				s.done = true
+			}
+			s.cond.Broadcast()
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		s.stdin.Close()
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		if t.Failed() {
+			t.Logf("s_server output (tail):\n%s", s.tail(4000))
+		}
+		if f := os.Getenv("TALARIS_SSERVER_LOG"); f != "" {
+			s.mu.Lock()
+			os.WriteFile(f, s.out, 0o644)
+			s.mu.Unlock()
+		}
+	})
+	s.waitFor(regexp.MustCompile(`ACCEPT`), 0)
+	return s
+}
+
+func (s *sServer) tail(n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.out
+	if len(o) > n {
+		o = o[len(o)-n:]
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || (r >= 0x20 && r < 0x7f) {
+			return r
+		}
+		return '.'
+	}, string(o))
+}
+
+// waitFor waits until re matches the output after offset from and returns
+// the submatches and the end offset of the match.
+func (s *sServer) waitFor(re *regexp.Regexp, from int) ([][]byte, int) {
+	s.t.Helper()
+	m, end, err := s.find(re, from)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return m, end
+}
+
+// find is waitFor for any goroutine.
+func (s *sServer) find(re *regexp.Regexp, from int) ([][]byte, int, error) {
+	return s.match(re.String(), func(b []byte) ([][]byte, int, bool) {
+		loc := re.FindSubmatchIndex(b)
+		if loc == nil {
+			return nil, 0, false
+		}
+		return re.FindSubmatch(b), loc[1], true
+	}, from)
+}
+
+// waitForBytes waits for the raw bytes pat (regexp works on UTF-8).
+func (s *sServer) waitForBytes(pat []byte, from int) int {
+	s.t.Helper()
+	_, end, err := s.match(fmt.Sprintf("%x", pat), func(b []byte) ([][]byte, int, bool) {
+		i := bytes.Index(b, pat)
+		return nil, i + len(pat), i >= 0
+	}, from)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return end
+}
+
+func (s *sServer) match(what string, fn func([]byte) ([][]byte, int, bool), from int) ([][]byte, int, error) {
+	deadline := time.Now().Add(hangGuard)
+	tm := time.AfterFunc(hangGuard, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer tm.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if from <= len(s.out) {
+			if m, end, ok := fn(s.out[from:]); ok {
+				return m, from + end, nil
+			}
+		}
+		if s.done || time.Now().After(deadline) {
+			done := s.done
+			s.mu.Unlock()
+			out := s.tail(4000)
+			s.mu.Lock()
+			return nil, 0, fmt.Errorf("s_server: %s not seen (exited %v); output tail:\n%s", what, done, out)
+		}
+		s.cond.Wait()
+	}
+}
+
+func (s *sServer) outLen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.out)
+}
+
+// write sends b through s_server's stdin: b must not start with a command
+// letter. Writes stay under PIPE_BUF so s_server reads each in one piece.
+func (s *sServer) write(b []byte) {
+	s.t.Helper()
+	if err := s.writeNoFatal(b); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *sServer) writeNoFatal(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), 4000)
+		if _, err := s.stdin.Write(b[:n]); err != nil {
+			return fmt.Errorf("s_server stdin: %w", err)
+		}
+		b = b[n:]
+		if len(b) > 0 {
+			time.Sleep(5 * time.Millisecond) // let s_server read it alone
+		}
+	}
+	return nil
+}
+
+// command sends a one-letter s_server command on its own.
+func (s *sServer) command(c string) {
+	time.Sleep(20 * time.Millisecond) // not merged with earlier data
+	if _, err := io.WriteString(s.stdin, c+"\n"); err != nil {
+		s.t.Fatalf("s_server stdin: %v", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+var wsKeyRe = regexp.MustCompile(`Sec-WebSocket-Key: ([A-Za-z0-9+/=]+)\r\n`)
+
+// sServerSession dials s (which upgrades by script) and returns the open
+// connection.
+func sServerSession(t *testing.T, p *Pool, s *sServer) Conn {
+	t.Helper()
+	go func() {
+		m, _, err := s.find(wsKeyRe, 0)
+		if err == nil {
+			_, _, err = s.find(regexp.MustCompile(`\r\n\r\n`), 0)
+		}
+		if err != nil {
+			t.Errorf("%v", err) // the Dial below fails with a timeout
+			return
+		}
+		s.writeNoFatal([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+			ws.AcceptKey(string(m[1])) + "\r\n\r\n"))
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
+	defer cancel()
+	c, err := p.Dial(ctx, "wss://127.0.0.1:"+s.port+"/feed", tlsOpts)
+	if err != nil {
+		t.Fatalf("Dial s_server: %v", err)
+	}
+	return c
+}
+
+// frames builds n binary frames of messages from..from+n-1, each kept under
+// PIPE_BUF together so that one write reaches s_server whole.
+func sFrames(from, n, size int) []byte {
+	var b []byte
+	for i := from; i < from+n; i++ {
+		b = ws.AppendFrame(b, true, ws.OpBinary, wstest.Payload(i, size))
+	}
+	return b
+}
+
+// pumpCount pumps until chk has seen want messages or c ended.
+func pumpCount(t *testing.T, p *Pool, c Conn, chk *wstest.Checker, want int) *finalEvent {
+	t.Helper()
+	var final *finalEvent
+	var chkErr error
+	pumpUntil(t, p, func(cc Conn, ev Event) {
+		switch ev.Kind {
+		case EventBinary:
+			if chkErr == nil {
+				chkErr = chk.Check(ev.Payload)
+			}
+		case EventClose, EventError:
+			f := copyFinal(ev)
+			final = &f
+		}
+	}, func() bool { return chkErr != nil || final != nil || chk.Count() >= want }, nil)
+	if chkErr != nil {
+		t.Fatal(chkErr)
+	}
+	return final
+}
+
+var (
+	sentKeyUpdate = regexp.MustCompile(`>>> TLS 1\.3, Handshake \[length [0-9a-f]+\], KeyUpdate`)
+	rcvdKeyUpdate = regexp.MustCompile(`<<< TLS 1\.3, Handshake \[length [0-9a-f]+\], KeyUpdate`)
+)
+
+// TestTLSKeyUpdate: openssl s_server sends KeyUpdate with update_requested
+// (K) and without (k) on a connection where the client never sends data.
+// The client must acknowledge K with its own KeyUpdate before any further
+// data arrives, and keep receiving across every key change.
+func TestTLSKeyUpdate(t *testing.T) {
+	s := startSServer(t, "-tls1_3")
+	p := newTestPool(t, Config{}, hangGuard)
+	c := sServerSession(t, p, s)
+	const size = 24
+	chk := wstest.NewChecker(size)
+	next := 0
+	batch := func(n int) {
+		s.write(sFrames(next, n, size))
+		next += n
+		if f := pumpCount(t, p, c, chk, next); f != nil {
+			t.Fatalf("connection ended after %d messages: %+v", chk.Count(), *f)
+		}
+	}
+	batch(100)
+	for round := range 3 {
+		off := s.outLen()
+		s.command("K")
+		_, off = s.waitFor(sentKeyUpdate, off)
+		// The acknowledgement must come without any more server data:
+		// the client sends nothing else on this connection.
+		s.waitFor(rcvdKeyUpdate, off)
+		batch(100)
+		off = s.outLen()
+		s.command("k")
+		s.waitFor(sentKeyUpdate, off)
+		batch(100)
+		t.Logf("round %d: %d messages so far", round, chk.Count())
+	}
+	// The client's own writes still work under the new keys: a ping is
+	// answered with a pong that s_server prints (masked, so look for the
+	// opcode byte only), then a server close completes the handshake.
+	if err := c.SendBinary([]byte("after key updates")); err != nil {
+		t.Fatal(err)
+	}
+	off := s.outLen()
+	s.write(ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "done")))
+	s.waitForBytes([]byte{0x88, 0x86}, off) // client close: code + "done", masked
+	var final *finalEvent
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		s.command("Q") // close TCP: the close handshake is complete
+	}()
+	final = pumpCount(t, p, c, chk, next+1)
+	if final == nil || final.Kind != EventClose || final.Code != 1000 || final.Reason != "done" {
+		t.Fatalf("final event %+v, want EventClose 1000 done", final)
+	}
+	if chk.Count() != next {
+		t.Errorf("got %d messages, want %d", chk.Count(), next)
+	}
+}
+
+// TestTLSRenegotiation: a TLS 1.2 server asks for renegotiation mid-stream
+// (s_server r). The client refuses (BoringSSL never renegotiates; OpenSSL
+// is set up the same way): everything before the request arrives intact
+// and the connection ends with an ErrTLS error, on both backends.
+func TestTLSRenegotiation(t *testing.T) {
+	s := startSServer(t, "-tls1_2")
+	p := newTestPool(t, Config{}, hangGuard)
+	c := sServerSession(t, p, s)
+	const size = 40
+	chk := wstest.NewChecker(size)
+	s.write(sFrames(0, 50, size))
+	if f := pumpCount(t, p, c, chk, 50); f != nil {
+		t.Fatalf("connection ended early: %+v", *f)
+	}
+	off := s.outLen()
+	s.command("r")
+	s.waitFor(regexp.MustCompile(`>>> TLS 1\.2, Handshake \[length [0-9a-f]+\], HelloRequest`), off)
+	// Data after the request, in case the server keeps going; it may be
+	// gone already (the client's refusal is fatal), so errors are fine.
+	s.writeNoFatal(sFrames(50, 50, size))
+	f := pumpCount(t, p, c, chk, 1<<30)
+	t.Logf("after the renegotiation request: %d messages, final %+v", chk.Count(), f)
+	if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrTLS) {
+		t.Fatalf("final event %+v, want EventError ErrTLS", f)
+	}
+}
+
+// ---- Node ws over https ----
+
+// TestTLSNodeWS streams sequence-numbered messages from Node's ws package
+// over https: an independent TLS and WebSocket stack. build.sh installs ws
+// into build/node.
+func TestTLSNodeWS(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found")
+	}
+	modDir, _ := filepath.Abs("build/node/node_modules")
+	if d := os.Getenv("TALARIS_NODE_MODULES"); d != "" {
+		modDir = d
+	}
+	if _, err := os.Stat(filepath.Join(modDir, "ws")); err != nil {
+		t.Skipf("Node module ws not found in %s (./build.sh test installs it)", modDir)
+	}
+	for _, tc := range []struct {
+		n, size int
+		tlsMax  string
+	}{{scaled(200_000), 32, "TLSv1.3"}, {200, 65536, "TLSv1.2"}, {4, 1 << 20, "TLSv1.3"}} {
+		t.Run(fmt.Sprintf("n%d_size%d_%s", tc.n, tc.size, tc.tlsMax), func(t *testing.T) {
+			cmd := exec.Command(node, "testdata/node/wss_server.js", testCertFile, testKeyFile, tc.tlsMax)
+			cmd.Env = append(os.Environ(), "NODE_PATH="+modDir)
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "LISTEN ") {
+				t.Fatalf("node server: %q %v", line, err)
+			}
+			url := "wss://127.0.0.1:" + strings.TrimSpace(strings.TrimPrefix(line, "LISTEN "))
+			p := newTestPool(t, Config{}, hangGuard)
+			runStreamTLS(t, p, url, tlsOpts, streamSpec{n: tc.n, size: tc.size}, nil)
+		})
+	}
+}
+
+// certPool is unused by the client (it loads PEM itself) but documents the
+// chain the Go servers present; it also checks the test PKI parses.
+func TestTLSTestPKI(t *testing.T) {
+	ca, err := os.ReadFile(testCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		t.Fatal("ca.pem holds no certificate")
+	}
+	cert, err := tls.LoadX509KeyPair(testCertFile, testKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "localhost"}); err != nil {
+		t.Fatalf("server.pem does not verify against ca.pem: %v", err)
+	}
+}
