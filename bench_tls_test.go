@@ -164,12 +164,24 @@ func startTLSFeed(b *testing.B) string {
 
 func BenchmarkTLSIngress(b *testing.B) {
 	addr := startTLSFeed(b)
-	b.Run("talaris-"+TLSBackend(), func(b *testing.B) { benchTalarisTLS(b, addr) })
+	for _, v := range waitVariants {
+		b.Run("talaris-"+TLSBackend()+"-"+v.name, func(b *testing.B) { benchTalarisTLS(b, addr, v.cfg) })
+	}
 	b.Run("gobwas-cryptotls", func(b *testing.B) { benchGobwasTLS(b, addr) })
 }
 
-func benchTalarisTLS(b *testing.B, addr string) {
-	p, err := NewPool(Config{})
+// waitVariants are the talaris wait strategies benchmarked side by side.
+var waitVariants = []struct {
+	name string
+	cfg  Config
+}{
+	{"default", Config{}},
+	{"block", Config{LoopWait: WaitBlock, ConsumerWait: WaitBlock}},
+	{"spin", Config{LoopWait: WaitSpin, ConsumerWait: WaitSpin}},
+}
+
+func benchTalarisTLS(b *testing.B, addr string, cfg Config) {
+	p, err := NewPool(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xdfe7fd5f5814255c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x0c13820a5ca46fdc
 import "C"
 
-const csrcHash = "dfe7fd5f5814255c"
+const csrcHash = "0c13820a5ca46fdc"

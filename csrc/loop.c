@@ -664,7 +664,7 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 	if (op == TL_OP_NONE || slot >= l->cfg.max_conns)
 		return;
 	c = &l->conns[slot];
-	if (c->gen != gen) {
+	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending)) {
 		/* Stale: only a buffer may need to go back. */
 		if (cqe->flags & IORING_CQE_F_BUFFER) {
 			tl_bufring_taken(&l->br);
@@ -740,7 +740,9 @@ static void run_stalled(struct tl_loop *l)
 			finish(l, c);
 			continue;
 		}
-		if (c->dying)
+		/* A connection may have ended while it sat on the list: its slot
+		 * is Go's again and must not be driven. */
+		if (c->dying || c->state == TL_ST_IDLE)
 			continue;
 		tl_conn_drive(l, c);
 	}
