@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x0c13820a5ca46fdc
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x447d87ef46ab248f
 import "C"
 
-const csrcHash = "0c13820a5ca46fdc"
+const csrcHash = "447d87ef46ab248f"

@@ -304,7 +304,7 @@ func fragSpecs() []streamSpec {
 	return []streamSpec{
 		{n: scaled(20000), size: 300, frag: 4, ping: true, text: true},
 		{n: 2000, size: 3, frag: 5, ping: true}, // some fragments are empty
-		{n: 3000, size: 40, ping: true},        // a ping before every message
+		{n: 3000, size: 40, ping: true},         // a ping before every message
 		{n: 6, size: 1 << 20, frag: 7, ping: true},
 		{n: 200, size: 65536, frag: 3, text: true},
 	}

@@ -74,6 +74,7 @@ type Pool struct {
 	nconns  atomic.Int32
 	pumping atomic.Int32
 	closed  atomic.Bool
+	stopped atomic.Bool // tl_loop_stop returned (set by Close)
 	freed   atomic.Bool
 	closeMu sync.Mutex
 }
@@ -225,12 +226,17 @@ func (p *Pool) Close() error {
 	p.sendMu.Lock() // no producer may be writing to the ring now
 	C.tl_loop_stop(p.loop)
 	p.sendMu.Unlock()
+	// Only now may release free the loop: a pumper that saw closed and
+	// left early must not run tl_loop_free (and a second pthread_join)
+	// while tl_loop_stop above is still joining the thread.
+	p.stopped.Store(true)
 	// Wake a sleeping pumper so it sees closed.
 	atomic.AddUint32(p.wakeSeq, 1)
 	futexWake(p.wakeSeq)
 	// Free C memory once nobody pumps; a pumper that is inside a callback
 	// frees on its way out.
-	for i := 0; i < 2000 && p.pumping.Load() != 0; i++ {
+	// (pumping is 2 once a pumper leaving after Close has freed it.)
+	for i := 0; i < 2000 && p.pumping.Load() == 1; i++ {
 		time.Sleep(time.Millisecond)
 	}
 	p.release()
@@ -238,6 +244,9 @@ func (p *Pool) Close() error {
 }
 
 func (p *Pool) release() {
+	if !p.stopped.Load() {
+		return // Close has not stopped the loop yet; it releases itself
+	}
 	if p.pumping.CompareAndSwap(0, 2) {
 		if !p.freed.Swap(true) {
 			C.tl_loop_free(p.loop)
@@ -808,8 +817,14 @@ func makeErr(e, aux int32, code int, detail string) error {
 // ---- Conn methods (platform half) ----
 
 func (c Conn) live() bool {
-	return c.p != nil && !c.p.closed.Load() && c.slot < uint32(len(c.p.pub)) &&
-		atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.p.pub[c.slot].gen))) == c.gen
+	if c.p == nil || c.p.closed.Load() || c.slot >= uint32(len(c.p.pub)) {
+		return false
+	}
+	pb := &c.p.pub[c.slot]
+	// The slot keeps the generation after the final event until it is
+	// reused: a closed connection is dead too (Conn's documented contract).
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) == c.gen &&
+		atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.state))) < uint32(StateClosed)
 }
 
 func (c Conn) send(op Opcode, b []byte) error {

@@ -100,6 +100,8 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
 	uint8_t *d;
 	size_t hl;
 
+	if (c->fd < 0)
+		return 0; /* a memory connection has no peer: pongs and closes go nowhere */
 	mask_key(l, key);
 	if (!c->is_tls) {
 		d = tl_out_reserve(c, TL_WS_MAX_HDR + n);

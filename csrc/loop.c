@@ -497,6 +497,10 @@ static int drain_commands(struct tl_loop *l)
 					tl_conn_teardown(l, c);
 				} else if (c->state == TL_ST_OPEN) {
 					tl_conn_send_close(l, c, cmd->code, payload, cmd->len);
+					/* Submit it now: without a send in flight nothing else
+					 * would, and the frame sat queued until the close timeout
+					 * (conformance cases X.6, X.13). */
+					tl_conn_flush(l, c);
 					tl_conn_set_state(l, c, TL_ST_CLOSING);
 					tl_set_deadline(l, c, l->cfg.close_timeout_ns);
 				} else if (c->state < TL_ST_OPEN) {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,9 +36,11 @@ import (
 //
 // Endpoints (chosen by the path of the upgrade request):
 //
-//	/flood?size=S&op=binary|text&n=N
+//	/flood?size=S&op=binary|text&n=N&ms=T
 //	    Pre-built S-byte frames written as fast as the socket takes them, in
-//	    256 KiB writes. With n=N>0: exactly N frames of a sequence-numbered
+//	    256 KiB writes until the client sends the text message "stop" (answered
+//	    with the text message "stopped" after the last flood frame) or for T ms
+//	    when ms is given, then idle until the client leaves. With n=N>0: exactly N frames of a sequence-numbered
 //	    stream (wstest.Payload), then close 1000 "done".
 //	/paced?size=S&rate=R&batch=B&sub=1
 //	    R frames per second of S (>= 16) bytes, B frames per write; payload
@@ -148,7 +151,7 @@ func serveFeedConn(c net.Conn) {
 		if q.Get("op") == "text" {
 			op = ws.OpText
 		}
-		feedFlood(c, fr, op, max(qint("size", 64), 0), qint("n", 0))
+		feedFlood(c, fr, op, max(qint("size", 64), 0), qint("n", 0), time.Duration(qint("ms", 0))*time.Millisecond)
 	case "/paced":
 		feedPaced(c, fr, max(qint("size", 64), 16), max(qint("rate", 20000), 1), max(qint("batch", 1), 1), q.Get("sub") == "1")
 	case "/echo":
@@ -177,9 +180,22 @@ func drain(c net.Conn, fr *frameReader) {
 	}
 }
 
-func feedFlood(c net.Conn, fr *frameReader, op ws.Opcode, size, n int) {
+func feedFlood(c net.Conn, fr *frameReader, op ws.Opcode, size, n int, limit time.Duration) {
 	done := make(chan struct{})
-	go func() { drain(c, fr); close(done) }()
+	var stop atomic.Bool
+	go func() {
+		defer close(done)
+		for {
+			op, p, err := fr.next()
+			if err != nil {
+				c.Close()
+				return
+			}
+			if op == ws.OpText && string(p) == "stop" {
+				stop.Store(true)
+			}
+		}
+	}()
 	if n <= 0 {
 		payload := wstest.PayloadOp(op, 0, size)
 		frame := ws.AppendFrame(nil, true, op, payload)
@@ -187,11 +203,17 @@ func feedFlood(c net.Conn, fr *frameReader, op ws.Opcode, size, n int) {
 		for len(buf) < 256<<10 {
 			buf = append(buf, frame...)
 		}
-		for {
+		end := time.Now().Add(limit)
+		for i := 0; !stop.Load() && (limit <= 0 || i&15 != 0 || time.Now().Before(end)); i++ {
 			if _, err := c.Write(buf); err != nil {
 				return
 			}
 		}
+		if stop.Load() {
+			c.Write(ws.AppendFrame(nil, true, ws.OpText, []byte("stopped")))
+		}
+		<-done // flood over: stay idle until the client leaves
+		return
 	}
 	buf := make([]byte, 0, 256<<10)
 	for i := 0; i < n; i++ {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -42,6 +43,16 @@ func (b *bench) writePlots(dir string) ([]string, error) {
 	return files, nil
 }
 
+// palette has one distinct colour per client line or bar (plotutil's
+// default repeats after seven).
+var palette = []color.RGBA{
+	{0xd6, 0x27, 0x28, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0xbc, 0xbd, 0x22, 0xff}, {0x1f, 0x77, 0xb4, 0xff},
+	{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x2c, 0xa0, 0x2c, 0xff},
+	{0x17, 0xbe, 0xcf, 0xff}, {0x7f, 0x7f, 0x7f, 0xff}, {0x00, 0x00, 0x00, 0xff},
+}
+
+func colorOf(i int) color.Color { return palette[i%len(palette)] }
+
 // cdfX maps a percentile to the "nines" axis: 0 -> 0, 90 -> 1, 99 -> 2 ...
 func cdfX(pct float64) float64 { return -math.Log10(1 - math.Min(pct, 99.9999)/100) }
 
@@ -81,8 +92,8 @@ func (b *bench) plotCDF(wl, file string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		l.Color = plotutil.Color(n)
-		l.Dashes = plotutil.Dashes(n / 7)
+		l.Color = colorOf(n)
+		l.Dashes = plotutil.Dashes(n / len(palette))
 		l.Width = vg.Points(1.5)
 		p.Add(l)
 		p.Legend.Add(r.Client, l)
@@ -142,12 +153,22 @@ func (b *bench) plotIngress(tr, file string) (bool, error) {
 			return false, err
 		}
 		bc.LineStyle.Width = 0
-		bc.Color = plotutil.Color(i)
+		bc.Color = colorOf(i)
 		bc.Offset = w * vg.Length(float64(i)-float64(len(clients)-1)/2)
 		p.Add(bc)
 		p.Legend.Add(c, bc)
 	}
 	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(40)
+	p.Y.Min = 0
+	top := 0.0
+	for _, m := range val {
+		for _, v := range m {
+			top = math.Max(top, v)
+		}
+	}
+	p.Y.Max = top * 1.45 // room for the legend
 	p.NominalX(names...)
 	p.Add(plotter.NewGrid())
 	return true, p.Save(10*vg.Inch, 5.5*vg.Inch, file)

@@ -62,6 +62,7 @@ type Want struct {
 type Opts struct {
 	HandshakeTimeout time.Duration // 0: the adapter's default
 	CloseAfter       int           // >0: the client starts the close after echoing this many messages
+	CloseDelay       time.Duration // ... this long after that echo (from another goroutine for talaris)
 	Slow             bool          // the consumer sleeps while handling events
 	Subprotocols     []string
 	Talaris          func(*talaris.Config) // extra talaris pool settings
@@ -107,9 +108,9 @@ func closeFrame(p []byte) []byte { return frame(true, ws.OpClose, p) }
 
 func cat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 
-func tm(s string) Frame    { return Frame{ws.OpText, []byte(s)} }
-func bm(p []byte) Frame    { return Frame{ws.OpBinary, p} }
-func tb(p []byte) Frame    { return Frame{ws.OpText, p} }
+func tm(s string) Frame { return Frame{ws.OpText, []byte(s)} }
+func bm(p []byte) Frame { return Frame{ws.OpBinary, p} }
+func tb(p []byte) Frame { return Frame{ws.OpText, p} }
 func pl(ps ...string) [][]byte {
 	out := make([][]byte, len(ps))
 	for i, p := range ps {
@@ -789,8 +790,10 @@ func beyondCases() []*Case {
 		},
 		Want: Want{Msgs: []Frame{tm("x")}, Err: talaris.ErrCloseTimeout, Check: clientClosedTCP}})
 	add(&Case{ID: "X.7", Sends: "masked text frame from the server",
-		Script: func(s *Sess) { s.Send(ws.AppendMaskedFrame(nil, true, ws.OpText, [4]byte{1, 2, 3, 4}, []byte("Hello"))) },
-		Want:   Want{Kind: Fail, Code: 1002, Err: talaris.ErrProtocol}})
+		Script: func(s *Sess) {
+			s.Send(ws.AppendMaskedFrame(nil, true, ws.OpText, [4]byte{1, 2, 3, 4}, []byte("Hello")))
+		},
+		Want: Want{Kind: Fail, Code: 1002, Err: talaris.ErrProtocol}})
 	add(&Case{ID: "X.8", Sends: "binary frame header announcing 16 MiB + 1 (over the 16 MiB limit), no payload",
 		Script: func(s *Sess) { s.Send(withLen(ws.OpBinary, 8, 16<<20+1, nil)) },
 		Want:   Want{Kind: Fail, Code: 1009, Err: talaris.ErrMessageTooBig}})
@@ -827,6 +830,13 @@ func beyondCases() []*Case {
 			s.Finish()
 		},
 		Want: Want{Kind: Lost, Msgs: []Frame{tm("whole")}, Code: 1006, Err: talaris.ErrConnectionLost}})
+	add(&Case{ID: "X.13", Sends: "text; the client closes 100 ms after its echo (idle connection); the server answers the close",
+		Opts: Opts{CloseAfter: 1, CloseDelay: 100 * time.Millisecond},
+		Script: func(s *Sess) {
+			s.Send(text("x"))
+			s.WaitClose(guardShort)
+		},
+		Want: Want{Msgs: []Frame{tm("x")}}})
 	return cs
 }
 

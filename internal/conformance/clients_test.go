@@ -70,6 +70,7 @@ func (gorillaClient) Run(url string, o Opts) *Result {
 		c.WriteMessage(mt, p)
 		r.Echoed++
 		if o.CloseAfter > 0 && r.Echoed == o.CloseAfter {
+			time.Sleep(o.CloseDelay)
 			c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "bye"), time.Now().Add(time.Second))
 			c.SetReadDeadline(time.Now().Add(time.Second)) // the client's close timeout
 		}
@@ -121,6 +122,7 @@ func (coderClient) Run(url string, o Opts) *Result {
 		c.Write(rctx, typ, p)
 		r.Echoed++
 		if o.CloseAfter > 0 && r.Echoed == o.CloseAfter {
+			time.Sleep(o.CloseDelay)
 			err := c.Close(coder.StatusNormalClosure, "bye")
 			r.Final = "Close: " + fmt.Sprint(err)
 			if err != nil {

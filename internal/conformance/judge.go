@@ -18,7 +18,7 @@ type Result struct {
 	Code        int    // close code of the final event (talaris) or close error (others); 0 if none
 	Err         error  // final error (talaris: EventError.Err)
 	Subprotocol string
-	Echoed      int   // messages echoed
+	Echoed      int // messages echoed
 	Notes       []string
 }
 
@@ -144,7 +144,9 @@ func Judge(c *Case, o *Obs, r *Result, strict bool) string {
 	if o == nil {
 		return "the server saw no connection"
 	}
-	if o.BadFrame != "" {
+	if o.BadFrame != "" && (w.Kind != NoOpen || r.Opened) {
+		// (A client that refused the upgrade may reuse the TCP
+		// connection for another HTTP request: those bytes are not frames.)
 		return "client sent an invalid frame: " + o.BadFrame
 	}
 	if o.AfterClose > 0 {

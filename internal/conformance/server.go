@@ -56,6 +56,7 @@ type Server struct {
 	cases map[string]*Case
 	mu    sync.Mutex
 	wait  map[string]chan *Obs
+	gone  map[string]chan struct{}
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -67,7 +68,7 @@ func NewServer(cases []*Case) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{URL: "ws://" + ln.Addr().String(), ln: ln, cases: map[string]*Case{},
-		wait: map[string]chan *Obs{}, conns: map[net.Conn]struct{}{}}
+		wait: map[string]chan *Obs{}, gone: map[string]chan struct{}{}, conns: map[net.Conn]struct{}{}}
 	for _, c := range cases {
 		s.cases[c.ID] = c
 	}
@@ -88,14 +89,18 @@ func (s *Server) Close() {
 }
 
 // Expect registers interest in the connection for client and case id and
-// returns the URL to dial and the channel its observations arrive on.
-func (s *Server) Expect(client, id string) (string, <-chan *Obs) {
+// returns the URL to dial, the channel its observations arrive on, and a
+// func to call once the client has finished (so that the server stops
+// waiting for a reaction that will not come).
+func (s *Server) Expect(client, id string) (string, <-chan *Obs, func()) {
 	path := "/" + client + "/" + id
 	ch := make(chan *Obs, 1)
+	gone := make(chan struct{})
 	s.mu.Lock()
 	s.wait[path] = ch
+	s.gone[path] = gone
 	s.mu.Unlock()
-	return s.URL + path, ch
+	return s.URL + path, ch, sync.OnceFunc(func() { close(gone) })
 }
 
 func (s *Server) accept() {
@@ -130,7 +135,9 @@ func (s *Server) serve(nc net.Conn) {
 	nc.SetReadDeadline(time.Time{})
 	s.mu.Lock()
 	ch := s.wait[req.URL.Path]
+	gone := s.gone[req.URL.Path]
 	delete(s.wait, req.URL.Path)
+	delete(s.gone, req.URL.Path)
 	s.mu.Unlock()
 	parts := strings.SplitN(strings.TrimPrefix(req.URL.Path, "/"), "/", 2)
 	var c *Case
@@ -142,7 +149,7 @@ func (s *Server) serve(nc net.Conn) {
 		return
 	}
 	ss := &Sess{nc: nc, br: br, req: req, obs: &Obs{Requested: true}, changed: make(chan struct{}),
-		readDone: make(chan struct{})}
+		readDone: make(chan struct{}), clientGone: gone}
 	ss.accept = ws.AcceptKey(req.Header.Get("Sec-WebSocket-Key"))
 	ss.run(c)
 	nc.Close()
@@ -164,15 +171,16 @@ type Sess struct {
 	req    *http.Request
 	accept string // Sec-WebSocket-Accept for the client's key
 
-	mu        sync.Mutex
-	obs       *Obs
-	changed   chan struct{} // closed and replaced on every observation
-	eof       bool
-	readDone  chan struct{}
-	gate      sync.Mutex // held by the script to pause the reader
-	sentClose bool
-	finished  bool
-	writeErr  error
+	mu         sync.Mutex
+	obs        *Obs
+	changed    chan struct{} // closed and replaced on every observation
+	eof        bool
+	readDone   chan struct{}
+	clientGone <-chan struct{} // closed when the client adapter has returned
+	gate       sync.Mutex      // held by the script to pause the reader
+	sentClose  bool
+	finished   bool
+	writeErr   error
 }
 
 // StdResponse is the standard 101 response head ("{accept}" is replaced
@@ -340,6 +348,15 @@ func (s *Sess) waitUntil(d time.Duration, cond func(o *Obs) bool) bool {
 		case <-ch:
 		case <-t.C:
 			return false
+		case <-s.clientGone:
+			// The client has returned (and closed its socket): let the
+			// reader take in what it sent, check once more, then stop.
+			s.clientGone = nil
+			select {
+			case <-s.readDone:
+			case <-time.After(guardShort):
+			}
+			t.Reset(0)
 		}
 	}
 }
@@ -364,6 +381,13 @@ func (s *Sess) WaitEOF(d time.Duration) bool {
 	select {
 	case <-s.readDone:
 		return true
+	case <-s.clientGone:
+		select {
+		case <-s.readDone:
+			return true
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
 	case <-time.After(d):
 		return false
 	}

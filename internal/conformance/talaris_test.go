@@ -68,7 +68,11 @@ func (talarisClient) Run(url string, o Opts) *Result {
 				}
 				r.Echoed++
 				if o.CloseAfter > 0 && r.Echoed == o.CloseAfter {
-					c.Close(talaris.CloseNormal, "bye")
+					if o.CloseDelay > 0 {
+						time.AfterFunc(o.CloseDelay, func() { c.Close(talaris.CloseNormal, "bye") })
+					} else {
+						c.Close(talaris.CloseNormal, "bye")
+					}
 				}
 			case talaris.EventClose:
 				r.Final = fmt.Sprintf("EventClose %d", ev.Code)

@@ -1,0 +1,265 @@
+//go:build linux && cgo
+
+package talaris
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	gobwas "github.com/gobwas/ws"
+	"github.com/gorilla/websocket"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// BenchmarkDecode is the in-memory decode workload of the design brief:
+// 100k server messages, 1/3 binary (an 8-byte little-endian u64 id) and 2/3
+// text ({"id":i}), read in 4096-byte pieces, the callback summing the ids.
+// ns/msg is the figure to compare:
+//
+//	talaris: DialMemory + Conn.Inject of 4096-byte chunks -> C parser on the
+//	         loop thread -> event ring -> PumpData callback
+//	gobwas:  ws.ReadHeader + io.ReadFull on a 4096-byte bufio.Reader over a
+//	         bytes.Reader
+//	gorilla: Conn.NextReader over an in-memory net.Conn (4096-byte reads)
+//
+// Run: go test -run '^$' -bench BenchmarkDecode -benchtime 20x .
+func BenchmarkDecode(b *testing.B) {
+	stream, want := decodeStream(decodeMsgs)
+	b.Run("talaris", func(b *testing.B) { benchDecodeTalaris(b, stream, want) })
+	b.Run("gobwas", func(b *testing.B) { benchDecodeGobwas(b, stream, want) })
+	b.Run("gorilla", func(b *testing.B) { benchDecodeGorilla(b, stream, want) })
+}
+
+const (
+	decodeMsgs  = 100_000
+	decodeChunk = 4096
+)
+
+// decodeStream builds the server frames of the workload and the id sum.
+func decodeStream(n int) ([]byte, uint64) {
+	var out []byte
+	var sum uint64
+	var p []byte
+	for i := range n {
+		if i%3 == 0 {
+			p = binary.LittleEndian.AppendUint64(p[:0], uint64(i))
+			out = ws.AppendFrame(out, true, ws.OpBinary, p)
+		} else {
+			p = append(p[:0], `{"id":`...)
+			p = strconv.AppendInt(p, int64(i), 10)
+			p = append(p, '}')
+			out = ws.AppendFrame(out, true, ws.OpText, p)
+		}
+		sum += uint64(i)
+	}
+	return out, sum
+}
+
+// msgID extracts the id of a workload message: a binary u64, or the
+// digits after `{"id":` in a text message (parsed by hand).
+func msgID(text bool, p []byte) uint64 {
+	if !text {
+		return binary.LittleEndian.Uint64(p)
+	}
+	var v uint64
+	for _, c := range p[6:] {
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v
+}
+
+func reportPerMsg(b *testing.B, iters int) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(iters*decodeMsgs), "ns/msg")
+}
+
+func benchDecodeTalaris(b *testing.B, stream []byte, want uint64) {
+	p, err := NewPool(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	c, err := p.DialMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum uint64
+	var got int
+	fn := func(_ Conn, op Opcode, payload []byte) {
+		sum += msgID(op == OpText, payload)
+		got++
+	}
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	iters := 0
+	for b.Loop() {
+		sum, got = 0, 0
+		for off := 0; off < len(stream); off += decodeChunk {
+			if err := c.Inject(stream[off:min(off+decodeChunk, len(stream))]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for got < decodeMsgs {
+			if _, err := p.PumpData(fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if sum != want || got != decodeMsgs {
+			b.Fatalf("sum %d of %d messages, want %d of %d", sum, got, want, decodeMsgs)
+		}
+		iters++
+	}
+	reportPerMsg(b, iters)
+}
+
+func benchDecodeGobwas(b *testing.B, stream []byte, want uint64) {
+	src := bytes.NewReader(stream)
+	r := bufio.NewReaderSize(src, decodeChunk)
+	buf := make([]byte, 64)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	iters := 0
+	for b.Loop() {
+		src.Reset(stream)
+		r.Reset(src)
+		var sum uint64
+		for range decodeMsgs {
+			h, err := gobwas.ReadHeader(r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pl := buf[:h.Length]
+			if _, err := io.ReadFull(r, pl); err != nil {
+				b.Fatal(err)
+			}
+			switch h.OpCode {
+			case gobwas.OpText:
+				sum += msgID(true, pl)
+			case gobwas.OpBinary:
+				sum += msgID(false, pl)
+			}
+		}
+		if sum != want {
+			b.Fatalf("sum %d, want %d", sum, want)
+		}
+		iters++
+	}
+	reportPerMsg(b, iters)
+}
+
+func benchDecodeGorilla(b *testing.B, stream []byte, want uint64) {
+	mc := &memConn{stream: stream}
+	d := websocket.Dialer{
+		NetDialContext:  func(context.Context, string, string) (net.Conn, error) { return mc, nil },
+		ReadBufferSize:  decodeChunk,
+		WriteBufferSize: decodeChunk,
+	}
+	conn, _, err := d.Dial("ws://bench.invalid/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	iters := 0
+	for b.Loop() {
+		var sum uint64
+		for range decodeMsgs {
+			mt, r, err := conn.NextReader()
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for {
+				k, err := r.Read(buf[n:])
+				n += k
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			sum += msgID(mt == websocket.TextMessage, buf[:n])
+		}
+		if sum != want {
+			b.Fatalf("sum %d, want %d", sum, want)
+		}
+		iters++
+	}
+	reportPerMsg(b, iters)
+}
+
+// memConn is a net.Conn for gorilla's client: it answers the upgrade
+// request, then serves stream over and over, at most decodeChunk bytes per
+// Read.
+type memConn struct {
+	mu     sync.Mutex
+	req    []byte
+	resp   []byte
+	stream []byte
+	pos    int
+	open   bool
+}
+
+func (m *memConn) Write(p []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.open {
+		m.req = append(m.req, p...)
+	}
+	return len(p), nil
+}
+
+func (m *memConn) Read(p []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(p) > decodeChunk {
+		p = p[:decodeChunk]
+	}
+	if !m.open {
+		if m.resp == nil {
+			key := ""
+			for _, line := range bytes.Split(m.req, []byte("\r\n")) {
+				if k, v, ok := bytes.Cut(line, []byte(": ")); ok && bytes.EqualFold(k, []byte("Sec-WebSocket-Key")) {
+					key = string(v)
+				}
+			}
+			if key == "" {
+				return 0, errors.New("memConn: no Sec-WebSocket-Key in the request")
+			}
+			m.resp = []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+				"Sec-WebSocket-Accept: " + ws.AcceptKey(key) + "\r\n\r\n")
+		}
+		n := copy(p, m.resp)
+		m.resp = m.resp[n:]
+		if len(m.resp) == 0 {
+			m.open = true
+		}
+		return n, nil
+	}
+	n := copy(p, m.stream[m.pos:])
+	m.pos += n
+	if m.pos == len(m.stream) {
+		m.pos = 0
+	}
+	return n, nil
+}
+
+func (m *memConn) Close() error                     { return nil }
+func (m *memConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (m *memConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (m *memConn) SetDeadline(time.Time) error      { return nil }
+func (m *memConn) SetReadDeadline(time.Time) error  { return nil }
+func (m *memConn) SetWriteDeadline(time.Time) error { return nil }
