@@ -1,0 +1,132 @@
+//go:build linux && cgo
+
+package talaris
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startPythonPeer runs testdata/python/ws_server.py (Python's websockets
+// library) and returns its port. Skips when python3 or websockets is
+// missing (./build.sh installs websockets).
+func startPythonPeer(t *testing.T, tls bool) string {
+	t.Helper()
+	if err := exec.Command("python3", "-c", "import websockets").Run(); err != nil {
+		t.Skip("python3 with the websockets module is not installed (./build.sh test installs it)")
+	}
+	args := []string{"testdata/python/ws_server.py"}
+	if tls {
+		args = append(args, "--tls", "testdata/server.pem", "testdata/server-key.pem")
+	}
+	cmd := exec.Command("python3", args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "LISTEN ") {
+		t.Fatalf("python peer did not start: %q %v", line, err)
+	}
+	return strings.TrimSpace(strings.TrimPrefix(line, "LISTEN "))
+}
+
+// TestPythonWebsockets streams from Python's websockets (an independent
+// WebSocket implementation) over ws:// and wss:// and checks every message,
+// the clean close and an echo round trip.
+func TestPythonWebsockets(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		name, scheme, opts := "ws", "ws", (*DialOptions)(nil)
+		if tls {
+			name, scheme, opts = "wss", "wss", &DialOptions{TLS: TLSOptions{RootCAFile: "testdata/ca.pem"}}
+		}
+		t.Run(name, func(t *testing.T) {
+			port := startPythonPeer(t, tls)
+			p, err := NewPool(Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const n, size = 5000, 100
+			c, err := p.Dial(ctx, fmt.Sprintf("%s://127.0.0.1:%s/stream?n=%d&size=%d", scheme, port, n, size), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got uint64
+			var final *Event
+			for final == nil {
+				if _, err := p.Pump(func(cc Conn, ev Event) {
+					switch ev.Kind {
+					case EventBinary:
+						if len(ev.Payload) != size || binary.LittleEndian.Uint64(ev.Payload) != got {
+							t.Fatalf("message %d: bad payload (len %d)", got, len(ev.Payload))
+						}
+						for i := 8; i < size; i++ {
+							if ev.Payload[i] != byte(int(got)+i) {
+								t.Fatalf("message %d: byte %d is %d", got, i, ev.Payload[i])
+							}
+						}
+						got++
+					case EventClose, EventError:
+						e := ev
+						e.Reason = append([]byte(nil), ev.Reason...)
+						final = &e
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got != n || final.Kind != EventClose || final.Code != 1000 || string(final.Reason) != "done" {
+				t.Fatalf("got %d/%d messages, final %v code %d reason %q err %v", got, n, final.Kind, final.Code, final.Reason, final.Err)
+			}
+			_ = c
+
+			e, err := p.Dial(ctx, fmt.Sprintf("%s://127.0.0.1:%s/echo", scheme, port), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.SendText([]byte("héllo from talaris")); err != nil {
+				t.Fatal(err)
+			}
+			echoed := ""
+			for echoed == "" {
+				if _, err := p.Pump(func(cc Conn, ev Event) {
+					if cc == e && ev.Kind == EventText {
+						echoed = string(ev.Payload)
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if echoed != "héllo from talaris" {
+				t.Fatalf("echo %q", echoed)
+			}
+			if err := e.Close(1000, "bye"); err != nil {
+				t.Fatal(err)
+			}
+			closed := false
+			for !closed {
+				p.Pump(func(cc Conn, ev Event) {
+					if cc == e && (ev.Kind == EventClose || ev.Kind == EventError) {
+						if ev.Kind != EventClose || ev.Code != 1000 {
+							t.Errorf("close: %v %d %v", ev.Kind, ev.Code, ev.Err)
+						}
+						closed = true
+					}
+				})
+			}
+		})
+	}
+}
