@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x447d87ef46ab248f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xcd45dc4d56268e5e
 import "C"
 
-const csrcHash = "447d87ef46ab248f"
+const csrcHash = "cd45dc4d56268e5e"

@@ -420,7 +420,10 @@ func TestManyConnections(t *testing.T) {
 		byConn := map[Conn]*streamState{}
 		bySlot := make([]*streamState, 1024)
 		for i := range conns {
-			spec := streamSpec{n: scaled(5000), size: 8 + 13*i, text: i%2 == 1}
+			// (Volume kept modest: the test servers give up on the close
+			// handshake after 5 s and then reset connections with unread
+			// pongs, which -race on 2 cores could otherwise run into.)
+			spec := streamSpec{n: scaled(2000), size: 8 + 3*i, text: i%2 == 1}
 			if i%8 == 3 {
 				spec.frag, spec.ping = 3, true
 			}

@@ -617,8 +617,9 @@ static void on_eof(struct tl_loop *l, struct tl_conn *c)
 		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0,
 			     c->eof_errno ? strerror(c->eof_errno) : "connection closed during the handshake");
 	} else {
-		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 1006,
-			     c->eof_errno ? strerror(c->eof_errno) : "connection closed without a close frame");
+		/* (A failed send may have taken the socket's error: report it.) */
+		int e = c->eof_errno ? c->eof_errno : c->send_errno;
+		tl_conn_fail(l, c, TL_E_LOST, e, 1006, e ? strerror(e) : "connection closed without a close frame");
 	}
 }
 
@@ -656,6 +657,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 				if (c->rxq_head < 0)
 					c->rxq_tail = -1;
 				c->rx_off = 0;
+				c->rx_slots--;
 				tl_bufring_recycle(&l->br, bid);
 			}
 			if (r == FEED_DEAD)

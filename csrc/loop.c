@@ -92,6 +92,10 @@ void tl_conn_flush(struct tl_loop *l, struct tl_conn *c)
 	if (c->send_inflight || c->fd < 0 || c->state == TL_ST_CONNECTING)
 		return;
 	ob = &c->out[c->cur];
+	if (c->send_errno) { /* the socket refused a send: nobody reads these bytes */
+		ob->len = 0;
+		return;
+	}
 	if (ob->len == 0)
 		return;
 	sqe = tl_sqe(l);
@@ -253,6 +257,7 @@ static void free_rxq(struct tl_loop *l, struct tl_conn *c)
 	}
 	c->rxq_tail = -1;
 	c->rx_off = 0;
+	c->rx_slots = 0;
 }
 
 static void free_dial(struct tl_dial *d)
@@ -290,11 +295,14 @@ static void finish(struct tl_loop *l, struct tl_conn *c)
 	else
 		rc = tl_emit(l, c, kind, (const uint8_t *)p->detail, strnlen(p->detail, sizeof(p->detail)),
 			     c->fail_code, c->fail_err, c->fail_aux, TL_EVF_FINAL);
-	if (rc) {
+	if (rc && !l->shutting_down) {
 		c->final_pending = 1;
 		tl_stall(l, c);
 		return;
 	}
+	/* (When the pool is closing and the ring is full, the final event is
+	 * dropped: Go stopped pumping, and Close promises to drop pending
+	 * events rather than wait for room.) */
 	c->final_pending = 0;
 	c->state = TL_ST_IDLE;
 	c->dying = 0;
@@ -337,7 +345,7 @@ void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c)
 							: tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
 			io_uring_prep_cancel64(sqe, target, 0);
 			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
-			c->cancel_inflight = 1;
+			c->cancel_inflight++;
 		}
 	}
 	if (c->send_inflight && c->fd >= 0)
@@ -360,7 +368,7 @@ void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 	c->discard = 1;
 	c->msg_ready = 0;
 	c->ctrl_ready = 0;
-	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && c->fd >= 0) {
+	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && !c->send_errno && c->fd >= 0) {
 		tl_conn_send_close(l, c, code, NULL, 0);
 		tl_conn_set_state(l, c, TL_ST_CLOSING);
 		tl_conn_flush(l, c);
@@ -537,6 +545,8 @@ static int drain_commands(struct tl_loop *l)
 
 /* ---- completions ---- */
 
+static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c);
+
 static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *cqe)
 {
 	int more = !!(cqe->flags & IORING_CQE_F_MORE);
@@ -554,6 +564,7 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 			else
 				c->rxq_head = (int32_t)bid;
 			c->rxq_tail = (int32_t)bid;
+			c->rx_slots++;
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
 		}
 	}
@@ -584,6 +595,38 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		tl_conn_drive(l, c);
 	else if (c->eof)
 		tl_stall(l, c);
+	if (c->stalled && !c->dying)
+		maybe_pause_recv(l, c);
+}
+
+/* maybe_pause_recv stops the kernel from handing more slots to a stalled
+ * connection that already holds its share of the buffer ring: the bytes
+ * then wait in its socket (TCP slows that sender) and the other
+ * connections keep slots to receive with. Resumed by resume_recv. */
+static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!c->recv_armed || c->recv_paused || c->rx_slots < l->br.count / 4 + 1)
+		return;
+	sqe = tl_sqe(l);
+	if (!sqe)
+		return;
+	io_uring_prep_cancel64(sqe, tl_ud(TL_OPK_RECV, c->gen, c->slot), 0);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+	c->cancel_inflight++;
+	c->recv_paused = 1;
+}
+
+static void resume_recv(struct tl_loop *l, struct tl_conn *c)
+{
+	if (!c->recv_paused || c->stalled || c->dying || c->eof)
+		return;
+	c->recv_paused = 0;
+	if (!c->recv_armed && c->fd >= 0) {
+		arm_recv(l, c);
+		STAT_ADD(l, rearms, 1);
+	}
 }
 
 static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
@@ -593,6 +636,20 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 	c->send_inflight = 0;
 	if (res < 0) {
 		ob->len = 0;
+		if (!c->dying && c->state >= TL_ST_OPEN && !c->fail_err && !c->close_rcvd && !c->send_errno) {
+			/* The peer reset while we wrote (a pong racing its RST). What
+			 * it sent before is still in our socket or slot queue,
+			 * acknowledged: keep reading it (the recv ends with the same
+			 * error or EOF, and on_eof fails the connection once the queue
+			 * is parsed) rather than drop frames the server did send.
+			 * Writes are dropped from here on; the close timeout bounds
+			 * the wait. */
+			c->send_errno = -res;
+			c->out[c->cur].len = 0;
+			if (!c->deadline_ns)
+				tl_set_deadline(l, c, l->cfg.close_timeout_ns);
+			return;
+		}
 		if (!c->dying) {
 			c->eof = 1;
 			c->eof_errno = -res;
@@ -687,7 +744,7 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 		on_connect(l, c, cqe->res);
 		break;
 	case TL_OPK_CANCEL:
-		c->cancel_inflight = 0;
+		c->cancel_inflight--;
 		maybe_finish(l, c);
 		break;
 	}
@@ -706,6 +763,13 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 		tl_conn_teardown(l, c);
 	} else if (c->close_rcvd) {
 		/* We answered the peer's close; it did not drop TCP in time. */
+		tl_conn_teardown(l, c);
+	} else if (c->send_errno) {
+		/* A send failed and the receive side did not end in time. (If it
+		 * did end, on_eof follows once Go has taken the queued input.) */
+		if (c->eof)
+			return;
+		tl_conn_fail(l, c, TL_E_LOST, c->send_errno, 1006, strerror(c->send_errno));
 		tl_conn_teardown(l, c);
 	} else {
 		tl_conn_fail(l, c, TL_E_CLOSE_TIMEOUT, 0, 1006, "no close frame from the peer in time");
@@ -749,20 +813,21 @@ static void run_stalled(struct tl_loop *l)
 		if (c->dying || c->state == TL_ST_IDLE)
 			continue;
 		tl_conn_drive(l, c);
+		resume_recv(l, c);
 	}
 }
 
 static void run_rearms(struct tl_loop *l)
 {
 	/* Re-arm only when the kernel has slots to give; else ENOBUFS again. */
-	if (l->br.in_use >= l->br.count - l->br.count / 8)
+	if (l->br.in_use + (l->br.count >= 16 ? l->br.count / 16 : 1) > l->br.count)
 		return;
 	l->rearm_waiting = 0;
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
 		if (c->want_rearm && !c->recv_armed && !c->dying && !c->eof && c->fd >= 0 &&
 		    c->state != TL_ST_IDLE) {
-			if (c->stalled) {
+			if (c->stalled || c->recv_paused) {
 				l->rearm_waiting++;
 				continue;
 			}
@@ -792,6 +857,10 @@ static void shutdown_all(struct tl_loop *l)
 {
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
+		if (c->final_pending) {
+			finish(l, c); /* shutting down: the event is dropped if there is no room */
+			continue;
+		}
 		if (c->state == TL_ST_IDLE || c->dying)
 			continue;
 		if (c->state == TL_ST_OPEN && !c->close_sent) {

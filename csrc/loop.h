@@ -74,7 +74,8 @@ struct tl_conn {
 	uint8_t recv_armed;   /* a multishot recv is in the kernel */
 	uint8_t want_rearm;   /* recv ended; re-arm when buffers allow */
 	uint8_t send_inflight;
-	uint8_t cancel_inflight;
+	uint8_t cancel_inflight; /* async cancels in the kernel (pause and teardown) */
+	uint8_t recv_paused;     /* recv cancelled while stalled holding its share of slots */
 	uint8_t connect_inflight;
 	uint8_t dying;        /* teardown started: no new ops */
 	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
@@ -84,10 +85,12 @@ struct tl_conn {
 	uint8_t final_pending; /* teardown done, final event not yet published */
 	uint8_t open_pending;  /* open, EventOpen not yet published */
 	int eof_errno;
+	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
 
 	/* received slots not yet consumed, as a list through loop->slot_next */
 	int32_t rxq_head, rxq_tail;
 	uint32_t rx_off;
+	uint32_t rx_slots;    /* slots in the queue */
 
 	/* upgrade */
 	struct tl_dial *dial;

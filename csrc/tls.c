@@ -73,6 +73,7 @@ static int slot_bio_read(BIO *b, char *out, int outl)
 			if (c->rxq_head < 0)
 				c->rxq_tail = -1;
 			c->rx_off = 0;
+			c->rx_slots--;
 			tl_bufring_recycle(&l->br, bid);
 		}
 	}

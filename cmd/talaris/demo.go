@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -24,7 +26,7 @@ func demoMain(args []string) error {
 	}
 	dur := fs.Duration("duration", 10*time.Second, "how long to run")
 	conns := fs.Int("conns", 4, "connections")
-	rate := fs.Int("rate", 200000, "messages per second in total (all connections)")
+	rate := fs.Int("rate", 100000, "messages per second in total (all connections)")
 	size := fs.Int("size", 64, "message size in bytes (>= 16)")
 	plain := fs.Bool("ws", false, "use ws:// even when TLS is available")
 	loopCPU := fs.Int("loop-cpu", -1, "pin the C loop thread to this CPU")
@@ -61,7 +63,7 @@ func demoMain(args []string) error {
 	defer pool.Close()
 
 	perConn := *rate / *conns
-	batch := max(1, perConn/10000) // one write per 100 us per connection
+	batch := max(1, perConn/5000) // about one write per 200 us per connection
 	path := fmt.Sprintf("/paced?size=%d&rate=%d&batch=%d&sub=1", *size, perConn, batch)
 	scheme, addr := "ws", feed.WS
 	var opts *talaris.DialOptions

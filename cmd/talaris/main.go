@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command talaris is the command-line face of the talaris WebSocket client:
 //
 //	talaris demo            a local feed server in a child process, a Pool reading from it, live rates and latency

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -86,6 +85,8 @@ type Case struct {
 	Want   Want
 	Opts   Opts
 	Heavy  bool // big payloads: skipped under -race and -short
+	// NoTLS, if set, says why the case is not run over wss://.
+	NoTLS string
 }
 
 // ---- frame builders ----
@@ -690,7 +691,7 @@ func handshakeCases() []*Case {
 	add(&Case{ID: "H.24", Sends: "half a response head, then FIN",
 		Handshake: func(s *Sess) {
 			s.Send([]byte(st101 + "\r\nUpgrade: webs"))
-			s.Conn().(*net.TCPConn).CloseWrite()
+			s.CloseWrite()
 		},
 		Want: Want{Kind: NoOpen, Err: talaris.ErrConnectionLost}})
 	add(&Case{ID: "H.25", Sends: "half a response head, then RST",
@@ -751,6 +752,8 @@ func beyondCases() []*Case {
 	add(&Case{ID: "X.4", Sends: "ping flood (125-byte pings) while the server reads nothing and the consumer is slow; then text \"end\"",
 		Policy: "back-pressure: the client stops reading once its pong queue is full (talaris: MaxSendQueue 256 KiB, 256-event ring)",
 		Script: pingFlood,
+		NoTLS: "the flood detects back-pressure with a write deadline, and crypto/tls cannot write again after one fires " +
+			"(TLS back-pressure is covered by TestTLSIntegrity and the fault tests)",
 		Opts: Opts{Slow: true, Talaris: func(c *talaris.Config) {
 			c.MaxSendQueue = 256 << 10
 			c.EventRingSize = 256
@@ -816,7 +819,7 @@ func beyondCases() []*Case {
 			s.Send(text("whole"))
 			s.WaitMsgs(1, guardShort)
 			s.Send(text(strings.Repeat("y", 100))[:50])
-			s.Conn().(*net.TCPConn).CloseWrite()
+			s.CloseWrite()
 			s.WaitEOF(guardShort)
 			s.Finish()
 		},
@@ -825,7 +828,7 @@ func beyondCases() []*Case {
 		Script: func(s *Sess) {
 			s.Send(text("whole"))
 			s.WaitMsgs(1, guardShort)
-			s.Conn().(*net.TCPConn).CloseWrite()
+			s.CloseWrite()
 			s.WaitEOF(guardShort)
 			s.Finish()
 		},

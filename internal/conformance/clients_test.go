@@ -4,14 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	coder "github.com/coder/websocket"
 	"github.com/gorilla/websocket"
 )
 
-// talarisAdapter is set on platforms where talaris runs (linux, cgo).
-var talarisAdapter Client
+// talarisAdapter and talarisTLSAdapter (the same client over wss://) are
+// set on platforms where talaris runs (linux, cgo).
+var talarisAdapter, talarisTLSAdapter Client
+
+// wssSuffix ends the name of a client column that runs over wss://.
+const wssSuffix = "-wss"
+
+// The test PKI (see ../../testdata): the server certificate is valid for
+// 127.0.0.1 and signed by the test CA.
+const (
+	testCAFile   = "../../testdata/ca.pem"
+	testCertFile = "../../testdata/server.pem"
+	testKeyFile  = "../../testdata/server-key.pem"
+)
+
+func isTLSClient(cl Client) bool { return strings.HasSuffix(cl.Name(), wssSuffix) }
 
 // readLimit matches talaris' default MaxMessageSize so that the comparison
 // clients are not failed by their smaller defaults (coder: 32 KiB).

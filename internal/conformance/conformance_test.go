@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -19,10 +20,12 @@ type row struct {
 	ran      bool
 	why      string // "" = pass
 	observed string
+	skip     string // why the case is not run for this client
 }
 
-// TestConformance runs every case against talaris (asserted) and against
-// the gorilla and coder clients (recorded for comparison only).
+// TestConformance runs every case against talaris over ws:// and over
+// wss:// (both asserted) and against the gorilla and coder clients over
+// ws:// (recorded for comparison only).
 func TestConformance(t *testing.T) {
 	cases := Cases()
 	skipHeavy := testing.Short() || raceEnabled
@@ -34,10 +37,17 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	cert, err := tls.LoadX509KeyPair(testCertFile, testKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.ListenTLS(&tls.Config{Certificates: []tls.Certificate{cert}}); err != nil {
+		t.Fatal(err)
+	}
 
 	clients := []Client{}
 	if talarisAdapter != nil {
-		clients = append(clients, talarisAdapter)
+		clients = append(clients, talarisAdapter, talarisTLSAdapter)
 	}
 	compare := !raceEnabled // the comparison columns are informational; skip them under -race
 	if compare {
@@ -48,13 +58,18 @@ func TestConformance(t *testing.T) {
 	t.Run("client", func(t *testing.T) {
 		for ci, cl := range clients {
 			rows[ci] = make([]row, len(cases))
-			strict := cl.Name() == "talaris"
+			strict := strings.HasPrefix(cl.Name(), "talaris")
+			overTLS := isTLSClient(cl)
 			t.Run(cl.Name(), func(t *testing.T) {
 				t.Parallel()
 				var wg sync.WaitGroup
 				sem := make(chan struct{}, 6)
 				for i, c := range cases {
 					if c.Heavy && skipHeavy {
+						continue
+					}
+					if overTLS && c.NoTLS != "" {
+						rows[ci][i] = row{skip: c.NoTLS}
 						continue
 					}
 					run := func() {
@@ -65,6 +80,9 @@ func TestConformance(t *testing.T) {
 							}
 						}()
 						url, ch, clientDone := srv.Expect(cl.Name(), c.ID)
+						if overTLS {
+							url = srv.TLSURL + strings.TrimPrefix(url, srv.URL)
+						}
 						r := cl.Run(url, c.Opts)
 						clientDone()
 						var o *Obs
@@ -109,8 +127,8 @@ func TestConformance(t *testing.T) {
 		t.Logf("%-8s %d/%d pass", cl.Name(), pass, n)
 	}
 	if *updateDoc {
-		if len(clients) != 3 {
-			t.Fatal("-update-doc needs all three clients (linux, cgo)")
+		if len(clients) != 4 {
+			t.Fatal("-update-doc needs all four client columns (linux, cgo)")
 		}
 		if err := writeDoc(cases, clients, rows, time.Since(start)); err != nil {
 			t.Fatal(err)
@@ -146,15 +164,25 @@ run for comparison only, with the same 16 MiB read limit as talaris and
 accepting the "Alt" close codes (e.g. 1000 instead of echoing the received
 code). A failing comparison cell is information, not a test failure.
 
+The talaris-wss column runs every case again over TLS: the same server
+wraps each connection in crypto/tls (testdata/server.pem, signed by the test
+CA that the client trusts through TLSOptions.RootCAFile), so every byte of a
+case, chops and resets included, travels inside TLS records and through the
+C core's TLS path. Over TLS, a FIN without a close frame is preceded by
+close_notify, and a reset carries none. Cases that cannot run over TLS say why.
+
 Timeouts in the run are hang guards only; talaris runs with
 Config.CloseTimeout = 1 s and, for H.23, a 1.5 s handshake timeout (the other
 clients get the same handshake timeout).
 
 `)
-	b.WriteString("## Totals\n\n| client | pass | fail | total |\n| --- | ---: | ---: | ---: |\n")
+	b.WriteString("## Totals\n\n| client | pass | fail | skipped | total run |\n| --- | ---: | ---: | ---: | ---: |\n")
 	for ci, cl := range clients {
-		pass, n := 0, 0
+		pass, n, skipped := 0, 0, 0
 		for _, r := range rows[ci] {
+			if r.skip != "" {
+				skipped++
+			}
 			if r.ran {
 				n++
 				if r.why == "" {
@@ -162,7 +190,7 @@ clients get the same handshake timeout).
 				}
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", cl.Name(), pass, n-pass, n)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", cl.Name(), pass, n-pass, skipped, n)
 	}
 	b.WriteString("\n## Deliberate policies\n\n| case | policy |\n| --- | --- |\n")
 	for _, c := range cases {
@@ -186,6 +214,8 @@ clients get the same handshake timeout).
 		for ci := range clients {
 			r := rows[ci][i]
 			switch {
+			case r.skip != "":
+				fmt.Fprintf(&b, " skipped: %s |", cell(r.skip))
 			case !r.ran:
 				b.WriteString(" not run |")
 			case r.why == "":

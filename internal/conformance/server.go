@@ -3,6 +3,7 @@ package conformance
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -50,9 +51,11 @@ type Obs struct {
 // script of raw bytes. The request path is /<client>/<case id>; the
 // observations of each connection are delivered to Expect's channel.
 type Server struct {
-	URL string
+	URL    string
+	TLSURL string // wss:// base URL once ListenTLS has run
 
 	ln    net.Listener
+	tlsLn net.Listener
 	cases map[string]*Case
 	mu    sync.Mutex
 	wait  map[string]chan *Obs
@@ -73,13 +76,36 @@ func NewServer(cases []*Case) (*Server, error) {
 		s.cases[c.ID] = c
 	}
 	s.wg.Add(1)
-	go s.accept()
+	go s.acceptOn(s.ln)
 	return s, nil
 }
 
-// Close stops the listener and every connection and waits for handlers.
+// ListenTLS serves the same cases over TLS on a second loopback port
+// (TLSURL, wss://): each connection is wrapped with crypto/tls using cfg
+// before the upgrade request is read, so every case's bytes travel inside
+// TLS records. cfg.NextProtos defaults to http/1.1.
+func (s *Server) ListenTLS(cfg *tls.Config) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	cfg = cfg.Clone()
+	if cfg.NextProtos == nil {
+		cfg.NextProtos = []string{"http/1.1"}
+	}
+	s.tlsLn = tls.NewListener(ln, cfg)
+	s.TLSURL = "wss://" + ln.Addr().String()
+	s.wg.Add(1)
+	go s.acceptOn(s.tlsLn)
+	return nil
+}
+
+// Close stops the listeners and every connection and waits for handlers.
 func (s *Server) Close() {
 	s.ln.Close()
+	if s.tlsLn != nil {
+		s.tlsLn.Close()
+	}
 	s.mu.Lock()
 	for c := range s.conns {
 		c.Close()
@@ -103,10 +129,10 @@ func (s *Server) Expect(client, id string) (string, <-chan *Obs, func()) {
 	return s.URL + path, ch, sync.OnceFunc(func() { close(gone) })
 }
 
-func (s *Server) accept() {
+func (s *Server) acceptOn(ln net.Listener) {
 	defer s.wg.Done()
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -303,13 +329,42 @@ func (s *Sess) Note(format string, args ...any) {
 func (s *Sess) Pause()  { s.gate.Lock() }
 func (s *Sess) Resume() { s.gate.Unlock() }
 
-// Conn is the raw connection (for resets, half-closes, deadlines).
+// Conn is the connection (for deadlines); a *tls.Conn over wss://.
 func (s *Sess) Conn() net.Conn { return s.nc }
 
-// Reset closes the connection with a TCP reset.
+// TLS reports whether the case runs over wss://.
+func (s *Sess) TLS() bool {
+	_, ok := s.nc.(*tls.Conn)
+	return ok
+}
+
+// tcp returns the TCP connection under s.nc.
+func (s *Sess) tcp() *net.TCPConn {
+	nc := s.nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	tc, _ := nc.(*net.TCPConn)
+	return tc
+}
+
+// CloseWrite ends the server's byte stream with a FIN (over TLS: a
+// close_notify first, as a TLS server closing cleanly does) and keeps
+// reading.
+func (s *Sess) CloseWrite() {
+	if tc, ok := s.nc.(*tls.Conn); ok {
+		tc.CloseWrite()
+	}
+	if tc := s.tcp(); tc != nil {
+		tc.CloseWrite()
+	}
+}
+
+// Reset closes the connection with a TCP reset (over TLS: no close_notify).
 func (s *Sess) Reset() {
-	if tc, ok := s.nc.(*net.TCPConn); ok {
+	if tc := s.tcp(); tc != nil {
 		tc.SetLinger(0)
+		tc.Close()
 	}
 	s.nc.Close()
 	s.finished = true

@@ -11,15 +11,24 @@ import (
 	"github.com/talaris-go/talaris"
 )
 
-func init() { talarisAdapter = talarisClient{} }
+func init() {
+	talarisAdapter = talarisClient{}
+	talarisTLSAdapter = talarisClient{tls: true}
+}
 
 // talarisClient runs a case through a fresh talaris Pool: Dial, then Pump
-// with an echo loop until the connection's final event.
-type talarisClient struct{}
+// with an echo loop until the connection's final event. With tls set it
+// dials the server's wss:// port and trusts the test CA.
+type talarisClient struct{ tls bool }
 
-func (talarisClient) Name() string { return "talaris" }
+func (c talarisClient) Name() string {
+	if c.tls {
+		return "talaris" + wssSuffix
+	}
+	return "talaris"
+}
 
-func (talarisClient) Run(url string, o Opts) *Result {
+func (tc talarisClient) Run(url string, o Opts) *Result {
 	cfg := talaris.Config{CloseTimeout: time.Second, HandshakeTimeout: 5 * time.Second}
 	if o.Talaris != nil {
 		o.Talaris(&cfg)
@@ -33,7 +42,11 @@ func (talarisClient) Run(url string, o Opts) *Result {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), guardLong)
 	defer cancel()
-	c, err := p.Dial(ctx, url, &talaris.DialOptions{HandshakeTimeout: o.HandshakeTimeout, Subprotocols: o.Subprotocols})
+	opts := &talaris.DialOptions{HandshakeTimeout: o.HandshakeTimeout, Subprotocols: o.Subprotocols}
+	if tc.tls {
+		opts.TLS.RootCAFile = testCAFile
+	}
+	c, err := p.Dial(ctx, url, opts)
 	if err != nil {
 		r.DialErr = err
 		return r

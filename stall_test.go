@@ -1,0 +1,78 @@
+//go:build linux && cgo
+
+package talaris
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/talaris-go/talaris/internal/wstest"
+)
+
+// TestStalledConnDoesNotStarveOthers: a connection flooding a pool that
+// nobody pumps fills the event ring and stalls; it must not hold the whole
+// shared buffer ring, so a second connection's blocking Dial still
+// completes (its 101 needs a buffer slot to be read).
+func TestStalledConnDoesNotStarveOthers(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p, err := NewPool(Config{EventRingSize: 256, BufSize: 4096, BufCount: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	flood, err := p.Dial(ctx, srv.URL+"/stream?n=2000000&size=64", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the flood has filled the ring and stalled.
+	for i := 0; p.Stats().Stalls == 0; i++ {
+		if i > 3000 {
+			t.Fatalf("flood never stalled: %+v", p.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // let it take every slot it can
+	second, err := p.Dial(ctx, srv.URL+"/echo", &DialOptions{HandshakeTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("second dial behind a stalled flood: %v (stats %+v)", err, p.Stats())
+	}
+	if second.State() != StateOpen || flood.State() != StateOpen {
+		t.Fatalf("states: flood %v second %v", flood.State(), second.State())
+	}
+}
+
+// TestPoolCloseWithFullRing: Close returns even when the ring is full and
+// the server keeps sending (final events that find no room are dropped).
+func TestPoolCloseWithFullRing(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p, err := NewPool(Config{EventRingSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < 4; i++ {
+		if _, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=64", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; p.Stats().Stalls == 0; i++ {
+		if i > 3000 {
+			t.Fatalf("never stalled: %+v", p.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Pool.Close hung with a full event ring")
+	}
+	if _, err := p.Pump(func(Conn, Event) {}); err != ErrPoolClosed {
+		t.Fatalf("Pump after Close: %v, want ErrPoolClosed", err)
+	}
+}
