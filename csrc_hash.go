@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xcd45dc4d56268e5e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x69e7807c606de498
 import "C"
 
-const csrcHash = "cd45dc4d56268e5e"
+const csrcHash = "69e7807c606de498"

@@ -577,7 +577,15 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 				STAT_ADD(l, nobufs, 1);
 				c->want_rearm = 1;
 				l->rearm_waiting++;
-			} else if (cqe->res != -ECANCELED) {
+			} else if (cqe->res == -ECANCELED) {
+				/* A pause's cancel landed after the connection already
+				 * resumed (resume_recv found the recv still armed):
+				 * arm it again. */
+				if (!c->dying && !c->recv_paused) {
+					c->want_rearm = 1;
+					l->rearm_waiting++;
+				}
+			} else {
 				c->eof = 1;
 				c->eof_errno = -cqe->res;
 			}
