@@ -34,7 +34,8 @@ import (
 // Run: go test -run '^$' -bench BenchmarkDecode -benchtime 20x .
 func BenchmarkDecode(b *testing.B) {
 	stream, want := decodeStream(decodeMsgs)
-	b.Run("talaris", func(b *testing.B) { benchDecodeTalaris(b, stream, want) })
+	b.Run("talaris", func(b *testing.B) { benchDecodeTalaris(b, stream, want, Config{}) })
+	b.Run("talaris-decoder", func(b *testing.B) { benchDecodeDecoder(b, stream, want) })
 	b.Run("gobwas", func(b *testing.B) { benchDecodeGobwas(b, stream, want) })
 	b.Run("gorilla", func(b *testing.B) { benchDecodeGorilla(b, stream, want) })
 }
@@ -84,8 +85,8 @@ func reportPerMsg(b *testing.B, iters int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(iters*decodeMsgs), "ns/msg")
 }
 
-func benchDecodeTalaris(b *testing.B, stream []byte, want uint64) {
-	p, err := NewPool(Config{})
+func benchDecodeTalaris(b *testing.B, stream []byte, want uint64, cfg Config) {
+	p, err := NewPool(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,6 +113,39 @@ func benchDecodeTalaris(b *testing.B, stream []byte, want uint64) {
 		}
 		for got < decodeMsgs {
 			if _, err := p.PumpData(fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if sum != want || got != decodeMsgs {
+			b.Fatalf("sum %d of %d messages, want %d of %d", sum, got, want, decodeMsgs)
+		}
+		iters++
+	}
+	reportPerMsg(b, iters)
+}
+
+// benchDecodeDecoder is the same workload through Decoder: the C parser,
+// event ring and Go callback on the calling thread, one cgo call per
+// 4096-byte read.
+func benchDecodeDecoder(b *testing.B, stream []byte, want uint64) {
+	d, err := NewDecoder(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	var sum uint64
+	var got int
+	fn := func(_ Conn, op Opcode, payload []byte) {
+		sum += msgID(op == OpText, payload)
+		got++
+	}
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	iters := 0
+	for b.Loop() {
+		sum, got = 0, 0
+		for off := 0; off < len(stream); off += decodeChunk {
+			if _, err := d.Decode(stream[off:min(off+decodeChunk, len(stream))], fn); err != nil {
 				b.Fatal(err)
 			}
 		}

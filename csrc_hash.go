@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x69e7807c606de498
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x64503e22b15743f9
 import "C"
 
-const csrcHash = "69e7807c606de498"
+const csrcHash = "64503e22b15743f9"

@@ -52,3 +52,15 @@ func tlsBackend() string                          { return "" }
 
 // PinCurrentThreadTo returns ErrUnsupported on this platform.
 func PinCurrentThreadTo(cpu int) error { return ErrUnsupported }
+
+// Decoder is unavailable without linux and cgo.
+type Decoder struct{}
+
+// NewDecoder returns ErrUnsupported on this platform.
+func NewDecoder(maxMessage int) (*Decoder, error) { return nil, ErrUnsupported }
+
+// Decode returns ErrUnsupported on this platform.
+func (d *Decoder) Decode(b []byte, fn DataFunc) (int, error) { return 0, ErrUnsupported }
+
+// Close does nothing on this platform.
+func (d *Decoder) Close() {}

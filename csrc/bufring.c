@@ -16,12 +16,12 @@ int tl_bufring_init(struct tl_bufring *b, struct io_uring *ring, uint16_t bgid, 
 	b->ring_bytes = (size_t)count * sizeof(struct io_uring_buf);
 	b->base_bytes = (size_t)count * size;
 	/* The ring must be page aligned: mmap gives that. */
-	b->br = mmap(NULL, b->ring_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	b->br = mmap(NULL, b->ring_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (b->br == MAP_FAILED) {
 		b->br = NULL;
 		return -errno;
 	}
-	b->base = mmap(NULL, b->base_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	b->base = mmap(NULL, b->base_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (b->base == MAP_FAILED) {
 		b->base = NULL;
 		munmap(b->br, b->ring_bytes);

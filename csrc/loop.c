@@ -1063,9 +1063,11 @@ report:
 	return NULL;
 }
 
+/* map_zero maps n zeroed bytes, populated up front: the hot path must not
+ * take a page fault the first time it touches a ring or arena line. */
 static void *map_zero(size_t n)
 {
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
@@ -1297,4 +1299,40 @@ void tl_loop_free(struct tl_loop *l)
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);
+}
+
+/* ---- synchronous decoder (tl_decoder_*): the parser without a thread ---- */
+
+struct tl_loop *tl_decoder_new(uint64_t max_message, uint32_t ring_size, uint64_t arena_size)
+{
+	struct tl_config cfg = {
+		.sq_entries = 8, .cq_entries = 16, .sq_thread_cpu = -1, .buf_size = 4096, .buf_count = 4,
+		.loop_cpu = -1, .event_ring_size = ring_size, .arena_size = arena_size, .cmd_ring_size = 4096,
+		.max_conns = 1, .max_message = max_message, .handshake_timeout_ns = 1, .close_timeout_ns = 1,
+		.max_send_queue = 1 << 20,
+	};
+	struct tl_loop *l = tl_loop_new_detached(&cfg);
+	if (!l)
+		return NULL;
+	tl_conn_open_memory(l, 0, 1);
+	return l;
+}
+
+int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used)
+{
+	struct tl_conn *c = &l->conns[0];
+	int r;
+
+	*used = 0;
+	if (c->state != TL_ST_OPEN)
+		return -2;
+	r = tl_conn_feed(l, c, p, n, used);
+	l->evr->tail = l->ev_tail; /* same thread: no publish protocol needed */
+	l->ev_published = l->ev_tail;
+	return r;
+}
+
+void tl_decoder_free(struct tl_loop *l)
+{
+	tl_loop_free(l);
 }

@@ -88,6 +88,20 @@ void tl_loop_stop(struct tl_loop *l);
 /* tl_loop_free releases a stopped loop and everything it exposed. */
 void tl_loop_free(struct tl_loop *l);
 
+/* tl_decoder_new makes a synchronous decoder: the loop's frame parser,
+ * event ring and arena with no thread, socket or io_uring, fed by the
+ * caller with tl_decoder_feed. Returns NULL on bad sizes or no memory. */
+struct tl_loop *tl_decoder_new(uint64_t max_message, uint32_t ring_size, uint64_t arena_size);
+
+/* tl_decoder_feed parses server bytes p[0..n) into the event ring and
+ * returns 0 (all used), -1 (ring or arena full: consume events, advance the
+ * ring head, call again with the rest) or -2 (the stream failed; the final
+ * event says why). *used counts bytes consumed. p is not retained. */
+int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used);
+
+/* tl_decoder_free releases a decoder. */
+void tl_decoder_free(struct tl_loop *l);
+
 /* tl_tls_backend names the linked TLS library: "boringssl" or "openssl". */
 const char *tl_tls_backend(void);
 
