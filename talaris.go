@@ -131,8 +131,9 @@ var (
 type WaitStrategy uint8
 
 const (
-	// WaitDefault is WaitSpinThenBlock with a short spin, which suits a
-	// machine with few cores.
+	// WaitDefault is WaitBlock on machines with 2 or fewer CPUs, where a
+	// spinning loop or pump steals the core the feed (or the other side of
+	// the ring) needs, and WaitSpinThenBlock elsewhere.
 	WaitDefault WaitStrategy = iota
 	// WaitBlock sleeps in the kernel at once.
 	WaitBlock

@@ -370,6 +370,7 @@ func (b *bench) plan() []job {
 	if b.workloads["decode"] {
 		if want("talaris") {
 			add(job{label: "decode talaris", workload: "decode", client: "talaris", run: b.talDecode})
+			add(job{label: "decode talaris-decoder", workload: "decode", client: "talaris-decoder", run: b.talDecoder})
 		}
 		for _, p := range goPeers {
 			if want(p.name) {
@@ -560,6 +561,45 @@ func (b *bench) talDecode() (Result, error) {
 		}
 		if sum != want {
 			return Result{}, fmt.Errorf("sum of ids %d, want %d", sum, want)
+		}
+		best = min(best, el)
+	}
+	return Result{Frames: uint64(b.decodeN), Bytes: uint64(len(stream)), Secs: best.Seconds(), NsPerMsg: float64(best.Nanoseconds()) / float64(b.decodeN)}, nil
+}
+
+// talDecoder is the decode workload through talaris.Decoder: the same C
+// parser, event ring and callback on the calling thread, one cgo call per
+// 4096-byte read (no loop thread, so no cross-core handoff).
+func (b *bench) talDecoder() (Result, error) {
+	stream := decodeStream(b.decodeN)
+	want := uint64(b.decodeN) * uint64(b.decodeN-1) / 2
+	d, err := talaris.NewDecoder(1 << 20)
+	if err != nil {
+		return Result{}, err
+	}
+	defer d.Close()
+	var sum uint64
+	var count int
+	fn := func(_ talaris.Conn, op talaris.Opcode, pl []byte) {
+		count++
+		if op == talaris.OpBinary {
+			sum += binary.LittleEndian.Uint64(pl)
+		} else {
+			sum += parseID(pl)
+		}
+	}
+	best := time.Duration(1 << 62)
+	for range b.decodeRounds {
+		sum, count = 0, 0
+		t0 := time.Now()
+		for off := 0; off < len(stream); off += 4096 {
+			if _, err := d.Decode(stream[off:min(off+4096, len(stream))], fn); err != nil {
+				return Result{}, err
+			}
+		}
+		el := time.Since(t0)
+		if sum != want || count != b.decodeN {
+			return Result{}, fmt.Errorf("sum of ids %d over %d messages, want %d over %d", sum, count, want, b.decodeN)
 		}
 		best = min(best, el)
 	}
