@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x64503e22b15743f9
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xfe3a0852e90795df
 import "C"
 
-const csrcHash = "64503e22b15743f9"
+const csrcHash = "fe3a0852e90795df"

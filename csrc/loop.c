@@ -59,6 +59,7 @@ static void arm_recv(struct tl_loop *l, struct tl_conn *c)
 	sqe = tl_sqe(l);
 	if (!sqe) {
 		c->want_rearm = 1;
+		l->rearm_waiting++; /* run_rearms tries again */
 		return;
 	}
 	io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
@@ -346,6 +347,10 @@ void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c)
 			io_uring_prep_cancel64(sqe, target, 0);
 			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 			c->cancel_inflight++;
+		} else if (c->fd >= 0) {
+			/* No SQE for the cancel: shutting the socket down ends the
+			 * armed recv (res 0) and a pending connect just the same. */
+			shutdown(c->fd, SHUT_RDWR);
 		}
 	}
 	if (c->send_inflight && c->fd >= 0)
