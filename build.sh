@@ -91,7 +91,12 @@ test)
 bench)
 	install_packages
 	go build -o build/talaris ./cmd/talaris
-	exec ./build/talaris bench --md docs/BENCH.md --plots docs "$@"
+	if command -v cargo >/dev/null 2>&1; then
+		echo "== cargo build (the Rust talaris crate's bench client)"
+		CARGO_TARGET_DIR=build/rust-talaris cargo build -q --release --manifest-path bench/rust-talaris/Cargo.toml ||
+			echo "cargo build failed: the Rust column will be missing"
+	fi
+	exec ./build/talaris bench --md docs/BENCH.md --plots docs --json docs/bench.json "$@"
 	;;
 fuzz)
 	install_packages

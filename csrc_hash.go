@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xfe3a0852e90795df
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x63721c114e4aa5bd
 import "C"
 
-const csrcHash = "fe3a0852e90795df"
+const csrcHash = "63721c114e4aa5bd"

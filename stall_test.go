@@ -76,3 +76,52 @@ func TestPoolCloseWithFullRing(t *testing.T) {
 		t.Fatalf("Pump after Close: %v, want ErrPoolClosed", err)
 	}
 }
+
+// TestDialsDuringFlood: 48 connections dialed at once, each flooding as soon
+// as it opens, so later handshakes race earlier floods for receive buffers
+// (handshakes have their own buffer group). Every one must open and deliver
+// its whole stream.
+func TestDialsDuringFlood(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p, err := NewPool(Config{BufCount: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const conns, n = 48, 20000
+	chk := map[Conn]*wstest.Checker{}
+	for range conns {
+		c, err := p.DialAsync(srv.URL+"/stream?n=20000&size=64", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chk[c] = wstest.NewChecker(64)
+	}
+	done, opened := 0, 0
+	deadline := time.Now().Add(60 * time.Second)
+	for done < conns {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d opened, %d done after 60s (stats %+v)", opened, done, p.Stats())
+		}
+		if _, err := p.Pump(func(c Conn, ev Event) {
+			switch ev.Kind {
+			case EventOpen:
+				opened++
+			case EventBinary:
+				if err := chk[c].Check(ev.Payload); err != nil {
+					t.Fatal(err)
+				}
+			case EventClose, EventError:
+				if ev.Kind != EventClose || chk[c].Count() != n {
+					t.Errorf("conn %d: %v %v after %d messages", c.Slot(), ev.Kind, ev.Err, chk[c].Count())
+				}
+				done++
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opened != conns {
+		t.Fatalf("opened %d of %d", opened, conns)
+	}
+}

@@ -648,7 +648,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 			uint32_t len = l->slot_len[bid];
 			size_t used = 0;
 			if (r == FEED_OK)
-				r = tl_conn_feed(l, c, tl_bufring_slot(&l->br, bid) + c->rx_off, len - c->rx_off, &used);
+				r = tl_conn_feed(l, c, tl_slot_ptr(l, bid) + c->rx_off, len - c->rx_off, &used);
 			else
 				used = len - c->rx_off; /* dead: drop the rest */
 			c->rx_off += (uint32_t)used;
@@ -658,7 +658,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 					c->rxq_tail = -1;
 				c->rx_off = 0;
 				c->rx_slots--;
-				tl_bufring_recycle(&l->br, bid);
+				tl_slot_recycle(l, bid);
 			}
 			if (r == FEED_DEAD)
 				r = FEED_OK, c->discard = 1;

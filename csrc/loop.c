@@ -19,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TL_BGID 7
 #define TL_CQE_BATCH 256
 
 uint64_t tl_now_ns(void)
@@ -50,6 +49,11 @@ struct io_uring_sqe *tl_sqe(struct tl_loop *l)
 	return sqe;
 }
 
+static uint64_t recv_ud(const struct tl_conn *c)
+{
+	return tl_ud(c->recv_hs ? TL_OPK_RECV_HS : TL_OPK_RECV, c->gen, c->slot);
+}
+
 static void arm_recv(struct tl_loop *l, struct tl_conn *c)
 {
 	struct io_uring_sqe *sqe;
@@ -62,10 +66,11 @@ static void arm_recv(struct tl_loop *l, struct tl_conn *c)
 		l->rearm_waiting++; /* run_rearms tries again */
 		return;
 	}
+	c->recv_hs = c->state < TL_ST_OPEN;
 	io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
-	sqe->buf_group = TL_BGID;
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_RECV, c->gen, c->slot));
+	sqe->buf_group = c->recv_hs ? TL_HS_BGID : TL_BGID;
+	io_uring_sqe_set_data64(sqe, recv_ud(c));
 	c->recv_armed = 1;
 	c->want_rearm = 0;
 }
@@ -254,7 +259,7 @@ static void free_rxq(struct tl_loop *l, struct tl_conn *c)
 	while (c->rxq_head >= 0) {
 		int32_t bid = c->rxq_head;
 		c->rxq_head = l->slot_next[bid];
-		tl_bufring_recycle(&l->br, (uint32_t)bid);
+		tl_slot_recycle(l, (uint32_t)bid);
 	}
 	c->rxq_tail = -1;
 	c->rx_off = 0;
@@ -342,8 +347,7 @@ void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c)
 	if (c->recv_armed || c->connect_inflight) {
 		struct io_uring_sqe *sqe = tl_sqe(l);
 		if (sqe) {
-			uint64_t target = c->recv_armed ? tl_ud(TL_OPK_RECV, c->gen, c->slot)
-							: tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
+			uint64_t target = c->recv_armed ? recv_ud(c) : tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
 			io_uring_prep_cancel64(sqe, target, 0);
 			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 			c->cancel_inflight++;
@@ -552,15 +556,15 @@ static int drain_commands(struct tl_loop *l)
 
 static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c);
 
-static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *cqe)
+static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *cqe, int hs)
 {
 	int more = !!(cqe->flags & IORING_CQE_F_MORE);
 
 	if (cqe->flags & IORING_CQE_F_BUFFER) {
-		uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-		tl_bufring_taken(&l->br);
+		uint32_t bid = (cqe->flags >> IORING_CQE_BUFFER_SHIFT) + (hs ? l->br.count : 0);
+		tl_bufring_taken(hs ? &l->hsbr : &l->br);
 		if (cqe->res <= 0 || c->discard) {
-			tl_bufring_recycle(&l->br, bid);
+			tl_slot_recycle(l, bid);
 		} else {
 			l->slot_len[bid] = (uint32_t)cqe->res;
 			l->slot_next[bid] = -1;
@@ -575,6 +579,7 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 	}
 	if (!more) {
 		c->recv_armed = 0;
+		c->regroup = 0;
 		if (cqe->res == 0) {
 			c->eof = 1;
 		} else if (cqe->res < 0) {
@@ -610,6 +615,18 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		tl_stall(l, c);
 	if (c->stalled && !c->dying)
 		maybe_pause_recv(l, c);
+	if (c->recv_armed && c->recv_hs && c->state >= TL_ST_OPEN && !c->regroup && !c->dying &&
+	    !c->recv_paused) {
+		/* Open now: move from the handshake group to the main ring. The
+		 * cancelled recv's -ECANCELED completion re-arms it. */
+		struct io_uring_sqe *sqe = tl_sqe(l);
+		if (sqe) {
+			io_uring_prep_cancel64(sqe, recv_ud(c), 0);
+			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+			c->cancel_inflight++;
+			c->regroup = 1;
+		}
+	}
 }
 
 /* maybe_pause_recv stops the kernel from handing more slots to a stalled
@@ -620,12 +637,20 @@ static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c)
 {
 	struct io_uring_sqe *sqe;
 
-	if (!c->recv_armed || c->recv_paused || c->rx_slots < l->br.count / 4 + 1)
+	/* A fair share: half the ring split over the live connections (at
+	 * least 2 slots, at most a quarter of the ring), so the stalled ones
+	 * together leave slots for the rest, e.g. for a 101 to arrive. */
+	uint32_t share = l->live ? l->br.count / (2 * l->live) : l->br.count / 4;
+	if (share > l->br.count / 4)
+		share = l->br.count / 4;
+	if (share < 2)
+		share = 2;
+	if (!c->recv_armed || c->recv_paused || c->rx_slots < share)
 		return;
 	sqe = tl_sqe(l);
 	if (!sqe)
 		return;
-	io_uring_prep_cancel64(sqe, tl_ud(TL_OPK_RECV, c->gen, c->slot), 0);
+	io_uring_prep_cancel64(sqe, recv_ud(c), 0);
 	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 	c->cancel_inflight++;
 	c->recv_paused = 1;
@@ -741,14 +766,16 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending)) {
 		/* Stale: only a buffer may need to go back. */
 		if (cqe->flags & IORING_CQE_F_BUFFER) {
-			tl_bufring_taken(&l->br);
-			tl_bufring_recycle(&l->br, cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+			int hs = op == TL_OPK_RECV_HS;
+			tl_bufring_taken(hs ? &l->hsbr : &l->br);
+			tl_slot_recycle(l, (cqe->flags >> IORING_CQE_BUFFER_SHIFT) + (hs ? l->br.count : 0));
 		}
 		return;
 	}
 	switch (op) {
 	case TL_OPK_RECV:
-		on_recv(l, c, cqe);
+	case TL_OPK_RECV_HS:
+		on_recv(l, c, cqe, op == TL_OPK_RECV_HS);
 		break;
 	case TL_OPK_SEND:
 		on_send(l, c, cqe->res);
@@ -833,14 +860,16 @@ static void run_stalled(struct tl_loop *l)
 static void run_rearms(struct tl_loop *l)
 {
 	/* Re-arm only when the kernel has slots to give; else ENOBUFS again. */
-	if (l->br.in_use + (l->br.count >= 16 ? l->br.count / 16 : 1) > l->br.count)
-		return;
 	l->rearm_waiting = 0;
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
 		if (c->want_rearm && !c->recv_armed && !c->dying && !c->eof && c->fd >= 0 &&
 		    c->state != TL_ST_IDLE) {
-			if (c->stalled || c->recv_paused) {
+			/* Any free slot of the group it will use will do: waiting for
+			 * more lets always-armed busy connections take every slot as it
+			 * comes back, starving this one. */
+			struct tl_bufring *g = c->state < TL_ST_OPEN ? &l->hsbr : &l->br;
+			if (c->stalled || c->recv_paused || g->in_use >= g->count) {
 				l->rearm_waiting++;
 				continue;
 			}
@@ -982,6 +1011,7 @@ static void loop_run(struct tl_loop *l)
 			run_rearms(l);
 		run_timers(l);
 		tl_bufring_commit(&l->br);
+		tl_bufring_commit(&l->hsbr);
 		tl_ev_publish(l);
 		/* With nothing submitted and a clean CQ, a spinning loop still
 		 * needs the kernel to post deferred work: handled in wait. */
@@ -1030,6 +1060,8 @@ static int setup_ring(struct tl_loop *l)
 			io_uring_register_iowq_aff(&l->ring, sizeof(set), &set);
 	}
 	ret = tl_bufring_init(&l->br, &l->ring, TL_BGID, l->cfg.buf_size, l->cfg.buf_count);
+	if (ret == 0)
+		ret = tl_bufring_init(&l->hsbr, &l->ring, TL_HS_BGID, l->cfg.buf_size, TL_HS_COUNT);
 	if (ret < 0) {
 		snprintf(l->setup_msg, sizeof(l->setup_msg), "provided buffer ring (%u x %u): %s", l->cfg.buf_count,
 			 l->cfg.buf_size, strerror(-ret));
@@ -1106,8 +1138,8 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	l->pub = map_zero(sizeof(*l->pub) * cfg->max_conns);
 	l->dials = calloc(cfg->max_conns, sizeof(*l->dials));
 	l->ev_arena_end = calloc(cfg->event_ring_size, sizeof(uint64_t));
-	l->slot_next = calloc(cfg->buf_count, sizeof(int32_t));
-	l->slot_len = calloc(cfg->buf_count, sizeof(uint32_t));
+	l->slot_next = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(int32_t));
+	l->slot_len = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(uint32_t));
 	l->arena = map_zero(cfg->arena_size);
 	l->arena_size = cfg->arena_size;
 	if (!l->evr || !l->cmr || !l->stats || !l->conns || !l->pub || !l->dials || !l->ev_arena_end ||
@@ -1274,6 +1306,7 @@ void tl_loop_free(struct tl_loop *l)
 			free_dial(l->dials[i]);
 	if (l->ring_ok) {
 		tl_bufring_free(&l->br, &l->ring);
+		tl_bufring_free(&l->hsbr, &l->ring);
 		io_uring_queue_exit(&l->ring);
 	}
 	tl_tls_global_free(l);

@@ -24,7 +24,16 @@ enum {
 	TL_OPK_CANCEL = 4,
 	TL_OPK_EFD = 5,
 	TL_OPK_SHUTDOWN = 6,
+	TL_OPK_RECV_HS = 7, /* a recv on the handshake buffer group */
 };
+
+/* Buffer groups: the main ring for open connections, and a small ring only
+ * connections still handshaking receive into, so busy open connections
+ * cannot take every slot a 101 (or a TLS ServerHello) needs. Queue ids: a
+ * main slot is its bid, a handshake slot is main count + bid. */
+#define TL_BGID 7
+#define TL_HS_BGID 8
+#define TL_HS_COUNT 32
 #define TL_SLOT_BITS 24
 #define TL_MAX_SLOTS (1u << TL_SLOT_BITS)
 
@@ -76,6 +85,8 @@ struct tl_conn {
 	uint8_t send_inflight;
 	uint8_t cancel_inflight; /* async cancels in the kernel (pause and teardown) */
 	uint8_t recv_paused;     /* recv cancelled while stalled holding its share of slots */
+	uint8_t recv_hs;         /* the armed recv uses the handshake group */
+	uint8_t regroup;         /* cancelling the handshake-group recv to move to the main group */
 	uint8_t connect_inflight;
 	uint8_t dying;        /* teardown started: no new ops */
 	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
@@ -139,6 +150,7 @@ struct tl_loop {
 	struct io_uring ring;
 	int ring_ok;
 	struct tl_bufring br;
+	struct tl_bufring hsbr; /* the handshake group */
 	int32_t *slot_next;   /* per buffer slot: next slot in a conn's rx queue */
 	uint32_t *slot_len;   /* per buffer slot: bytes the kernel wrote */
 
@@ -214,6 +226,20 @@ void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now)
 void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
 
 void tl_ev_publish(struct tl_loop *l);
+
+/* tl_slot_ptr and tl_slot_recycle take a queue id (see TL_HS_COUNT). */
+static inline uint8_t *tl_slot_ptr(struct tl_loop *l, uint32_t q)
+{
+	return q < l->br.count ? tl_bufring_slot(&l->br, q) : tl_bufring_slot(&l->hsbr, q - l->br.count);
+}
+
+static inline void tl_slot_recycle(struct tl_loop *l, uint32_t q)
+{
+	if (q < l->br.count)
+		tl_bufring_recycle(&l->br, q);
+	else
+		tl_bufring_recycle(&l->hsbr, q - l->br.count);
+}
 
 /* tl_copy_small copies n bytes; short payloads (the common market-data
  * case) avoid a libc call with overlapping word moves. */

@@ -65,7 +65,7 @@ static int slot_bio_read(BIO *b, char *out, int outl)
 		uint32_t n = len - c->rx_off;
 		if (n > (uint32_t)(outl - got))
 			n = (uint32_t)(outl - got);
-		memcpy(out + got, tl_bufring_slot(&l->br, bid) + c->rx_off, n);
+		memcpy(out + got, tl_slot_ptr(l, bid) + c->rx_off, n);
 		got += (int)n;
 		c->rx_off += n;
 		if (c->rx_off >= len) {
@@ -74,7 +74,7 @@ static int slot_bio_read(BIO *b, char *out, int outl)
 				c->rxq_tail = -1;
 			c->rx_off = 0;
 			c->rx_slots--;
-			tl_bufring_recycle(&l->br, bid);
+			tl_slot_recycle(l, bid);
 		}
 	}
 	if (got > 0) {
@@ -407,7 +407,7 @@ static int tls_classify(struct tl_tls *t, const char **what, char *buf, size_t c
  * HTTP 400 from a plain server, say) means no TLS at all. */
 static int looks_like_tls(struct tl_loop *l, struct tl_conn *c, char *peek, size_t cap)
 {
-	const uint8_t *p = tl_bufring_slot(&l->br, (uint32_t)c->rxq_head) + c->rx_off;
+	const uint8_t *p = tl_slot_ptr(l, (uint32_t)c->rxq_head) + c->rx_off;
 	size_t n = l->slot_len[c->rxq_head] - c->rx_off, k = 0;
 	if (p[0] == 22 || p[0] == 21)
 		return 1;
