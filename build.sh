@@ -96,7 +96,20 @@ bench)
 		CARGO_TARGET_DIR=build/rust-talaris cargo build -q --release --manifest-path bench/rust-talaris/Cargo.toml ||
 			echo "cargo build failed: the Rust column will be missing"
 	fi
-	exec ./build/talaris bench --md docs/BENCH.md --plots docs --json docs/bench.json "$@"
+	./build/talaris bench --md docs/BENCH.md --plots docs --json docs/bench.json "$@"
+	# Copy the generated tables into the README between its markers.
+	python3 - <<'PY'
+import re
+bench = open("docs/BENCH.md").read()
+body = bench[bench.index("### decode"):bench.index("### plots")].rstrip()
+body = body.replace("### ", "#### ")
+readme = open("README.md").read()
+start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+i, j = readme.index(start) + len(start), readme.index(end)
+head = "\n".join(l for l in bench.splitlines() if l.startswith(("- command", "- CPU", "- kernel", "- date", "- load")))
+readme = readme[:i] + "\n" + head + "\n\n" + body + "\n\n![latency CDF](docs/bench-latency-cdf.png)\n" + readme[j:]
+open("README.md", "w").write(readme)
+PY
 	;;
 fuzz)
 	install_packages
