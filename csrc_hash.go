@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x63721c114e4aa5bd
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xe5d9be8c0afc2d6e
 import "C"
 
-const csrcHash = "63721c114e4aa5bd"
+const csrcHash = "e5d9be8c0afc2d6e"

@@ -32,6 +32,7 @@ void tl_conn_reset(struct tl_conn *c)
 	c->slot = slot;
 	c->fd = -1;
 	c->rxq_head = c->rxq_tail = -1;
+	c->cur_q = -1;
 	c->msg = msg;
 	c->msg_cap = mc;
 	c->out[0].p = o0;
@@ -305,6 +306,23 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 	return FEED_OK;
 }
 
+/* publish_frame publishes a whole frame found inside the current run: in
+ * place when the run is a receive slot (the slot is recycled only after the
+ * pump has passed the event), else copied like publish_data. */
+static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
+{
+	struct tl_conn_pub *pub = &l->pub[c->slot];
+	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
+	int r = c->cur_q >= 0 ? tl_emit_inplace(l, c, kind, p, n) : tl_emit_data(l, c, kind, p, n);
+	if (r < 0)
+		return FEED_STALL;
+	c->msgs_in++;
+	c->bytes_in += n;
+	__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
+	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
+	return FEED_OK;
+}
+
 /* text_valid is tl_utf8_valid with the common case inline: a short
  * all-ASCII payload (JSON ticks) is checked with two word loads. */
 static inline int text_valid(const uint8_t *p, size_t n)
@@ -546,7 +564,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 						*used = n;
 						return fail_proto(l, c, TL_E_UTF8, 1007, "invalid UTF-8 in a text message");
 					}
-					if (publish_data(l, c, c->h.opcode, pl, c->h.len) < 0) {
+					if (publish_frame(l, c, c->h.opcode, pl, c->h.len) < 0) {
 						*used = off;
 						return FEED_STALL;
 					}
@@ -647,9 +665,11 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 			uint32_t bid = (uint32_t)c->rxq_head;
 			uint32_t len = l->slot_len[bid];
 			size_t used = 0;
-			if (r == FEED_OK)
+			if (r == FEED_OK) {
+				c->cur_q = (int32_t)bid;
 				r = tl_conn_feed(l, c, tl_slot_ptr(l, bid) + c->rx_off, len - c->rx_off, &used);
-			else
+				c->cur_q = -1;
+			} else
 				used = len - c->rx_off; /* dead: drop the rest */
 			c->rx_off += (uint32_t)used;
 			if (c->rx_off >= len) {
@@ -658,7 +678,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 					c->rxq_tail = -1;
 				c->rx_off = 0;
 				c->rx_slots--;
-				tl_slot_recycle(l, bid);
+				tl_slot_release(l, bid);
 			}
 			if (r == FEED_DEAD)
 				r = FEED_OK, c->discard = 1;

@@ -259,7 +259,7 @@ static void free_rxq(struct tl_loop *l, struct tl_conn *c)
 	while (c->rxq_head >= 0) {
 		int32_t bid = c->rxq_head;
 		c->rxq_head = l->slot_next[bid];
-		tl_slot_recycle(l, (uint32_t)bid);
+		tl_slot_release(l, (uint32_t)bid); /* the head slot may hold in-place payloads */
 	}
 	c->rxq_tail = -1;
 	c->rx_off = 0;
@@ -835,6 +835,24 @@ static void run_timers(struct tl_loop *l)
 	l->next_timer_ns = next;
 }
 
+/* release_deferred recycles consumed slots whose in-place payloads the pump
+ * has passed. Slots are queued in release order, which is close to event
+ * order; one still referenced holds back the ones behind it a little. */
+static void release_deferred(struct tl_loop *l)
+{
+	if (l->defer_head == l->defer_tail)
+		return;
+	refresh_head(l);
+	while (l->defer_head != l->defer_tail) {
+		uint32_t q = l->defer_q[l->defer_head & l->defer_mask];
+		if (l->slot_ref[q] > l->ev_head_cache)
+			break;
+		l->slot_ref[q] = 0;
+		tl_slot_recycle(l, q);
+		l->defer_head++;
+	}
+}
+
 static void run_stalled(struct tl_loop *l)
 {
 	struct tl_conn *list = l->stalled, *c;
@@ -892,7 +910,7 @@ static int space_freed(struct tl_loop *l)
 {
 	if (l->stall_kick)
 		return 1;
-	return l->stalled && __atomic_load_n(&l->evr->head, __ATOMIC_SEQ_CST) != l->ev_head_cache;
+	return (l->stalled || l->defer_head != l->defer_tail) && __atomic_load_n(&l->evr->head, __ATOMIC_SEQ_CST) != l->ev_head_cache;
 }
 
 static void shutdown_all(struct tl_loop *l)
@@ -945,7 +963,11 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * publishing, so one of us sees the other). */
 	arm_efd(l);
 	__atomic_store_n(&l->cmr->loop_sleeping, 1, __ATOMIC_SEQ_CST);
-	if (l->stalled)
+	/* Ask the pump for a wake-up when it frees space only if someone waits
+	 * for it: a stalled connection, or a recv starved of slots that are
+	 * held by unconsumed in-place payloads. Otherwise deferred slots go
+	 * back on the next natural wake-up, without an extra syscall. */
+	if (l->stalled || (l->defer_head != l->defer_tail && l->rearm_waiting))
 		__atomic_store_n(&l->evr->loop_wants_space, 1, __ATOMIC_SEQ_CST);
 	if (have_commands(l) || space_freed(l) || l->shutting_down ||
 	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
@@ -1007,6 +1029,7 @@ static void loop_run(struct tl_loop *l)
 			run_stalled(l);
 			busy = 1;
 		}
+		release_deferred(l);
 		if (l->rearm_waiting)
 			run_rearms(l);
 		run_timers(l);
@@ -1140,10 +1163,18 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	l->ev_arena_end = calloc(cfg->event_ring_size, sizeof(uint64_t));
 	l->slot_next = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(int32_t));
 	l->slot_len = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(uint32_t));
+	l->slot_ref = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(uint64_t));
+	{
+		uint32_t cap = 1;
+		while (cap < cfg->buf_count + TL_HS_COUNT)
+			cap <<= 1;
+		l->defer_q = calloc(cap, sizeof(uint32_t));
+		l->defer_mask = cap - 1;
+	}
 	l->arena = map_zero(cfg->arena_size);
 	l->arena_size = cfg->arena_size;
 	if (!l->evr || !l->cmr || !l->stats || !l->conns || !l->pub || !l->dials || !l->ev_arena_end ||
-	    !l->slot_next || !l->slot_len || !l->arena)
+	    !l->slot_next || !l->slot_len || !l->slot_ref || !l->defer_q || !l->arena)
 		goto nomem_free;
 	l->evr->size = cfg->event_ring_size;
 	l->evr->mask = cfg->event_ring_size - 1;
@@ -1159,6 +1190,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		l->conns[i].fd = -1;
 		l->conns[i].slot = i;
 		l->conns[i].rxq_head = l->conns[i].rxq_tail = -1;
+		l->conns[i].cur_q = -1;
 	}
 	return l;
 
@@ -1333,6 +1365,8 @@ void tl_loop_free(struct tl_loop *l)
 	free(l->ev_arena_end);
 	free(l->slot_next);
 	free(l->slot_len);
+	free(l->slot_ref);
+	free(l->defer_q);
 	free(l->scratch);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);

@@ -102,6 +102,7 @@ struct tl_conn {
 	int32_t rxq_head, rxq_tail;
 	uint32_t rx_off;
 	uint32_t rx_slots;    /* slots in the queue */
+	int32_t cur_q;        /* slot the parser is reading now (payloads may stay in it), -1 if none */
 
 	/* upgrade */
 	struct tl_dial *dial;
@@ -152,6 +153,9 @@ struct tl_loop {
 	struct tl_bufring br;
 	struct tl_bufring hsbr; /* the handshake group */
 	int32_t *slot_next;   /* per buffer slot: next slot in a conn's rx queue */
+	uint64_t *slot_ref;   /* per slot: events up to this tail position point into it */
+	uint32_t *defer_q;    /* consumed slots still referenced by events, in release order */
+	uint32_t defer_head, defer_tail, defer_mask;
 	uint32_t *slot_len;   /* per buffer slot: bytes the kernel wrote */
 
 	/* event ring (producer side) */
@@ -239,6 +243,46 @@ static inline void tl_slot_recycle(struct tl_loop *l, uint32_t q)
 		tl_bufring_recycle(&l->br, q);
 	else
 		tl_bufring_recycle(&l->hsbr, q - l->br.count);
+}
+
+/* tl_slot_release returns a consumed slot to the kernel, or, while events
+ * the pump has not passed still point into it, queues it until they are. */
+static inline void tl_slot_release(struct tl_loop *l, uint32_t q)
+{
+	if (l->slot_ref[q] > l->ev_head_cache) {
+		l->defer_q[l->defer_tail++ & l->defer_mask] = q;
+		return;
+	}
+	l->slot_ref[q] = 0;
+	tl_slot_recycle(l, q);
+}
+
+/* tl_emit_inplace publishes a data message whose payload stays where it is,
+ * in the slot c->cur_q (a whole frame inside one slot): no arena copy. */
+static inline __attribute__((always_inline)) int tl_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
+								  const uint8_t *p, size_t n)
+{
+	uint64_t tail = l->ev_tail, idx = tail & l->ev_mask;
+	struct tl_event ev;
+
+	if (__builtin_expect(tail - l->ev_head_cache >= l->ev_size, 0))
+		return tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	ev.ptr = p;
+	ev.len = (uint32_t)n;
+	ev.slot = c->slot;
+	ev.gen = c->gen;
+	ev.code = 0;
+	ev.kind = (uint8_t)kind;
+	ev.flags = 0;
+	ev.err = 0;
+	ev.aux = 0;
+	l->events[idx] = ev;
+	l->ev_arena_end[idx] = l->arena_wpos;
+	l->ev_tail = tail + 1;
+	l->slot_ref[c->cur_q] = tail + 1;
+	if (__builtin_expect(tail + 1 - l->ev_published >= 1024, 0))
+		tl_ev_publish(l);
+	return 0;
 }
 
 /* tl_copy_small copies n bytes; short payloads (the common market-data
