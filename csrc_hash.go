@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xe5d9be8c0afc2d6e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x69b769c0d0793a59
 import "C"
 
-const csrcHash = "e5d9be8c0afc2d6e"
+const csrcHash = "69b769c0d0793a59"

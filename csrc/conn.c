@@ -307,13 +307,16 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 }
 
 /* publish_frame publishes a whole frame found inside the current run: in
- * place when the run is a receive slot (the slot is recycled only after the
+ * place when the run is a main-ring receive slot (the slot is recycled only after the
  * pump has passed the event), else copied like publish_data. */
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	struct tl_conn_pub *pub = &l->pub[c->slot];
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	int r = c->cur_q >= 0 ? tl_emit_inplace(l, c, kind, p, n) : tl_emit_data(l, c, kind, p, n);
+	/* Only main-ring slots: the few handshake-group slots must come back at
+	 * once, or a flood nobody pumps would keep the next 101 from arriving. */
+	int r = c->cur_q >= 0 && (uint32_t)c->cur_q < l->br.count ? tl_emit_inplace(l, c, kind, p, n)
+								     : tl_emit_data(l, c, kind, p, n);
 	if (r < 0)
 		return FEED_STALL;
 	c->msgs_in++;
