@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x69b769c0d0793a59
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x689ff8ac3a1754c4
 import "C"
 
-const csrcHash = "69b769c0d0793a59"
+const csrcHash = "689ff8ac3a1754c4"

@@ -55,8 +55,9 @@ func TestPoolCloseWithFullRing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	_ = ctx
 	for i := 0; i < 4; i++ {
-		if _, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=64", nil); err != nil {
+		if _, err := p.DialAsync(srv.URL+"/stream?n=1000000&size=64", nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -267,6 +267,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		l->timed--;
 	}
 	tl_conn_set_state(l, c, TL_ST_OPEN);
+	tl_conn_regroup(l, c);
 	return publish_open(l, c);
 }
 

@@ -615,18 +615,26 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		tl_stall(l, c);
 	if (c->stalled && !c->dying)
 		maybe_pause_recv(l, c);
-	if (c->recv_armed && c->recv_hs && c->state >= TL_ST_OPEN && !c->regroup && !c->dying &&
-	    !c->recv_paused) {
-		/* Open now: move from the handshake group to the main ring. The
-		 * cancelled recv's -ECANCELED completion re-arms it. */
-		struct io_uring_sqe *sqe = tl_sqe(l);
-		if (sqe) {
-			io_uring_prep_cancel64(sqe, recv_ud(c), 0);
-			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
-			c->cancel_inflight++;
-			c->regroup = 1;
-		}
-	}
+	tl_conn_regroup(l, c);
+}
+
+/* tl_conn_regroup moves an open connection's recv from the handshake group
+ * to the main ring: the cancelled recv's -ECANCELED completion re-arms it.
+ * Called as soon as the upgrade completes, so few of the flood that may
+ * follow lands in (and holds) handshake slots. */
+void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!c->recv_armed || !c->recv_hs || c->state < TL_ST_OPEN || c->regroup || c->dying || c->recv_paused)
+		return;
+	sqe = tl_sqe(l);
+	if (!sqe)
+		return;
+	io_uring_prep_cancel64(sqe, recv_ud(c), 0);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+	c->cancel_inflight++;
+	c->regroup = 1;
 }
 
 /* maybe_pause_recv stops the kernel from handing more slots to a stalled

@@ -33,7 +33,7 @@ enum {
  * main slot is its bid, a handshake slot is main count + bid. */
 #define TL_BGID 7
 #define TL_HS_BGID 8
-#define TL_HS_COUNT 32
+#define TL_HS_COUNT 64
 #define TL_SLOT_BITS 24
 #define TL_MAX_SLOTS (1u << TL_SLOT_BITS)
 
@@ -226,6 +226,7 @@ void tl_stall(struct tl_loop *l, struct tl_conn *c);
 void tl_conn_flush(struct tl_loop *l, struct tl_conn *c);
 void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
 void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c);
+void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c);
 void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
 void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
 
