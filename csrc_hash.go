@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x689ff8ac3a1754c4
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x9bab0e236ec3cd75
 import "C"
 
-const csrcHash = "689ff8ac3a1754c4"
+const csrcHash = "9bab0e236ec3cd75"

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define TL_CQE_BATCH 256
+#define TL_SWEEP_NS 20000000ull
 
 uint64_t tl_now_ns(void)
 {
@@ -883,12 +884,16 @@ static void run_stalled(struct tl_loop *l)
 	}
 }
 
-static void run_rearms(struct tl_loop *l)
+static void run_rearms(struct tl_loop *l, int sweep)
 {
 	/* Re-arm only when the kernel has slots to give; else ENOBUFS again. */
 	l->rearm_waiting = 0;
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
+		/* A sweep also catches a recv that ended with nobody noting it. */
+		if (sweep && !c->recv_armed && !c->recv_paused && !c->cancel_inflight && !c->dying && !c->eof &&
+		    c->fd >= 0 && c->state != TL_ST_IDLE && c->state != TL_ST_CONNECTING)
+			c->want_rearm = 1;
 		if (c->want_rearm && !c->recv_armed && !c->dying && !c->eof && c->fd >= 0 &&
 		    c->state != TL_ST_IDLE) {
 			/* Any free slot of the group it will use will do: waiting for
@@ -992,6 +997,12 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	}
 	if (l->rearm_waiting && (wait_ns == 0 || wait_ns > 1000000ull))
 		wait_ns = 1000000ull;
+	/* Sweep tick: while connections live, wake at least every 20 ms and
+	 * look at the parked ones again (stalled, waiting for a re-arm,
+	 * holding deferred slots), so a missed wake-up costs a tick, never a
+	 * hang. */
+	if (l->live && (wait_ns == 0 || wait_ns > TL_SWEEP_NS))
+		wait_ns = TL_SWEEP_NS;
 	if (wait_ns) {
 		ts.tv_sec = (long long)(wait_ns / 1000000000ull);
 		ts.tv_nsec = (long long)(wait_ns % 1000000000ull);
@@ -1032,14 +1043,20 @@ static void loop_run(struct tl_loop *l)
 		}
 		if (drain_commands(l))
 			busy = 1;
-		if (l->stalled && (space_freed(l) || l->stall_kick)) {
-			l->stall_kick = 0;
-			run_stalled(l);
-			busy = 1;
+		{
+			uint64_t now = l->live && !busy ? tl_now_ns() : 0;
+			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
+			if (sweep)
+				l->last_sweep_ns = now;
+			if (l->stalled && (sweep || space_freed(l) || l->stall_kick)) {
+				l->stall_kick = 0;
+				run_stalled(l);
+				busy = 1;
+			}
+			release_deferred(l);
+			if (l->rearm_waiting || sweep)
+				run_rearms(l, sweep);
 		}
-		release_deferred(l);
-		if (l->rearm_waiting)
-			run_rearms(l);
 		run_timers(l);
 		tl_bufring_commit(&l->br);
 		tl_bufring_commit(&l->hsbr);

@@ -189,6 +189,7 @@ struct tl_loop {
 	uint32_t rearm_waiting;
 	int blocked_on_send;    /* a SEND command waits for a full send queue */
 	int stall_kick;         /* a send completed: stalled conns may go on */
+	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
 	int inject_blocked;     /* an INJECT waits for ring space */
 	uint32_t inject_off;    /* bytes of the INJECT at the ring head already parsed */
 
