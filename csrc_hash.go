@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x9bab0e236ec3cd75
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa0e604e9be7f0f2e
 import "C"
 
-const csrcHash = "9bab0e236ec3cd75"
+const csrcHash = "a0e604e9be7f0f2e"

@@ -55,6 +55,19 @@ static uint64_t recv_ud(const struct tl_conn *c)
 	return tl_ud(c->recv_hs ? TL_OPK_RECV_HS : TL_OPK_RECV, c->gen, c->slot);
 }
 
+/* cancel_recv asks the kernel to end c's armed recv (its final CQE follows).
+ * Returns 0, or -1 when no SQE was free. */
+static int cancel_recv(struct tl_loop *l, struct tl_conn *c)
+{
+	struct io_uring_sqe *sqe = tl_sqe(l);
+	if (!sqe)
+		return -1;
+	io_uring_prep_cancel64(sqe, recv_ud(c), 0);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+	c->cancel_inflight++;
+	return 0;
+}
+
 static void arm_recv(struct tl_loop *l, struct tl_conn *c)
 {
 	struct io_uring_sqe *sqe;
@@ -625,17 +638,10 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
  * follow lands in (and holds) handshake slots. */
 void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c)
 {
-	struct io_uring_sqe *sqe;
-
 	if (!c->recv_armed || !c->recv_hs || c->state < TL_ST_OPEN || c->regroup || c->dying || c->recv_paused)
 		return;
-	sqe = tl_sqe(l);
-	if (!sqe)
-		return;
-	io_uring_prep_cancel64(sqe, recv_ud(c), 0);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
-	c->cancel_inflight++;
-	c->regroup = 1;
+	if (cancel_recv(l, c) == 0)
+		c->regroup = 1;
 }
 
 /* maybe_pause_recv stops the kernel from handing more slots to a stalled
@@ -644,8 +650,6 @@ void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c)
  * connections keep slots to receive with. Resumed by resume_recv. */
 static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c)
 {
-	struct io_uring_sqe *sqe;
-
 	/* A fair share: half the ring split over the live connections (at
 	 * least 2 slots, at most a quarter of the ring), so the stalled ones
 	 * together leave slots for the rest, e.g. for a 101 to arrive. */
@@ -656,13 +660,8 @@ static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c)
 		share = 2;
 	if (!c->recv_armed || c->recv_paused || c->rx_slots < share)
 		return;
-	sqe = tl_sqe(l);
-	if (!sqe)
-		return;
-	io_uring_prep_cancel64(sqe, recv_ud(c), 0);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
-	c->cancel_inflight++;
-	c->recv_paused = 1;
+	if (cancel_recv(l, c) == 0)
+		c->recv_paused = 1;
 }
 
 static void resume_recv(struct tl_loop *l, struct tl_conn *c)
