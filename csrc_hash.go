@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa0e604e9be7f0f2e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd5c9125a0416861b
 import "C"
 
-const csrcHash = "a0e604e9be7f0f2e"
+const csrcHash = "d5c9125a0416861b"

@@ -295,35 +295,38 @@ static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t co
 	return FEED_DEAD;
 }
 
-static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
+/* count_in mirrors a delivered message into the public counters. */
+static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 {
 	struct tl_conn_pub *pub = &l->pub[c->slot];
-	if (tl_emit_data(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n) < 0)
-		return FEED_STALL;
 	c->msgs_in++;
 	c->bytes_in += n;
 	__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
 	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
+}
+
+/* publish_data publishes a reassembled message, copied into the arena. */
+static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
+{
+	if (tl_emit_data(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n) < 0)
+		return FEED_STALL;
+	count_in(l, c, n);
 	return FEED_OK;
 }
 
 /* publish_frame publishes a whole frame found inside the current run: in
- * place when the run is a main-ring receive slot (the slot is recycled only after the
- * pump has passed the event), else copied like publish_data. */
+ * place when the run is a main-ring receive slot (the slot is recycled only
+ * after the pump has passed the event), else copied like publish_data. The
+ * few handshake-group slots must come back at once, or a flood nobody
+ * pumps would keep the next 101 from arriving. */
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
-	struct tl_conn_pub *pub = &l->pub[c->slot];
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	/* Only main-ring slots: the few handshake-group slots must come back at
-	 * once, or a flood nobody pumps would keep the next 101 from arriving. */
 	int r = c->cur_q >= 0 && (uint32_t)c->cur_q < l->br.count ? tl_emit_inplace(l, c, kind, p, n)
 								     : tl_emit_data(l, c, kind, p, n);
 	if (r < 0)
 		return FEED_STALL;
-	c->msgs_in++;
-	c->bytes_in += n;
-	__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
-	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
+	count_in(l, c, n);
 	return FEED_OK;
 }
 

@@ -259,16 +259,14 @@ static inline void tl_slot_release(struct tl_loop *l, uint32_t q)
 	tl_slot_recycle(l, q);
 }
 
-/* tl_emit_inplace publishes a data message whose payload stays where it is,
- * in the slot c->cur_q (a whole frame inside one slot): no arena copy. */
-static inline __attribute__((always_inline)) int tl_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
-								  const uint8_t *p, size_t n)
+/* tl_put_data_event appends a data event at the ring tail (room already
+ * checked) whose payload needs arena bytes up to arena_end. */
+static inline __attribute__((always_inline)) void tl_put_data_event(struct tl_loop *l, struct tl_conn *c, int kind,
+								    const uint8_t *p, size_t n, uint64_t arena_end)
 {
 	uint64_t tail = l->ev_tail, idx = tail & l->ev_mask;
 	struct tl_event ev;
 
-	if (__builtin_expect(tail - l->ev_head_cache >= l->ev_size, 0))
-		return tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	ev.ptr = p;
 	ev.len = (uint32_t)n;
 	ev.slot = c->slot;
@@ -279,11 +277,21 @@ static inline __attribute__((always_inline)) int tl_emit_inplace(struct tl_loop 
 	ev.err = 0;
 	ev.aux = 0;
 	l->events[idx] = ev;
-	l->ev_arena_end[idx] = l->arena_wpos;
+	l->ev_arena_end[idx] = arena_end;
 	l->ev_tail = tail + 1;
-	l->slot_ref[c->cur_q] = tail + 1;
 	if (__builtin_expect(tail + 1 - l->ev_published >= 1024, 0))
-		tl_ev_publish(l);
+		tl_ev_publish(l); /* let Go start on a long batch */
+}
+
+/* tl_emit_inplace publishes a data message whose payload stays where it is,
+ * in the slot c->cur_q (a whole frame inside one slot): no arena copy. */
+static inline __attribute__((always_inline)) int tl_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
+								  const uint8_t *p, size_t n)
+{
+	if (__builtin_expect(l->ev_tail - l->ev_head_cache >= l->ev_size, 0))
+		return tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	l->slot_ref[c->cur_q] = l->ev_tail + 1;
+	tl_put_data_event(l, c, kind, p, n, l->arena_wpos);
 	return 0;
 }
 
@@ -310,38 +318,23 @@ static inline void tl_copy_small(uint8_t *d, const uint8_t *s, size_t n)
 
 /* tl_emit_data is tl_emit for a data message when ring and arena have room
  * without wrapping: the per-message path, inlined into the parser. */
-static inline __attribute__((always_inline)) int tl_emit_data(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, size_t n)
+static inline __attribute__((always_inline)) int tl_emit_data(struct tl_loop *l, struct tl_conn *c, int kind,
+							       const uint8_t *p, size_t n)
 {
 	/* Locals: the stores below may alias the loop's fields as far as the
 	 * compiler knows, so read everything once. */
 	uint64_t need = (n + 7) & ~(uint64_t)7;
 	uint64_t w = l->arena_wpos, asize = l->arena_size, off = w & (asize - 1);
-	uint64_t tail = l->ev_tail, idx = tail & l->ev_mask;
-	struct tl_event ev, *e;
 	uint8_t *dst;
 
-	if (__builtin_expect(tail - l->ev_head_cache >= l->ev_size || off + need > asize ||
+	if (__builtin_expect(l->ev_tail - l->ev_head_cache >= l->ev_size || off + need > asize ||
 				     w + need - l->arena_rpos > asize,
 			     0))
 		return tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	dst = l->arena + off;
-	e = &l->events[idx];
-	ev.ptr = dst;
-	ev.len = (uint32_t)n;
-	ev.slot = c->slot;
-	ev.gen = c->gen;
-	ev.code = 0;
-	ev.kind = (uint8_t)kind;
-	ev.flags = 0;
-	ev.err = 0;
-	ev.aux = 0;
-	*e = ev;
-	l->ev_arena_end[idx] = w + need;
 	l->arena_wpos = w + need;
-	l->ev_tail = tail + 1;
 	tl_copy_small(dst, p, n);
-	if (__builtin_expect(tail + 1 - l->ev_published >= 1024, 0))
-		tl_ev_publish(l); /* let Go start on a long batch */
+	tl_put_data_event(l, c, kind, dst, n, w + need);
 	return 0;
 }
 
