@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd5c9125a0416861b
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3c592c4c4f60013c
 import "C"
 
-const csrcHash = "d5c9125a0416861b"
+const csrcHash = "3c592c4c4f60013c"

@@ -74,8 +74,8 @@ int tl_out_append(struct tl_conn *c, const uint8_t *p, size_t n)
 static void mask_key(struct tl_loop *l, uint8_t key[4])
 {
 	/* rnd_off == 0 only before the first fill (it is >= 4 after every
-	 * use): the loop starts with rnd zeroed, which gave all-zero mask keys
-	 * to the first 1024 frames (fixed by the TLS engineer, issue 3). */
+	 * use): the loop starts with rnd zeroed, and without this check the
+	 * first 1024 frames would go out with all-zero mask keys. */
 	if (l->rnd_off == 0 || l->rnd_off + 4 > sizeof(l->rnd)) {
 		size_t got = 0;
 		while (got < sizeof(l->rnd)) {

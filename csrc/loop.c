@@ -442,7 +442,7 @@ static void start_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 	c->connect_inflight = 1;
 }
 
-/* start_memory opens a socketless connection: Go feeds it server bytes with
+/* tl_conn_open_memory opens a socketless connection: Go feeds it server bytes with
  * TL_CMD_INJECT (benchmarks, replay of captured streams). */
 void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
@@ -517,8 +517,6 @@ static int drain_commands(struct tl_loop *l)
 				}
 			}
 			l->inject_off = 0;
-		} else if (cmd->op == TL_CMD_SHUTDOWN) {
-			l->shutting_down = 1;
 		} else if ((c = cmd_conn(l, cmd)) != NULL) {
 			if (cmd->op == TL_CMD_CLOSE) {
 				if (c->fd < 0 && c->state == TL_ST_OPEN) {
@@ -768,7 +766,7 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 		STAT_ADD(l, loop_wakes, 1);
 		return;
 	}
-	if (op == TL_OP_NONE || slot >= l->cfg.max_conns)
+	if (op == 0 || slot >= l->cfg.max_conns)
 		return;
 	c = &l->conns[slot];
 	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending)) {

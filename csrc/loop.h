@@ -17,13 +17,11 @@
 /* user_data layout: op (8 bits) | gen (32 bits) | slot (24 bits). The
  * generation makes a late completion for a reused slot harmless. */
 enum {
-	TL_OP_NONE = 0,
-	TL_OPK_CONNECT = 1,
+	TL_OPK_CONNECT = 1, /* 0 is no op: a CQE carrying it is ignored */
 	TL_OPK_RECV = 2,
 	TL_OPK_SEND = 3,
 	TL_OPK_CANCEL = 4,
 	TL_OPK_EFD = 5,
-	TL_OPK_SHUTDOWN = 6,
 	TL_OPK_RECV_HS = 7, /* a recv on the handshake buffer group */
 };
 

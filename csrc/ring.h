@@ -105,7 +105,7 @@ enum {
 	TL_CMD_PING = 3,
 	TL_CMD_PONG = 4,
 	TL_CMD_CLOSE = 5,    /* code + reason payload */
-	TL_CMD_SHUTDOWN = 6, /* the pool closes */
+	/* 6 was a shutdown command; tl_loop_stop does that. Not reused. */
 	TL_CMD_INJECT = 7,   /* feed payload to a memory connection as if the server sent it */
 };
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
@@ -153,5 +153,54 @@ struct tl_conn_pub {
 	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */
 	char proto[64];   /* agreed subprotocol, NUL-terminated */
 };
+
+/* Layouts Go reads and writes through cgo and sync/atomic: a field moved
+ * here without the Go side moving too would be read as garbage, so the
+ * build fails instead (x86-64/arm64 LP64). */
+#define TL_LAYOUT(t, f, off) _Static_assert(__builtin_offsetof(struct t, f) == (off), #t "." #f " moved")
+_Static_assert(sizeof(struct tl_event) == 32, "tl_event must stay 32 bytes");
+TL_LAYOUT(tl_event, ptr, 0);
+TL_LAYOUT(tl_event, len, 8);
+TL_LAYOUT(tl_event, slot, 12);
+TL_LAYOUT(tl_event, gen, 16);
+TL_LAYOUT(tl_event, code, 20);
+TL_LAYOUT(tl_event, kind, 22);
+TL_LAYOUT(tl_event, flags, 23);
+TL_LAYOUT(tl_event, err, 24);
+TL_LAYOUT(tl_event, aux, 28);
+TL_LAYOUT(tl_evring, tail, 0);
+TL_LAYOUT(tl_evring, head, TL_LINE);
+TL_LAYOUT(tl_evring, cons_sleeping, 2 * TL_LINE);
+TL_LAYOUT(tl_evring, wake_seq, 2 * TL_LINE + 4);
+TL_LAYOUT(tl_evring, loop_wants_space, 2 * TL_LINE + 8);
+TL_LAYOUT(tl_evring, size, 3 * TL_LINE);
+TL_LAYOUT(tl_evring, mask, 3 * TL_LINE + 4);
+TL_LAYOUT(tl_evring, ev, 3 * TL_LINE + 8);
+_Static_assert(sizeof(struct tl_evring) == 4 * TL_LINE, "tl_evring is four cache lines");
+_Static_assert(sizeof(struct tl_cmd) == TL_CMD_ALIGN, "the command header is one 16-byte unit");
+TL_LAYOUT(tl_cmd, len, 0);
+TL_LAYOUT(tl_cmd, op, 4);
+TL_LAYOUT(tl_cmd, flags, 5);
+TL_LAYOUT(tl_cmd, code, 6);
+TL_LAYOUT(tl_cmd, slot, 8);
+TL_LAYOUT(tl_cmd, gen, 12);
+TL_LAYOUT(tl_cmdring, tail, 0);
+TL_LAYOUT(tl_cmdring, head, TL_LINE);
+TL_LAYOUT(tl_cmdring, loop_sleeping, 2 * TL_LINE);
+TL_LAYOUT(tl_cmdring, efd, 2 * TL_LINE + 4);
+TL_LAYOUT(tl_cmdring, size, 3 * TL_LINE);
+TL_LAYOUT(tl_cmdring, buf, 3 * TL_LINE + 8);
+_Static_assert(sizeof(struct tl_cmdring) == 4 * TL_LINE, "tl_cmdring is four cache lines");
+TL_LAYOUT(tl_conn_pub, state, 0);
+TL_LAYOUT(tl_conn_pub, gen, 4);
+TL_LAYOUT(tl_conn_pub, err, 8);
+TL_LAYOUT(tl_conn_pub, aux, 12);
+TL_LAYOUT(tl_conn_pub, code, 16);
+TL_LAYOUT(tl_conn_pub, opened, 20);
+TL_LAYOUT(tl_conn_pub, msgs_in, 24);
+TL_LAYOUT(tl_conn_pub, wire_out, 80);
+TL_LAYOUT(tl_conn_pub, detail, 88);
+TL_LAYOUT(tl_conn_pub, proto, 176);
+_Static_assert(sizeof(struct tl_conn_pub) == 240, "tl_conn_pub size");
 
 #endif

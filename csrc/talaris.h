@@ -77,8 +77,8 @@ struct tl_dial_params {
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
  * flight on it); a following TL_CMD_DIAL starts it. Returns 0, or a
- * negative errno (-ENOMEM, -EINVAL for a bad slot, -EPROTONOSUPPORT for
- * tls without a TLS backend). On failure nothing is kept. */
+ * negative errno (-ENOMEM, or -EINVAL for a bad slot or address length).
+ * On failure nothing is kept. */
 int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p);
 
 /* tl_loop_stop asks the thread to close every connection and exit, and
@@ -104,5 +104,39 @@ void tl_decoder_free(struct tl_loop *l);
 
 /* tl_tls_backend names the linked TLS library: "boringssl" or "openssl". */
 const char *tl_tls_backend(void);
+
+/* Layouts Go fills in or reads (see ring.h for the rings). */
+_Static_assert(sizeof(struct tl_config) == 112, "tl_config size");
+TL_LAYOUT(tl_config, sq_entries, 0);
+TL_LAYOUT(tl_config, ring_flags, 8);
+TL_LAYOUT(tl_config, sq_thread_cpu, 16);
+TL_LAYOUT(tl_config, buf_size, 20);
+TL_LAYOUT(tl_config, loop_cpu, 28);
+TL_LAYOUT(tl_config, loop_wait, 32);
+TL_LAYOUT(tl_config, spin_ns, 40);
+TL_LAYOUT(tl_config, event_ring_size, 48);
+TL_LAYOUT(tl_config, arena_size, 56);
+TL_LAYOUT(tl_config, cmd_ring_size, 64);
+TL_LAYOUT(tl_config, max_conns, 72);
+TL_LAYOUT(tl_config, max_message, 80);
+TL_LAYOUT(tl_config, handshake_timeout_ns, 88);
+TL_LAYOUT(tl_config, close_timeout_ns, 96);
+TL_LAYOUT(tl_config, max_send_queue, 104);
+_Static_assert(sizeof(struct tl_pool_stats) == 64, "tl_pool_stats size");
+TL_LAYOUT(tl_pool_stats, events, 0);
+TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
+TL_LAYOUT(tl_dial_params, addr, 0);
+TL_LAYOUT(tl_dial_params, addr_len, 128);
+TL_LAYOUT(tl_dial_params, tls, 132);
+TL_LAYOUT(tl_dial_params, host, 136);
+TL_LAYOUT(tl_dial_params, path, 152);
+TL_LAYOUT(tl_dial_params, headers, 168);
+TL_LAYOUT(tl_dial_params, protocols, 184);
+TL_LAYOUT(tl_dial_params, server_name, 200);
+TL_LAYOUT(tl_dial_params, ca_file, 216);
+TL_LAYOUT(tl_dial_params, ca_pem, 232);
+TL_LAYOUT(tl_dial_params, insecure, 248);
+TL_LAYOUT(tl_dial_params, handshake_timeout_ns, 256);
+_Static_assert(sizeof(struct tl_dial_params) == 264, "tl_dial_params size");
 
 #endif

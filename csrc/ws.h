@@ -70,8 +70,4 @@ void tl_ws_mask(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t key[4]
  * (1000-1003, 1007-1011, 1012-1014, 3000-4999), else 0. */
 int tl_ws_close_code_ok(unsigned code);
 
-/* tl_ws_close_code_sendable returns 1 if the client may send code: the same
- * set as tl_ws_close_code_ok. */
-static inline int tl_ws_close_code_sendable(unsigned code) { return tl_ws_close_code_ok(code); }
-
 #endif

@@ -217,7 +217,7 @@ static const struct rcase rcases[] = {
 	{"syntax in 401", "HTTP/1.1 401 No\r\nX y\r\n" END, "", TL_HTTP_ERR_SYNTAX, 401, NULL},
 };
 
-/* parse_all runs the parser on the whole case, on every prefix, and with
+/* run_case runs the parser on the whole case, on every prefix, and with
  * frame bytes appended, and checks they agree. */
 static void run_case(const char *name, const char *resp, size_t n, const char *offer, int ret,
 		     int status, const char *proto, int incremental)

@@ -110,7 +110,7 @@ static const struct vec vecs[] = {
 	V("json", "{\"op\":\"subscribe\",\"args\":[\"orderbook.50.BTCUSDT\"],\"note\":\"\xE2\x82\xAC\"}", -1, 1),
 };
 
-/* feed_result feeds p[0..n) in the pieces given by cuts (ascending, may
+/* feed_split feeds p[0..n) in the pieces given by cuts (ascending, may
  * repeat) and returns -1 on failure, else 1 if complete, 0 if cut. */
 static int feed_split(const uint8_t *p, size_t n, const size_t *cuts, size_t ncuts)
 {
