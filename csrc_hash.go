@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x3c592c4c4f60013c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5c8c16ce189fd07f
 import "C"
 
-const csrcHash = "3c592c4c4f60013c"
+const csrcHash = "5c8c16ce189fd07f"

@@ -308,7 +308,7 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 /* publish_data publishes a reassembled message, copied into the arena. */
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
-	if (tl_emit_data(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n) < 0)
+	if (tl_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
 		return FEED_STALL;
 	count_in(l, c, n);
 	return FEED_OK;
@@ -323,7 +323,7 @@ static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, co
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
 	int r = c->cur_q >= 0 && (uint32_t)c->cur_q < l->br.count ? tl_emit_inplace(l, c, kind, p, n)
-								     : tl_emit_data(l, c, kind, p, n);
+								     : tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return FEED_STALL;
 	count_in(l, c, n);

@@ -128,95 +128,7 @@ void tl_conn_flush(struct tl_loop *l, struct tl_conn *c)
 	c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
 }
 
-/* ---- events ---- */
-
-void tl_ev_publish(struct tl_loop *l)
-{
-	struct tl_evring *r = l->evr;
-	if (l->ev_tail == l->ev_published)
-		return;
-	__atomic_store_n(&r->tail, l->ev_tail, __ATOMIC_SEQ_CST);
-	STAT_ADD(l, events, l->ev_tail - l->ev_published);
-	l->ev_published = l->ev_tail;
-	STAT_ADD(l, batches, 1);
-	if (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
-		__atomic_fetch_add(&r->wake_seq, 1, __ATOMIC_SEQ_CST);
-		futex_wake(&r->wake_seq);
-	}
-}
-
-/* refresh_head learns how far Go has consumed, freeing ring and arena. */
-static void refresh_head(struct tl_loop *l)
-{
-	uint64_t head = __atomic_load_n(&l->evr->head, __ATOMIC_ACQUIRE);
-	if (head == l->ev_head_cache)
-		return;
-	l->ev_head_cache = head;
-	if (head == l->ev_tail)
-		l->arena_rpos = l->arena_wpos;
-	else
-		l->arena_rpos = l->ev_arena_end[(head - 1) & l->evr->mask];
-}
-
-/* arena_alloc returns n bytes of contiguous, 8-aligned arena, or NULL when
- * Go has not released enough yet. */
-static uint8_t *arena_alloc(struct tl_loop *l, size_t n)
-{
-	uint64_t size = l->arena_size;
-	uint64_t need = (n + 7) & ~(uint64_t)7;
-	for (int pass = 0; pass < 2; pass++) {
-		uint64_t w = l->arena_wpos;
-		uint64_t off = w & (size - 1);
-		uint64_t skip = (off + need > size) ? size - off : 0;
-		if (w + skip + need - l->arena_rpos <= size) {
-			l->arena_wpos = w + skip + need;
-			return l->arena + ((w + skip) & (size - 1));
-		}
-		refresh_head(l);
-	}
-	return NULL;
-}
-
-/* tl_emit appends one event, copying n payload bytes into the arena.
- * Returns 0, or -1 when the ring or arena is full (nothing was written). */
-int tl_emit(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, size_t n, uint16_t code, int err,
-	    int aux, int flags)
-{
-	struct tl_evring *r = l->evr;
-	struct tl_event *e;
-	uint8_t *dst = NULL;
-	uint64_t save_w = l->arena_wpos;
-
-	if (l->ev_tail - l->ev_head_cache >= r->size) {
-		refresh_head(l);
-		if (l->ev_tail - l->ev_head_cache >= r->size)
-			return -1;
-	}
-	if (n) {
-		dst = arena_alloc(l, n);
-		if (!dst) {
-			l->arena_wpos = save_w;
-			return -1;
-		}
-		memcpy(dst, p, n);
-	}
-	e = &r->ev[l->ev_tail & r->mask];
-	e->ptr = dst;
-	e->len = (uint32_t)n;
-	e->slot = c->slot;
-	e->gen = c->gen;
-	e->code = code;
-	e->kind = (uint8_t)kind;
-	e->flags = (uint8_t)flags;
-	e->err = err;
-	e->aux = aux;
-	l->ev_arena_end[l->ev_tail & r->mask] = l->arena_wpos;
-	l->ev_tail++;
-	/* Publish early when the batch grows large so Go can start. */
-	if (l->ev_tail - l->ev_published >= 1024)
-		tl_ev_publish(l);
-	return 0;
-}
+/* ---- stalls ---- */
 
 void tl_stall(struct tl_loop *l, struct tl_conn *c)
 {
@@ -848,10 +760,10 @@ static void release_deferred(struct tl_loop *l)
 {
 	if (l->defer_head == l->defer_tail)
 		return;
-	refresh_head(l);
+	tl_evq_refresh(&l->evq);
 	while (l->defer_head != l->defer_tail) {
 		uint32_t q = l->defer_q[l->defer_head & l->defer_mask];
-		if (l->slot_ref[q] > l->ev_head_cache)
+		if (l->slot_ref[q] > l->evq.head_cache)
 			break;
 		l->slot_ref[q] = 0;
 		tl_slot_recycle(l, q);
@@ -863,7 +775,7 @@ static void run_stalled(struct tl_loop *l)
 {
 	struct tl_conn *list = l->stalled, *c;
 	l->stalled = NULL;
-	refresh_head(l);
+	tl_evq_refresh(&l->evq);
 	while ((c = list) != NULL) {
 		list = c->stall_next;
 		c->on_stall_list = 0;
@@ -920,7 +832,7 @@ static int space_freed(struct tl_loop *l)
 {
 	if (l->stall_kick)
 		return 1;
-	return (l->stalled || l->defer_head != l->defer_tail) && __atomic_load_n(&l->evr->head, __ATOMIC_SEQ_CST) != l->ev_head_cache;
+	return (l->stalled || l->defer_head != l->defer_tail) && tl_evq_head_moved(&l->evq);
 }
 
 static void shutdown_all(struct tl_loop *l)
@@ -978,11 +890,11 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * held by unconsumed in-place payloads. Otherwise deferred slots go
 	 * back on the next natural wake-up, without an extra syscall. */
 	if (l->stalled || (l->defer_head != l->defer_tail && l->rearm_waiting))
-		__atomic_store_n(&l->evr->loop_wants_space, 1, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
 	if (have_commands(l) || space_freed(l) || l->shutting_down ||
 	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
 		__atomic_store_n(&l->cmr->loop_sleeping, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&l->evr->loop_wants_space, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
 		io_uring_submit(&l->ring);
 		return;
 	}
@@ -1010,7 +922,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		io_uring_submit_and_wait(&l->ring, 1);
 	}
 	__atomic_store_n(&l->cmr->loop_sleeping, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->evr->loop_wants_space, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
 }
 
 static void loop_run(struct tl_loop *l)
@@ -1057,11 +969,11 @@ static void loop_run(struct tl_loop *l)
 		run_timers(l);
 		tl_bufring_commit(&l->br);
 		tl_bufring_commit(&l->hsbr);
-		tl_ev_publish(l);
+		tl_evq_publish(&l->evq);
 		/* With nothing submitted and a clean CQ, a spinning loop still
 		 * needs the kernel to post deferred work: handled in wait. */
 	}
-	tl_ev_publish(l);
+	tl_evq_publish(&l->evq);
 }
 
 /* ---- setup ---- */
@@ -1176,13 +1088,11 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
-	l->evr = map_zero(sizeof(*l->evr));
 	l->cmr = map_zero(sizeof(*l->cmr));
 	l->stats = map_zero(sizeof(*l->stats));
 	l->conns = calloc(cfg->max_conns, sizeof(*l->conns));
 	l->pub = map_zero(sizeof(*l->pub) * cfg->max_conns);
 	l->dials = calloc(cfg->max_conns, sizeof(*l->dials));
-	l->ev_arena_end = calloc(cfg->event_ring_size, sizeof(uint64_t));
 	l->slot_next = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(int32_t));
 	l->slot_len = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(uint32_t));
 	l->slot_ref = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(uint64_t));
@@ -1193,20 +1103,14 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		l->defer_q = calloc(cap, sizeof(uint32_t));
 		l->defer_mask = cap - 1;
 	}
-	l->arena = map_zero(cfg->arena_size);
-	l->arena_size = cfg->arena_size;
-	if (!l->evr || !l->cmr || !l->stats || !l->conns || !l->pub || !l->dials || !l->ev_arena_end ||
-	    !l->slot_next || !l->slot_len || !l->slot_ref || !l->defer_q || !l->arena)
+	if (!l->cmr || !l->stats || !l->conns || !l->pub || !l->dials || !l->slot_next || !l->slot_len ||
+	    !l->slot_ref || !l->defer_q)
 		goto nomem_free;
-	l->evr->size = cfg->event_ring_size;
-	l->evr->mask = cfg->event_ring_size - 1;
-	l->evr->ev = map_zero(sizeof(struct tl_event) * cfg->event_ring_size);
-	l->events = l->evr->ev;
-	l->ev_size = cfg->event_ring_size;
-	l->ev_mask = cfg->event_ring_size - 1;
+	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats) < 0)
+		goto nomem_free;
 	l->cmr->size = cfg->cmd_ring_size;
 	l->cmr->buf = map_zero(cfg->cmd_ring_size);
-	if (!l->evr->ev || !l->cmr->buf)
+	if (!l->cmr->buf)
 		goto nomem_free;
 	for (uint32_t i = 0; i < cfg->max_conns; i++) {
 		l->conns[i].fd = -1;
@@ -1269,7 +1173,7 @@ struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf,
 	return l;
 }
 
-struct tl_evring *tl_loop_evring(struct tl_loop *l) { return l->evr; }
+struct tl_evring *tl_loop_evring(struct tl_loop *l) { return l->evq.r; }
 struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmr; }
 struct tl_conn_pub *tl_loop_conns(struct tl_loop *l) { return l->pub; }
 struct tl_pool_stats *tl_loop_stats(struct tl_loop *l) { return l->stats; }
@@ -1366,11 +1270,7 @@ void tl_loop_free(struct tl_loop *l)
 	tl_tls_global_free(l);
 	if (l->efd >= 0)
 		close(l->efd);
-	if (l->evr) {
-		if (l->evr->ev)
-			munmap(l->evr->ev, sizeof(struct tl_event) * l->cfg.event_ring_size);
-		munmap(l->evr, sizeof(*l->evr));
-	}
+	tl_evq_free(&l->evq);
 	if (l->cmr) {
 		if (l->cmr->buf)
 			munmap(l->cmr->buf, l->cfg.cmd_ring_size);
@@ -1380,11 +1280,8 @@ void tl_loop_free(struct tl_loop *l)
 		munmap(l->stats, sizeof(*l->stats));
 	if (l->pub)
 		munmap(l->pub, sizeof(*l->pub) * l->cfg.max_conns);
-	if (l->arena)
-		munmap(l->arena, l->cfg.arena_size);
 	free(l->conns);
 	free(l->dials);
-	free(l->ev_arena_end);
 	free(l->slot_next);
 	free(l->slot_len);
 	free(l->slot_ref);
@@ -1421,8 +1318,8 @@ int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used)
 	if (c->state != TL_ST_OPEN)
 		return -2;
 	r = tl_conn_feed(l, c, p, n, used);
-	l->evr->tail = l->ev_tail; /* same thread: no publish protocol needed */
-	l->ev_published = l->ev_tail;
+	l->evq.r->tail = l->evq.tail; /* same thread: no publish protocol needed */
+	l->evq.published = l->evq.tail;
 	return r;
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "bufring.h"
+#include "evq.h"
 #include "http.h"
 #include "ring.h"
 #include "talaris.h"
@@ -156,18 +157,7 @@ struct tl_loop {
 	uint32_t defer_head, defer_tail, defer_mask;
 	uint32_t *slot_len;   /* per buffer slot: bytes the kernel wrote */
 
-	/* event ring (producer side) */
-	struct tl_evring *evr;
-	struct tl_event *events; /* evr->ev, evr->size and evr->mask, kept here for the hot path */
-	uint64_t ev_size, ev_mask;
-	uint64_t ev_tail;       /* local, published at batch end */
-	uint64_t ev_published;
-	uint64_t ev_head_cache;
-	uint64_t *ev_arena_end; /* per event: arena position after its payload */
-	uint8_t *arena;
-	uint64_t arena_size;
-	uint64_t arena_wpos;    /* monotonic */
-	uint64_t arena_rpos;    /* monotonic: bytes before this are free */
+	struct tl_evq evq;      /* event ring producer and arena */
 
 	/* command ring (consumer side) */
 	struct tl_cmdring *cmr;
@@ -219,8 +209,6 @@ void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
 uint64_t tl_now_ns(void);
 struct io_uring_sqe *tl_sqe(struct tl_loop *l);
 void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st);
-int tl_emit(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, size_t n, uint16_t code, int err,
-	    int aux, int flags);
 void tl_stall(struct tl_loop *l, struct tl_conn *c);
 void tl_conn_flush(struct tl_loop *l, struct tl_conn *c);
 void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
@@ -228,8 +216,6 @@ void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c);
 void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c);
 void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
 void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
-
-void tl_ev_publish(struct tl_loop *l);
 
 /* tl_slot_ptr and tl_slot_recycle take a queue id (see TL_HS_COUNT). */
 static inline uint8_t *tl_slot_ptr(struct tl_loop *l, uint32_t q)
@@ -249,7 +235,7 @@ static inline void tl_slot_recycle(struct tl_loop *l, uint32_t q)
  * the pump has not passed still point into it, queues it until they are. */
 static inline void tl_slot_release(struct tl_loop *l, uint32_t q)
 {
-	if (l->slot_ref[q] > l->ev_head_cache) {
+	if (l->slot_ref[q] > l->evq.head_cache) {
 		l->defer_q[l->defer_tail++ & l->defer_mask] = q;
 		return;
 	}
@@ -257,82 +243,30 @@ static inline void tl_slot_release(struct tl_loop *l, uint32_t q)
 	tl_slot_recycle(l, q);
 }
 
-/* tl_put_data_event appends a data event at the ring tail (room already
- * checked) whose payload needs arena bytes up to arena_end. */
-static inline __attribute__((always_inline)) void tl_put_data_event(struct tl_loop *l, struct tl_conn *c, int kind,
-								    const uint8_t *p, size_t n, uint64_t arena_end)
+/* tl_emit appends one event for c: kind, payload p[0..n) copied into the
+ * arena, and for control and final events code, err, aux and flags.
+ * Returns 0, or -1 when the ring or arena is full (nothing was written).
+ * Inline so the per-message path (constant kind, zero code) folds down to
+ * tl_evq_append's fast path. */
+static inline __attribute__((always_inline)) int tl_emit(struct tl_loop *l, struct tl_conn *c, int kind,
+							  const uint8_t *p, size_t n, uint16_t code, int err, int aux,
+							  int flags)
 {
-	uint64_t tail = l->ev_tail, idx = tail & l->ev_mask;
-	struct tl_event ev;
-
-	ev.ptr = p;
-	ev.len = (uint32_t)n;
-	ev.slot = c->slot;
-	ev.gen = c->gen;
-	ev.code = 0;
-	ev.kind = (uint8_t)kind;
-	ev.flags = 0;
-	ev.err = 0;
-	ev.aux = 0;
-	l->events[idx] = ev;
-	l->ev_arena_end[idx] = arena_end;
-	l->ev_tail = tail + 1;
-	if (__builtin_expect(tail + 1 - l->ev_published >= 1024, 0))
-		tl_ev_publish(l); /* let Go start on a long batch */
+	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .code = code, .kind = (uint8_t)kind,
+			      .flags = (uint8_t)flags, .err = err, .aux = aux};
+	return tl_evq_append(&l->evq, m, p, n);
 }
 
 /* tl_emit_inplace publishes a data message whose payload stays where it is,
- * in the slot c->cur_q (a whole frame inside one slot): no arena copy. */
+ * in the slot c->cur_q (a whole frame inside one slot): no arena copy. The
+ * slot is recycled only after Go has passed the event (slot_ref). */
 static inline __attribute__((always_inline)) int tl_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
 								  const uint8_t *p, size_t n)
 {
-	if (__builtin_expect(l->ev_tail - l->ev_head_cache >= l->ev_size, 0))
-		return tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
-	l->slot_ref[c->cur_q] = l->ev_tail + 1;
-	tl_put_data_event(l, c, kind, p, n, l->arena_wpos);
-	return 0;
-}
-
-/* tl_copy_small copies n bytes; short payloads (the common market-data
- * case) avoid a libc call with overlapping word moves. */
-static inline void tl_copy_small(uint8_t *d, const uint8_t *s, size_t n)
-{
-	if (n >= 8 && n <= 16) {
-		uint64_t a, b;
-		__builtin_memcpy(&a, s, 8);
-		__builtin_memcpy(&b, s + n - 8, 8);
-		__builtin_memcpy(d, &a, 8);
-		__builtin_memcpy(d + n - 8, &b, 8);
-	} else if (n >= 4 && n < 8) {
-		uint32_t a, b;
-		__builtin_memcpy(&a, s, 4);
-		__builtin_memcpy(&b, s + n - 4, 4);
-		__builtin_memcpy(d, &a, 4);
-		__builtin_memcpy(d + n - 4, &b, 4);
-	} else if (n) {
-		__builtin_memcpy(d, s, n);
-	}
-}
-
-/* tl_emit_data is tl_emit for a data message when ring and arena have room
- * without wrapping: the per-message path, inlined into the parser. */
-static inline __attribute__((always_inline)) int tl_emit_data(struct tl_loop *l, struct tl_conn *c, int kind,
-							       const uint8_t *p, size_t n)
-{
-	/* Locals: the stores below may alias the loop's fields as far as the
-	 * compiler knows, so read everything once. */
-	uint64_t need = (n + 7) & ~(uint64_t)7;
-	uint64_t w = l->arena_wpos, asize = l->arena_size, off = w & (asize - 1);
-	uint8_t *dst;
-
-	if (__builtin_expect(l->ev_tail - l->ev_head_cache >= l->ev_size || off + need > asize ||
-				     w + need - l->arena_rpos > asize,
-			     0))
-		return tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
-	dst = l->arena + off;
-	l->arena_wpos = w + need;
-	tl_copy_small(dst, p, n);
-	tl_put_data_event(l, c, kind, dst, n, w + need);
+	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .kind = (uint8_t)kind};
+	if (tl_evq_append_ref(&l->evq, m, p, n) < 0)
+		return -1;
+	l->slot_ref[c->cur_q] = l->evq.tail;
 	return 0;
 }
 

@@ -53,7 +53,7 @@ int main(void)
 		}
 	}
 	tl_conn_open_memory(l, 0, 1);
-	l->evr->head = l->ev_tail;
+	l->evq.r->head = l->evq.tail;
 	for (int rep = 0; rep < (getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 30); rep++) {
 		struct tl_conn *c = &l->conns[0];
 		uint64_t t0 = now();
@@ -63,8 +63,8 @@ int main(void)
 			tl_conn_feed(l, c, wire + off, run, &used);
 			off += used;
 			/* consume like the pump: one pass over the new events */
-			struct tl_evring *r = l->evr;
-			for (uint64_t i = r->head; i < l->ev_tail; i++) {
+			struct tl_evring *r = l->evq.r;
+			for (uint64_t i = r->head; i < l->evq.tail; i++) {
 				const struct tl_event *e = &r->ev[i & r->mask];
 				if (e->kind == TL_EV_BINARY) {
 					uint64_t v;
@@ -77,7 +77,7 @@ int main(void)
 					sum += v;
 				}
 			}
-			r->head = l->ev_tail;
+			r->head = l->evq.tail;
 		}
 		uint64_t dt = now() - t0;
 		if (dt < best)

@@ -13,8 +13,8 @@ static struct tl_loop *L;
 
 static void drain(struct tl_loop *l, int *final)
 {
-	struct tl_evring *r = l->evr;
-	uint64_t tail = l->ev_tail; /* single-threaded: no publish needed */
+	struct tl_evring *r = l->evq.r;
+	uint64_t tail = l->evq.tail; /* single-threaded: no publish needed */
 	for (uint64_t i = r->head; i < tail; i++) {
 		const struct tl_event *e = &r->ev[i & r->mask];
 		if (e->kind < TL_EV_OPEN || e->kind > TL_EV_ERROR)

@@ -1,0 +1,134 @@
+/* evq.c - the event ring producer's slow paths: publishing a batch, reading
+ * Go's head, appending when the arena wraps or looks full. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "evq.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define STAT_ADD(s, f, n) __atomic_store_n(&(s)->f, (s)->f + (n), __ATOMIC_RELAXED)
+
+static void *evq_map(size_t n)
+{
+	/* Populated now: the hot path must not take a first-touch fault. */
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats)
+{
+	memset(q, 0, sizeof(*q));
+	q->stats = stats;
+	q->arena_size = arena_size;
+	q->r = evq_map(sizeof(*q->r));
+	q->arena_end = calloc(size, sizeof(uint64_t));
+	q->arena = evq_map(arena_size);
+	if (!q->r || !q->arena_end || !q->arena)
+		return -ENOMEM;
+	q->r->ev = evq_map(sizeof(struct tl_event) * size);
+	if (!q->r->ev)
+		return -ENOMEM;
+	q->r->size = size;
+	q->r->mask = size - 1;
+	q->events = q->r->ev;
+	q->size = size;
+	q->mask = size - 1;
+	return 0;
+}
+
+void tl_evq_free(struct tl_evq *q)
+{
+	if (q->r) {
+		if (q->r->ev)
+			munmap(q->r->ev, sizeof(struct tl_event) * q->r->size);
+		munmap(q->r, sizeof(*q->r));
+	}
+	if (q->arena)
+		munmap(q->arena, q->arena_size);
+	free(q->arena_end);
+	memset(q, 0, sizeof(*q));
+}
+
+void tl_evq_publish(struct tl_evq *q)
+{
+	struct tl_evring *r = q->r;
+
+	if (q->tail == q->published)
+		return;
+	/* seq_cst, not just release: this store and the load of
+	 * cons_sleeping below are the producer half of the Dekker handshake
+	 * (the pump stores cons_sleeping, then rechecks the tail). */
+	__atomic_store_n(&r->tail, q->tail, __ATOMIC_SEQ_CST);
+	STAT_ADD(q->stats, events, q->tail - q->published);
+	STAT_ADD(q->stats, batches, 1);
+	q->published = q->tail;
+	if (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&r->wake_seq, 1, __ATOMIC_SEQ_CST);
+		syscall(SYS_futex, &r->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
+}
+
+int tl_evq_refresh(struct tl_evq *q)
+{
+	/* Acquire: Go's reads of the events (and their payloads) before its
+	 * release store of head are done before we reuse that memory. */
+	uint64_t head = __atomic_load_n(&q->r->head, __ATOMIC_ACQUIRE);
+
+	if (head == q->head_cache)
+		return 0;
+	q->head_cache = head;
+	if (head == q->tail)
+		q->rpos = q->wpos;
+	else
+		q->rpos = q->arena_end[(head - 1) & q->mask];
+	return 1;
+}
+
+/* arena_alloc returns n bytes of contiguous, 8-aligned arena (skipping the
+ * end of the arena when the payload would wrap), or NULL when Go has not
+ * released enough yet. */
+static uint8_t *arena_alloc(struct tl_evq *q, size_t n)
+{
+	uint64_t size = q->arena_size;
+	uint64_t need = (n + 7) & ~(uint64_t)7;
+
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t w = q->wpos;
+		uint64_t off = w & (size - 1);
+		uint64_t skip = (off + need > size) ? size - off : 0;
+		if (w + skip + need - q->rpos <= size) {
+			q->wpos = w + skip + need;
+			return q->arena + ((w + skip) & (size - 1));
+		}
+		tl_evq_refresh(q);
+	}
+	return NULL;
+}
+
+int tl_evq_append_slow(struct tl_evq *q, struct tl_evmeta m, const uint8_t *p, size_t n)
+{
+	uint8_t *dst = NULL;
+
+	if (q->tail - q->head_cache >= q->size) {
+		tl_evq_refresh(q);
+		if (q->tail - q->head_cache >= q->size)
+			return -1;
+	}
+	if (n) {
+		dst = arena_alloc(q, n);
+		if (!dst)
+			return -1;
+		memcpy(dst, p, n);
+	}
+	tl_evq_put(q, m, dst, n, q->wpos);
+	return 0;
+}
+
+#undef STAT_ADD

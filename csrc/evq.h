@@ -1,0 +1,165 @@
+/* evq.h - the producer end of the event ring and its payload arena (the
+ * consumer end is Go's pump). One type owns the producer's state; the
+ * shared control block (struct tl_evring, ring.h) holds only what Go must
+ * see. Every event, data or control, goes through tl_evq_append or, for a
+ * payload that stays in its receive slot, tl_evq_append_ref: both write the
+ * record with tl_evq_put.
+ *
+ * The arena is a power-of-two byte ring allocated in event order; each
+ * event remembers the arena position after its payload (arena_end[]), so
+ * the head Go publishes says exactly how much arena is free again. */
+#ifndef TALARIS_EVQ_H
+#define TALARIS_EVQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ring.h"
+#include "talaris.h"
+
+/* tl_evmeta is what an event says besides its payload: whose it is and,
+ * for control and final events, code, err, aux and flags. Passed by value
+ * as scalars so the per-message path keeps them in registers. */
+struct tl_evmeta {
+	uint32_t slot, gen;
+	uint16_t code;
+	uint8_t kind, flags;
+	int32_t err, aux;
+};
+
+/* A batch longer than this is published before it ends, so Go can start. */
+#define TL_EVQ_EARLY_PUBLISH 1024
+
+struct tl_evq {
+	struct tl_evring *r;     /* shared with Go */
+	struct tl_event *events; /* r->ev, r->size - 1: copies kept off the shared lines */
+	uint64_t size, mask;
+	uint64_t tail;           /* local; Go sees it at tl_evq_publish */
+	uint64_t published;      /* tail as last published */
+	uint64_t head_cache;     /* Go's head as last read */
+	uint64_t *arena_end;     /* per event: arena position after its payload */
+	uint8_t *arena;
+	uint64_t arena_size;
+	uint64_t wpos;           /* monotonic write position */
+	uint64_t rpos;           /* monotonic: bytes before this are free */
+	struct tl_pool_stats *stats; /* events and batches are counted at publish */
+};
+
+/* tl_evq_init maps an event ring of size events and an arena of arena_size
+ * bytes (both powers of two), populated up front. Returns 0 or -ENOMEM;
+ * on failure whatever was mapped is released by tl_evq_free. */
+int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats);
+
+/* tl_evq_free unmaps what tl_evq_init mapped. Safe on a zeroed or partly
+ * initialised queue. */
+void tl_evq_free(struct tl_evq *q);
+
+/* tl_evq_publish makes every appended event visible to Go with one store
+ * of the tail, and wakes the pump if it announced that it sleeps. */
+void tl_evq_publish(struct tl_evq *q);
+
+/* tl_evq_refresh reads Go's head, freeing ring entries and arena bytes.
+ * Returns 1 if the head moved, else 0. */
+int tl_evq_refresh(struct tl_evq *q);
+
+/* tl_evq_append_slow is tl_evq_append's path when the cached head says the
+ * ring or arena is full, or the payload would wrap the arena. Not for
+ * direct use. */
+int tl_evq_append_slow(struct tl_evq *q, struct tl_evmeta m, const uint8_t *p, size_t n);
+
+/* tl_evq_head_moved reports (seq_cst, for the sleep handshake) whether Go
+ * released events since the last tl_evq_refresh. */
+static inline int tl_evq_head_moved(const struct tl_evq *q)
+{
+	return __atomic_load_n(&q->r->head, __ATOMIC_SEQ_CST) != q->head_cache;
+}
+
+/* tl_evq_put writes the event (m, payload p[0..n)) at the tail; the caller
+ * checked for room. Records that the payload ends at arena position
+ * arena_end. */
+static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, struct tl_evmeta m,
+							     const uint8_t *p, size_t n, uint64_t arena_end)
+{
+	uint64_t tail = q->tail, idx = tail & q->mask;
+	struct tl_event ev;
+
+	/* Built in a local and stored once; plain stores: Go reads the record
+	 * only after the release store of the tail in tl_evq_publish, which
+	 * orders these before it. */
+	ev.ptr = p;
+	ev.len = (uint32_t)n;
+	ev.slot = m.slot;
+	ev.gen = m.gen;
+	ev.code = m.code;
+	ev.kind = m.kind;
+	ev.flags = m.flags;
+	ev.err = m.err;
+	ev.aux = m.aux;
+	q->events[idx] = ev;
+	q->arena_end[idx] = arena_end;
+	q->tail = tail + 1;
+	if (__builtin_expect(tail + 1 - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
+		tl_evq_publish(q);
+}
+
+/* tl_copy_small copies n bytes; short payloads (the common market-data
+ * case) avoid a libc call with overlapping word moves. */
+static inline void tl_copy_small(uint8_t *d, const uint8_t *s, size_t n)
+{
+	if (n >= 8 && n <= 16) {
+		uint64_t a, b;
+		__builtin_memcpy(&a, s, 8);
+		__builtin_memcpy(&b, s + n - 8, 8);
+		__builtin_memcpy(d, &a, 8);
+		__builtin_memcpy(d + n - 8, &b, 8);
+	} else if (n >= 4 && n < 8) {
+		uint32_t a, b;
+		__builtin_memcpy(&a, s, 4);
+		__builtin_memcpy(&b, s + n - 4, 4);
+		__builtin_memcpy(d, &a, 4);
+		__builtin_memcpy(d + n - 4, &b, 4);
+	} else if (n) {
+		__builtin_memcpy(d, s, n);
+	}
+}
+
+/* tl_evq_append appends an event with a copy of p[0..n) in the arena as
+ * its payload. Returns 0, or -1 when the ring or arena is full (nothing
+ * was written). The common case (room without wrapping) is inline: it is
+ * the per-message path. */
+static inline __attribute__((always_inline)) int tl_evq_append(struct tl_evq *q, struct tl_evmeta m,
+								const uint8_t *p, size_t n)
+{
+	/* Locals: the stores below may alias q's fields as far as the compiler
+	 * knows, so read everything once. */
+	uint64_t need = (n + 7) & ~(uint64_t)7;
+	uint64_t w = q->wpos, asize = q->arena_size, off = w & (asize - 1);
+	uint8_t *dst;
+
+	if (__builtin_expect(q->tail - q->head_cache >= q->size || off + need > asize || w + need - q->rpos > asize,
+			     0))
+		return tl_evq_append_slow(q, m, p, n);
+	dst = q->arena + off;
+	q->wpos = w + need;
+	tl_copy_small(dst, p, n);
+	tl_evq_put(q, m, dst, n, w + need);
+	return 0;
+}
+
+/* tl_evq_append_ref appends an event whose payload p[0..n) stays where it
+ * is (a receive slot the caller keeps out of the kernel until Go has
+ * passed the event: see tl_slot_release). Returns 0, or -1 when the ring
+ * is full. */
+static inline __attribute__((always_inline)) int tl_evq_append_ref(struct tl_evq *q, struct tl_evmeta m,
+								    const uint8_t *p, size_t n)
+{
+	if (__builtin_expect(q->tail - q->head_cache >= q->size, 0)) {
+		tl_evq_refresh(q);
+		if (q->tail - q->head_cache >= q->size)
+			return -1;
+	}
+	tl_evq_put(q, m, p, n, q->wpos);
+	return 0;
+}
+
+#endif
