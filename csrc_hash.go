@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5c8c16ce189fd07f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd71f366370f40d2e
 import "C"
 
-const csrcHash = "5c8c16ce189fd07f"
+const csrcHash = "d71f366370f40d2e"

@@ -7,6 +7,7 @@
 #include "csrc/ws.c"
 #include "csrc/http.c"
 #include "csrc/bufring.c"
+#include "csrc/slots.c"
 #include "csrc/evq.c"
 #include "csrc/loop.c"
 #include "csrc/conn.c"

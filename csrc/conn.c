@@ -31,7 +31,7 @@ void tl_conn_reset(struct tl_conn *c)
 	memset(c, 0, sizeof(*c));
 	c->slot = slot;
 	c->fd = -1;
-	c->rxq_head = c->rxq_tail = -1;
+	tl_rxq_init(&c->rxq);
 	c->cur_q = -1;
 	c->msg = msg;
 	c->msg_cap = mc;
@@ -322,7 +322,7 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	int r = c->cur_q >= 0 && (uint32_t)c->cur_q < l->br.count ? tl_emit_inplace(l, c, kind, p, n)
+	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_emit_inplace(l, c, kind, p, n)
 								     : tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return FEED_STALL;
@@ -662,31 +662,23 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 		if (c->state == TL_ST_OPEN || c->state == TL_ST_CLOSING) {
 			r = flush_pending(l, c);
 		}
-		while (r != FEED_STALL && c->rxq_head >= 0 && !c->dying) {
+		while (r != FEED_STALL && !tl_rxq_empty(&c->rxq) && !c->dying) {
 			if (c->out[0].len + c->out[1].len > l->cfg.max_send_queue) {
 				/* Replies (pongs) pile up: the peer does not read. Stop
 				 * reading too until the socket drains. */
 				r = FEED_STALL;
 				break;
 			}
-			uint32_t bid = (uint32_t)c->rxq_head;
-			uint32_t len = l->slot_len[bid];
-			size_t used = 0;
+			const uint8_t *p;
+			size_t n, used = 0;
+			int32_t q = tl_rxq_peek(&l->slots, &c->rxq, &p, &n);
 			if (r == FEED_OK) {
-				c->cur_q = (int32_t)bid;
-				r = tl_conn_feed(l, c, tl_slot_ptr(l, bid) + c->rx_off, len - c->rx_off, &used);
+				c->cur_q = q;
+				r = tl_conn_feed(l, c, p, n, &used);
 				c->cur_q = -1;
 			} else
-				used = len - c->rx_off; /* dead: drop the rest */
-			c->rx_off += (uint32_t)used;
-			if (c->rx_off >= len) {
-				c->rxq_head = l->slot_next[bid];
-				if (c->rxq_head < 0)
-					c->rxq_tail = -1;
-				c->rx_off = 0;
-				c->rx_slots--;
-				tl_slot_release(l, bid);
-			}
+				used = n; /* dead: drop the rest */
+			tl_rxq_consume(&l->slots, &c->rxq, used, l->evq.head_cache);
 			if (r == FEED_DEAD)
 				r = FEED_OK, c->discard = 1;
 		}
@@ -698,7 +690,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 		tl_conn_flush(l, c);
 		return;
 	}
-	if (c->eof && c->rxq_head < 0)
+	if (c->eof && tl_rxq_empty(&c->rxq))
 		on_eof(l, c);
 	if (!c->dying)
 		tl_conn_flush(l, c);

@@ -148,7 +148,7 @@ static inline __attribute__((always_inline)) int tl_evq_append(struct tl_evq *q,
 
 /* tl_evq_append_ref appends an event whose payload p[0..n) stays where it
  * is (a receive slot the caller keeps out of the kernel until Go has
- * passed the event: see tl_slot_release). Returns 0, or -1 when the ring
+ * passed the event: see tl_slots_release). Returns 0, or -1 when the ring
  * is full. */
 static inline __attribute__((always_inline)) int tl_evq_append_ref(struct tl_evq *q, struct tl_evmeta m,
 								    const uint8_t *p, size_t n)

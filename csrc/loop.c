@@ -180,18 +180,6 @@ static void clear_deadline(struct tl_loop *l, struct tl_conn *c)
 	}
 }
 
-static void free_rxq(struct tl_loop *l, struct tl_conn *c)
-{
-	while (c->rxq_head >= 0) {
-		int32_t bid = c->rxq_head;
-		c->rxq_head = l->slot_next[bid];
-		tl_slot_release(l, (uint32_t)bid); /* the head slot may hold in-place payloads */
-	}
-	c->rxq_tail = -1;
-	c->rx_off = 0;
-	c->rx_slots = 0;
-}
-
 static void free_dial(struct tl_dial *d)
 {
 	if (!d)
@@ -251,7 +239,7 @@ static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 		c->fd = -1;
 	}
 	if (c->final_pending || c->state != TL_ST_IDLE) {
-		free_rxq(l, c);
+		tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
 		clear_deadline(l, c);
 		tl_tls_free(c);
 		free_dial(c->dial);
@@ -485,19 +473,11 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 	int more = !!(cqe->flags & IORING_CQE_F_MORE);
 
 	if (cqe->flags & IORING_CQE_F_BUFFER) {
-		uint32_t bid = (cqe->flags >> IORING_CQE_BUFFER_SHIFT) + (hs ? l->br.count : 0);
-		tl_bufring_taken(hs ? &l->hsbr : &l->br);
+		uint32_t q = tl_slots_taken(&l->slots, hs, cqe->flags >> IORING_CQE_BUFFER_SHIFT);
 		if (cqe->res <= 0 || c->discard) {
-			tl_slot_recycle(l, bid);
+			tl_slots_recycle(&l->slots, q);
 		} else {
-			l->slot_len[bid] = (uint32_t)cqe->res;
-			l->slot_next[bid] = -1;
-			if (c->rxq_tail >= 0)
-				l->slot_next[c->rxq_tail] = (int32_t)bid;
-			else
-				c->rxq_head = (int32_t)bid;
-			c->rxq_tail = (int32_t)bid;
-			c->rx_slots++;
+			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
 		}
 	}
@@ -563,12 +543,13 @@ static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c)
 	/* A fair share: half the ring split over the live connections (at
 	 * least 2 slots, at most a quarter of the ring), so the stalled ones
 	 * together leave slots for the rest, e.g. for a 101 to arrive. */
-	uint32_t share = l->live ? l->br.count / (2 * l->live) : l->br.count / 4;
-	if (share > l->br.count / 4)
-		share = l->br.count / 4;
+	uint32_t count = l->slots.main.count;
+	uint32_t share = l->live ? count / (2 * l->live) : count / 4;
+	if (share > count / 4)
+		share = count / 4;
 	if (share < 2)
 		share = 2;
-	if (!c->recv_armed || c->recv_paused || c->rx_slots < share)
+	if (!c->recv_armed || c->recv_paused || c->rxq.count < share)
 		return;
 	if (cancel_recv(l, c) == 0)
 		c->recv_paused = 1;
@@ -684,9 +665,8 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending)) {
 		/* Stale: only a buffer may need to go back. */
 		if (cqe->flags & IORING_CQE_F_BUFFER) {
-			int hs = op == TL_OPK_RECV_HS;
-			tl_bufring_taken(hs ? &l->hsbr : &l->br);
-			tl_slot_recycle(l, (cqe->flags >> IORING_CQE_BUFFER_SHIFT) + (hs ? l->br.count : 0));
+			tl_slots_recycle(&l->slots, tl_slots_taken(&l->slots, op == TL_OPK_RECV_HS,
+								   cqe->flags >> IORING_CQE_BUFFER_SHIFT));
 		}
 		return;
 	}
@@ -758,17 +738,10 @@ static void run_timers(struct tl_loop *l)
  * order; one still referenced holds back the ones behind it a little. */
 static void release_deferred(struct tl_loop *l)
 {
-	if (l->defer_head == l->defer_tail)
+	if (!tl_slots_deferred(&l->slots))
 		return;
 	tl_evq_refresh(&l->evq);
-	while (l->defer_head != l->defer_tail) {
-		uint32_t q = l->defer_q[l->defer_head & l->defer_mask];
-		if (l->slot_ref[q] > l->evq.head_cache)
-			break;
-		l->slot_ref[q] = 0;
-		tl_slot_recycle(l, q);
-		l->defer_head++;
-	}
+	tl_slots_release_deferred(&l->slots, l->evq.head_cache);
 }
 
 static void run_stalled(struct tl_loop *l)
@@ -808,7 +781,7 @@ static void run_rearms(struct tl_loop *l, int sweep)
 			/* Any free slot of the group it will use will do: waiting for
 			 * more lets always-armed busy connections take every slot as it
 			 * comes back, starving this one. */
-			struct tl_bufring *g = c->state < TL_ST_OPEN ? &l->hsbr : &l->br;
+			struct tl_bufring *g = c->state < TL_ST_OPEN ? &l->slots.hs : &l->slots.main;
 			if (c->stalled || c->recv_paused || g->in_use >= g->count) {
 				l->rearm_waiting++;
 				continue;
@@ -832,7 +805,7 @@ static int space_freed(struct tl_loop *l)
 {
 	if (l->stall_kick)
 		return 1;
-	return (l->stalled || l->defer_head != l->defer_tail) && tl_evq_head_moved(&l->evq);
+	return (l->stalled || tl_slots_deferred(&l->slots)) && tl_evq_head_moved(&l->evq);
 }
 
 static void shutdown_all(struct tl_loop *l)
@@ -889,7 +862,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * for it: a stalled connection, or a recv starved of slots that are
 	 * held by unconsumed in-place payloads. Otherwise deferred slots go
 	 * back on the next natural wake-up, without an extra syscall. */
-	if (l->stalled || (l->defer_head != l->defer_tail && l->rearm_waiting))
+	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rearm_waiting))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
 	if (have_commands(l) || space_freed(l) || l->shutting_down ||
 	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
@@ -967,8 +940,7 @@ static void loop_run(struct tl_loop *l)
 				run_rearms(l, sweep);
 		}
 		run_timers(l);
-		tl_bufring_commit(&l->br);
-		tl_bufring_commit(&l->hsbr);
+		tl_slots_commit(&l->slots);
 		tl_evq_publish(&l->evq);
 		/* With nothing submitted and a clean CQ, a spinning loop still
 		 * needs the kernel to post deferred work: handled in wait. */
@@ -1016,9 +988,7 @@ static int setup_ring(struct tl_loop *l)
 		if (CPU_COUNT(&set) > 0)
 			io_uring_register_iowq_aff(&l->ring, sizeof(set), &set);
 	}
-	ret = tl_bufring_init(&l->br, &l->ring, TL_BGID, l->cfg.buf_size, l->cfg.buf_count);
-	if (ret == 0)
-		ret = tl_bufring_init(&l->hsbr, &l->ring, TL_HS_BGID, l->cfg.buf_size, TL_HS_COUNT);
+	ret = tl_slots_register(&l->slots, &l->ring, l->cfg.buf_size, l->cfg.buf_count);
 	if (ret < 0) {
 		snprintf(l->setup_msg, sizeof(l->setup_msg), "provided buffer ring (%u x %u): %s", l->cfg.buf_count,
 			 l->cfg.buf_size, strerror(-ret));
@@ -1093,18 +1063,9 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	l->conns = calloc(cfg->max_conns, sizeof(*l->conns));
 	l->pub = map_zero(sizeof(*l->pub) * cfg->max_conns);
 	l->dials = calloc(cfg->max_conns, sizeof(*l->dials));
-	l->slot_next = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(int32_t));
-	l->slot_len = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(uint32_t));
-	l->slot_ref = calloc(cfg->buf_count + TL_HS_COUNT, sizeof(uint64_t));
-	{
-		uint32_t cap = 1;
-		while (cap < cfg->buf_count + TL_HS_COUNT)
-			cap <<= 1;
-		l->defer_q = calloc(cap, sizeof(uint32_t));
-		l->defer_mask = cap - 1;
-	}
-	if (!l->cmr || !l->stats || !l->conns || !l->pub || !l->dials || !l->slot_next || !l->slot_len ||
-	    !l->slot_ref || !l->defer_q)
+	if (!l->cmr || !l->stats || !l->conns || !l->pub || !l->dials)
+		goto nomem_free;
+	if (tl_slots_alloc(&l->slots, cfg->buf_count) < 0)
 		goto nomem_free;
 	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats) < 0)
 		goto nomem_free;
@@ -1115,7 +1076,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	for (uint32_t i = 0; i < cfg->max_conns; i++) {
 		l->conns[i].fd = -1;
 		l->conns[i].slot = i;
-		l->conns[i].rxq_head = l->conns[i].rxq_tail = -1;
+		tl_rxq_init(&l->conns[i].rxq);
 		l->conns[i].cur_q = -1;
 	}
 	return l;
@@ -1262,11 +1223,9 @@ void tl_loop_free(struct tl_loop *l)
 	if (l->dials)
 		for (uint32_t i = 0; i < l->cfg.max_conns; i++)
 			free_dial(l->dials[i]);
-	if (l->ring_ok) {
-		tl_bufring_free(&l->br, &l->ring);
-		tl_bufring_free(&l->hsbr, &l->ring);
+	tl_slots_free(&l->slots, l->ring_ok ? &l->ring : NULL);
+	if (l->ring_ok)
 		io_uring_queue_exit(&l->ring);
-	}
 	tl_tls_global_free(l);
 	if (l->efd >= 0)
 		close(l->efd);
@@ -1282,10 +1241,6 @@ void tl_loop_free(struct tl_loop *l)
 		munmap(l->pub, sizeof(*l->pub) * l->cfg.max_conns);
 	free(l->conns);
 	free(l->dials);
-	free(l->slot_next);
-	free(l->slot_len);
-	free(l->slot_ref);
-	free(l->defer_q);
 	free(l->scratch);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "bufring.h"
+#include "slots.h"
 #include "evq.h"
 #include "http.h"
 #include "ring.h"
@@ -26,13 +26,6 @@ enum {
 	TL_OPK_RECV_HS = 7, /* a recv on the handshake buffer group */
 };
 
-/* Buffer groups: the main ring for open connections, and a small ring only
- * connections still handshaking receive into, so busy open connections
- * cannot take every slot a 101 (or a TLS ServerHello) needs. Queue ids: a
- * main slot is its bid, a handshake slot is main count + bid. */
-#define TL_BGID 7
-#define TL_HS_BGID 8
-#define TL_HS_COUNT 64
 #define TL_SLOT_BITS 24
 #define TL_MAX_SLOTS (1u << TL_SLOT_BITS)
 
@@ -97,10 +90,7 @@ struct tl_conn {
 	int eof_errno;
 	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
 
-	/* received slots not yet consumed, as a list through loop->slot_next */
-	int32_t rxq_head, rxq_tail;
-	uint32_t rx_off;
-	uint32_t rx_slots;    /* slots in the queue */
+	struct tl_rxq rxq;    /* received slots not yet consumed */
 	int32_t cur_q;        /* slot the parser is reading now (payloads may stay in it), -1 if none */
 
 	/* upgrade */
@@ -149,13 +139,7 @@ struct tl_loop {
 	struct tl_config cfg;
 	struct io_uring ring;
 	int ring_ok;
-	struct tl_bufring br;
-	struct tl_bufring hsbr; /* the handshake group */
-	int32_t *slot_next;   /* per buffer slot: next slot in a conn's rx queue */
-	uint64_t *slot_ref;   /* per slot: events up to this tail position point into it */
-	uint32_t *defer_q;    /* consumed slots still referenced by events, in release order */
-	uint32_t defer_head, defer_tail, defer_mask;
-	uint32_t *slot_len;   /* per buffer slot: bytes the kernel wrote */
+	struct tl_slots slots;  /* receive buffer groups and slot tables */
 
 	struct tl_evq evq;      /* event ring producer and arena */
 
@@ -217,32 +201,6 @@ void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c);
 void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
 void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
 
-/* tl_slot_ptr and tl_slot_recycle take a queue id (see TL_HS_COUNT). */
-static inline uint8_t *tl_slot_ptr(struct tl_loop *l, uint32_t q)
-{
-	return q < l->br.count ? tl_bufring_slot(&l->br, q) : tl_bufring_slot(&l->hsbr, q - l->br.count);
-}
-
-static inline void tl_slot_recycle(struct tl_loop *l, uint32_t q)
-{
-	if (q < l->br.count)
-		tl_bufring_recycle(&l->br, q);
-	else
-		tl_bufring_recycle(&l->hsbr, q - l->br.count);
-}
-
-/* tl_slot_release returns a consumed slot to the kernel, or, while events
- * the pump has not passed still point into it, queues it until they are. */
-static inline void tl_slot_release(struct tl_loop *l, uint32_t q)
-{
-	if (l->slot_ref[q] > l->evq.head_cache) {
-		l->defer_q[l->defer_tail++ & l->defer_mask] = q;
-		return;
-	}
-	l->slot_ref[q] = 0;
-	tl_slot_recycle(l, q);
-}
-
 /* tl_emit appends one event for c: kind, payload p[0..n) copied into the
  * arena, and for control and final events code, err, aux and flags.
  * Returns 0, or -1 when the ring or arena is full (nothing was written).
@@ -259,14 +217,14 @@ static inline __attribute__((always_inline)) int tl_emit(struct tl_loop *l, stru
 
 /* tl_emit_inplace publishes a data message whose payload stays where it is,
  * in the slot c->cur_q (a whole frame inside one slot): no arena copy. The
- * slot is recycled only after Go has passed the event (slot_ref). */
+ * slot is recycled only after Go has passed the event (tl_slots_release). */
 static inline __attribute__((always_inline)) int tl_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
 								  const uint8_t *p, size_t n)
 {
 	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .kind = (uint8_t)kind};
 	if (tl_evq_append_ref(&l->evq, m, p, n) < 0)
 		return -1;
-	l->slot_ref[c->cur_q] = l->evq.tail;
+	l->slots.ref[c->cur_q] = l->evq.tail;
 	return 0;
 }
 

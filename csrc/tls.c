@@ -59,23 +59,17 @@ static int slot_bio_read(BIO *b, char *out, int outl)
 	int got = 0;
 
 	BIO_clear_retry_flags(b);
-	while (got < outl && c->rxq_head >= 0) {
-		uint32_t bid = (uint32_t)c->rxq_head;
-		uint32_t len = l->slot_len[bid];
-		uint32_t n = len - c->rx_off;
-		if (n > (uint32_t)(outl - got))
-			n = (uint32_t)(outl - got);
-		memcpy(out + got, tl_slot_ptr(l, bid) + c->rx_off, n);
+	while (got < outl) {
+		const uint8_t *p;
+		size_t n;
+		if (tl_rxq_peek(&l->slots, &c->rxq, &p, &n) < 0)
+			break;
+		if (n > (size_t)(outl - got))
+			n = (size_t)(outl - got);
+		memcpy(out + got, p, n);
 		got += (int)n;
-		c->rx_off += n;
-		if (c->rx_off >= len) {
-			c->rxq_head = l->slot_next[bid];
-			if (c->rxq_head < 0)
-				c->rxq_tail = -1;
-			c->rx_off = 0;
-			c->rx_slots--;
-			tl_slot_recycle(l, bid);
-		}
+		/* Ciphertext is copied out, so the slot goes back at once. */
+		tl_rxq_consume(&l->slots, &c->rxq, n, l->evq.head_cache);
 	}
 	if (got > 0) {
 		t->consumed = 1;
@@ -407,8 +401,10 @@ static int tls_classify(struct tl_tls *t, const char **what, char *buf, size_t c
  * HTTP 400 from a plain server, say) means no TLS at all. */
 static int looks_like_tls(struct tl_loop *l, struct tl_conn *c, char *peek, size_t cap)
 {
-	const uint8_t *p = tl_slot_ptr(l, (uint32_t)c->rxq_head) + c->rx_off;
-	size_t n = l->slot_len[c->rxq_head] - c->rx_off, k = 0;
+	const uint8_t *p;
+	size_t n, k = 0;
+
+	tl_rxq_peek(&l->slots, &c->rxq, &p, &n);
 	if (p[0] == 22 || p[0] == 21)
 		return 1;
 	for (size_t i = 0; i < n && k + 1 < cap && p[i] != '\r' && p[i] != '\n'; i++)
@@ -423,7 +419,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 	unsigned int sel_len = 0;
 	int r;
 
-	if (!t->saw_data && c->rxq_head >= 0) {
+	if (!t->saw_data && !tl_rxq_empty(&c->rxq)) {
 		char peek[48], msg[88];
 		t->saw_data = 1;
 		if (!looks_like_tls(l, c, peek, sizeof(peek))) {

@@ -1,0 +1,178 @@
+/* slots.h - receive slots: the two provided-buffer groups the kernel
+ * receives into, and the per-connection queue of received slots the
+ * transports (plain parser and TLS BIO alike) read from.
+ *
+ * Slot ids: a main-group slot is its buffer id; a handshake-group slot is
+ * the main count plus its buffer id. Both groups share the per-slot tables
+ * (next, len, ref), so one queue type covers both.
+ *
+ * A consumed slot goes back to the kernel at once, unless an event Go has
+ * not passed yet points into it (a payload delivered in place): then it
+ * waits in the deferred queue, in release order, until Go's head passes
+ * ref[slot]. */
+#ifndef TALARIS_SLOTS_H
+#define TALARIS_SLOTS_H
+
+#include <liburing.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bufring.h"
+
+/* Buffer groups: the main ring for open connections, and a small ring only
+ * connections still handshaking receive into, so busy open connections
+ * cannot take every slot a 101 (or a TLS ServerHello) needs. */
+#define TL_BGID 7
+#define TL_HS_BGID 8
+#define TL_HS_COUNT 64
+
+struct tl_slots {
+	struct tl_bufring main;  /* group TL_BGID */
+	struct tl_bufring hs;    /* group TL_HS_BGID */
+	int32_t *next;           /* per slot: next slot in its connection's queue, -1 at the end */
+	uint32_t *len;           /* per slot: bytes the kernel wrote */
+	uint64_t *ref;           /* per slot: events below this tail position point into it */
+	uint32_t *defer_q;       /* consumed slots still referenced, in release order */
+	uint32_t defer_head, defer_tail, defer_mask;
+};
+
+/* tl_slots_alloc allocates the per-slot tables for count main slots plus
+ * the handshake group. Returns 0 or -ENOMEM (free with tl_slots_free). */
+int tl_slots_alloc(struct tl_slots *s, uint32_t count);
+
+/* tl_slots_register maps both groups (count main slots and TL_HS_COUNT
+ * handshake slots of size bytes) and registers them with ring. Returns 0
+ * or a negative errno. */
+int tl_slots_register(struct tl_slots *s, struct io_uring *ring, uint32_t size, uint32_t count);
+
+/* tl_slots_free unregisters the groups from ring (NULL: never registered)
+ * and frees the tables. Safe on a zeroed struct. */
+void tl_slots_free(struct tl_slots *s, struct io_uring *ring);
+
+/* tl_slots_release_deferred recycles deferred slots that no unconsumed
+ * event points into any more; ev_head is Go's head, freshly read. */
+void tl_slots_release_deferred(struct tl_slots *s, uint64_t ev_head);
+
+/* tl_slots_taken notes that the kernel handed us buffer bid of the
+ * handshake group (hs) or the main group, and returns its slot id. */
+static inline uint32_t tl_slots_taken(struct tl_slots *s, int hs, uint32_t bid)
+{
+	tl_bufring_taken(hs ? &s->hs : &s->main);
+	return hs ? s->main.count + bid : bid;
+}
+
+/* tl_slots_is_main says whether slot q belongs to the main group: only
+ * those may hold payloads delivered in place (the few handshake slots must
+ * come back at once, or a flood nobody pumps would keep the next 101 from
+ * arriving). */
+static inline int tl_slots_is_main(const struct tl_slots *s, uint32_t q) { return q < s->main.count; }
+
+static inline uint8_t *tl_slots_ptr(const struct tl_slots *s, uint32_t q)
+{
+	return q < s->main.count ? tl_bufring_slot(&s->main, q) : tl_bufring_slot(&s->hs, q - s->main.count);
+}
+
+/* tl_slots_recycle hands slot q back to its group (visible to the kernel
+ * after tl_slots_commit). */
+static inline void tl_slots_recycle(struct tl_slots *s, uint32_t q)
+{
+	if (q < s->main.count)
+		tl_bufring_recycle(&s->main, q);
+	else
+		tl_bufring_recycle(&s->hs, q - s->main.count);
+}
+
+/* tl_slots_release recycles consumed slot q, or defers it while an event
+ * beyond ev_head (Go's head as last read) points into it. */
+static inline void tl_slots_release(struct tl_slots *s, uint32_t q, uint64_t ev_head)
+{
+	if (s->ref[q] > ev_head) {
+		s->defer_q[s->defer_tail++ & s->defer_mask] = q;
+		return;
+	}
+	s->ref[q] = 0;
+	tl_slots_recycle(s, q);
+}
+
+static inline int tl_slots_deferred(const struct tl_slots *s) { return s->defer_head != s->defer_tail; }
+
+/* tl_slots_commit publishes every recycled slot to the kernel: one tail
+ * store per group. */
+static inline void tl_slots_commit(struct tl_slots *s)
+{
+	tl_bufring_commit(&s->main);
+	tl_bufring_commit(&s->hs);
+}
+
+/* tl_rxq is one connection's received, not yet consumed slots, in arrival
+ * order: a list through tl_slots.next, and how far the head slot is read. */
+struct tl_rxq {
+	int32_t head, tail; /* slot ids, -1 when empty */
+	uint32_t off;       /* bytes of the head slot already consumed */
+	uint32_t count;     /* slots in the queue */
+};
+
+static inline void tl_rxq_init(struct tl_rxq *q)
+{
+	q->head = q->tail = -1;
+	q->off = 0;
+	q->count = 0;
+}
+
+static inline int tl_rxq_empty(const struct tl_rxq *q) { return q->head < 0; }
+
+/* tl_rxq_push appends slot (len bytes received) to q. */
+static inline void tl_rxq_push(struct tl_slots *s, struct tl_rxq *q, uint32_t slot, uint32_t len)
+{
+	s->len[slot] = len;
+	s->next[slot] = -1;
+	if (q->tail >= 0)
+		s->next[q->tail] = (int32_t)slot;
+	else
+		q->head = (int32_t)slot;
+	q->tail = (int32_t)slot;
+	q->count++;
+}
+
+/* tl_rxq_peek points *p at the unread bytes of q's head slot and *n at
+ * their count. Returns the head slot id, or -1 when q is empty. */
+static inline int32_t tl_rxq_peek(const struct tl_slots *s, const struct tl_rxq *q, const uint8_t **p, size_t *n)
+{
+	int32_t h = q->head;
+	if (h < 0)
+		return -1;
+	*p = tl_slots_ptr(s, (uint32_t)h) + q->off;
+	*n = s->len[h] - q->off;
+	return h;
+}
+
+/* tl_rxq_consume marks n bytes of q's head slot read (n at most what
+ * tl_rxq_peek reported). A slot read to its end leaves the queue and is
+ * released (tl_slots_release with ev_head). */
+static inline void tl_rxq_consume(struct tl_slots *s, struct tl_rxq *q, size_t n, uint64_t ev_head)
+{
+	uint32_t h = (uint32_t)q->head;
+
+	q->off += (uint32_t)n;
+	if (q->off < s->len[h])
+		return;
+	q->head = s->next[h];
+	if (q->head < 0)
+		q->tail = -1;
+	q->off = 0;
+	q->count--;
+	tl_slots_release(s, h, ev_head);
+}
+
+/* tl_rxq_drain releases every slot of q unread (the connection ends). */
+static inline void tl_rxq_drain(struct tl_slots *s, struct tl_rxq *q, uint64_t ev_head)
+{
+	while (q->head >= 0) {
+		uint32_t h = (uint32_t)q->head;
+		q->head = s->next[h];
+		tl_slots_release(s, h, ev_head); /* the head slot may hold in-place payloads */
+	}
+	tl_rxq_init(q);
+}
+
+#endif
