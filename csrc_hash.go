@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd71f366370f40d2e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x72a0c39ca8e529bb
 import "C"
 
-const csrcHash = "d71f366370f40d2e"
+const csrcHash = "72a0c39ca8e529bb"

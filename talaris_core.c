@@ -10,5 +10,6 @@
 #include "csrc/slots.c"
 #include "csrc/evq.c"
 #include "csrc/loop.c"
+#include "csrc/cmdq.c"
 #include "csrc/conn.c"
 #include "csrc/tls.c"

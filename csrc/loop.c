@@ -304,7 +304,9 @@ void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 
 /* ---- commands ---- */
 
-static void start_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
+/* tl_loop_dial starts connection slot/gen with the parameters
+ * tl_dial_prepare stored: socket, then an asynchronous connect. */
+void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
 	struct tl_conn *c = &l->conns[slot];
 	struct tl_dial *d = l->dials[slot];
@@ -356,112 +358,6 @@ void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
 		c->open_pending = 1;
 		tl_stall(l, c);
 	}
-}
-
-static struct tl_conn *cmd_conn(struct tl_loop *l, const struct tl_cmd *cmd)
-{
-	struct tl_conn *c;
-	if (cmd->slot >= l->cfg.max_conns)
-		return NULL;
-	c = &l->conns[cmd->slot];
-	if (c->gen != cmd->gen || c->state == TL_ST_IDLE)
-		return NULL;
-	return c;
-}
-
-static size_t queued(const struct tl_conn *c)
-{
-	return c->out[0].len + c->out[1].len;
-}
-
-/* drain_commands runs Go's commands. Returns 1 if any ran. A send that would
- * push a connection past max_send_queue waits at the head of the ring. */
-static int drain_commands(struct tl_loop *l)
-{
-	struct tl_cmdring *r = l->cmr;
-	int did = 0;
-
-	if (l->cmd_head == l->cmd_tail_cache) {
-		l->cmd_tail_cache = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
-		if (l->cmd_head == l->cmd_tail_cache)
-			return 0;
-	}
-	l->blocked_on_send = 0;
-	while (l->cmd_head != l->cmd_tail_cache) {
-		const struct tl_cmd *cmd = (const struct tl_cmd *)(r->buf + (l->cmd_head & (r->size - 1)));
-		const uint8_t *payload = (const uint8_t *)(cmd + 1);
-		size_t rec = sizeof(*cmd) + ((cmd->len + TL_CMD_ALIGN - 1) & ~(size_t)(TL_CMD_ALIGN - 1));
-		struct tl_conn *c;
-
-		if (cmd->op == TL_CMD_PAD) {
-			rec = sizeof(*cmd) + cmd->len;
-		} else if (cmd->op == TL_CMD_DIAL) {
-			if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE &&
-			    !l->conns[cmd->slot].dying) {
-				if (cmd->flags & TL_CMDF_MEMORY)
-					tl_conn_open_memory(l, cmd->slot, cmd->gen);
-				else
-					start_dial(l, cmd->slot, cmd->gen);
-			}
-		} else if (cmd->op == TL_CMD_INJECT) {
-			c = cmd_conn(l, cmd);
-			if (c && c->fd < 0 && !c->dying) {
-				size_t used = 0;
-				int r = tl_conn_feed(l, c, payload + l->inject_off, cmd->len - l->inject_off, &used);
-				if (r == -1) {
-					/* No room: run the rest of this command again once Go
-					 * has pumped. The record stays as Go wrote it. */
-					l->inject_off += used;
-					l->inject_blocked = 1;
-					break;
-				}
-			}
-			l->inject_off = 0;
-		} else if ((c = cmd_conn(l, cmd)) != NULL) {
-			if (cmd->op == TL_CMD_CLOSE) {
-				if (c->fd < 0 && c->state == TL_ST_OPEN) {
-					/* memory connection: nobody to shake hands with */
-					c->close_code = cmd->code;
-					c->close_rcvd = 1;
-					tl_conn_teardown(l, c);
-				} else if (c->state == TL_ST_OPEN) {
-					tl_conn_send_close(l, c, cmd->code, payload, cmd->len);
-					/* Submit it now: without a send in flight nothing else
-					 * would, and the frame sat queued until the close timeout
-					 * (conformance cases X.6, X.13). */
-					tl_conn_flush(l, c);
-					tl_conn_set_state(l, c, TL_ST_CLOSING);
-					tl_set_deadline(l, c, l->cfg.close_timeout_ns);
-				} else if (c->state < TL_ST_OPEN) {
-					tl_conn_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
-				}
-			} else if (c->state == TL_ST_OPEN && !c->close_sent && !c->discard) {
-				if (queued(c) + cmd->len > l->cfg.max_send_queue && queued(c) > 0) {
-					l->blocked_on_send = 1;
-					break; /* resume when this connection's sends complete */
-				}
-				if (cmd->op == TL_CMD_SEND) {
-					int op = (cmd->flags & TL_CMDF_CONT) ? TL_OP_CONT : (cmd->flags & 0xf);
-					tl_conn_send_frame(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len);
-					if (cmd->flags & TL_CMDF_FIN) {
-						PUB_ADD(&l->pub[c->slot], msgs_out, 1);
-					}
-					PUB_ADD(&l->pub[c->slot], bytes_out, cmd->len);
-				} else if (cmd->op == TL_CMD_PING) {
-					tl_conn_send_frame(l, c, TL_OP_PING, 1, payload, cmd->len);
-				} else if (cmd->op == TL_CMD_PONG) {
-					tl_conn_send_frame(l, c, TL_OP_PONG, 1, payload, cmd->len);
-				}
-				tl_conn_flush(l, c);
-			}
-		}
-		l->cmd_head += rec;
-		did = 1;
-		if (l->cmd_head == l->cmd_tail_cache)
-			l->cmd_tail_cache = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
-	}
-	__atomic_store_n(&r->head, l->cmd_head, __ATOMIC_RELEASE);
-	return did;
 }
 
 /* ---- completions ---- */
@@ -796,11 +692,6 @@ static void run_rearms(struct tl_loop *l, int sweep)
 
 /* ---- the loop ---- */
 
-static int have_commands(struct tl_loop *l)
-{
-	return l->cmd_head != __atomic_load_n(&l->cmr->tail, __ATOMIC_SEQ_CST);
-}
-
 static int space_freed(struct tl_loop *l)
 {
 	if (l->stall_kick)
@@ -849,7 +740,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		while (tl_now_ns() < until) {
 			if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
 				io_uring_get_events(&l->ring);
-			if (io_uring_cq_ready(&l->ring) || have_commands(l) || space_freed(l))
+			if (io_uring_cq_ready(&l->ring) || tl_cmdq_pending(&l->cmdq) || space_freed(l))
 				return;
 			__builtin_ia32_pause();
 		}
@@ -857,16 +748,16 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	/* Block. Announce it, then look once more (Go checks the flag after
 	 * publishing, so one of us sees the other). */
 	arm_efd(l);
-	__atomic_store_n(&l->cmr->loop_sleeping, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&l->cmdq.r->loop_sleeping, 1, __ATOMIC_SEQ_CST);
 	/* Ask the pump for a wake-up when it frees space only if someone waits
 	 * for it: a stalled connection, or a recv starved of slots that are
 	 * held by unconsumed in-place payloads. Otherwise deferred slots go
 	 * back on the next natural wake-up, without an extra syscall. */
 	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rearm_waiting))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
-	if (have_commands(l) || space_freed(l) || l->shutting_down ||
+	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) || l->shutting_down ||
 	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
-		__atomic_store_n(&l->cmr->loop_sleeping, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&l->cmdq.r->loop_sleeping, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
 		io_uring_submit(&l->ring);
 		return;
@@ -894,7 +785,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	} else {
 		io_uring_submit_and_wait(&l->ring, 1);
 	}
-	__atomic_store_n(&l->cmr->loop_sleeping, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->cmdq.r->loop_sleeping, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
 }
 
@@ -923,7 +814,7 @@ static void loop_run(struct tl_loop *l)
 			STAT_ADD(l, cqes, n);
 			busy = 1;
 		}
-		if (drain_commands(l))
+		if (tl_cmdq_drain(l))
 			busy = 1;
 		{
 			uint64_t now = l->live && !busy ? tl_now_ns() : 0;
@@ -1058,20 +949,17 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
-	l->cmr = map_zero(sizeof(*l->cmr));
 	l->stats = map_zero(sizeof(*l->stats));
 	l->conns = calloc(cfg->max_conns, sizeof(*l->conns));
 	l->pub = map_zero(sizeof(*l->pub) * cfg->max_conns);
 	l->dials = calloc(cfg->max_conns, sizeof(*l->dials));
-	if (!l->cmr || !l->stats || !l->conns || !l->pub || !l->dials)
+	if (!l->stats || !l->conns || !l->pub || !l->dials)
 		goto nomem_free;
 	if (tl_slots_alloc(&l->slots, cfg->buf_count) < 0)
 		goto nomem_free;
 	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats) < 0)
 		goto nomem_free;
-	l->cmr->size = cfg->cmd_ring_size;
-	l->cmr->buf = map_zero(cfg->cmd_ring_size);
-	if (!l->cmr->buf)
+	if (tl_cmdq_init(&l->cmdq, cfg->cmd_ring_size) < 0)
 		goto nomem_free;
 	for (uint32_t i = 0; i < cfg->max_conns; i++) {
 		l->conns[i].fd = -1;
@@ -1110,7 +998,7 @@ struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf,
 		tl_loop_free(l);
 		return NULL;
 	}
-	l->cmr->efd = l->efd;
+	l->cmdq.r->efd = l->efd;
 	ret = pthread_create(&l->thread, NULL, loop_main, l);
 	if (ret) {
 		*err = -ret;
@@ -1135,7 +1023,7 @@ struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf,
 }
 
 struct tl_evring *tl_loop_evring(struct tl_loop *l) { return l->evq.r; }
-struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmr; }
+struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmdq.r; }
 struct tl_conn_pub *tl_loop_conns(struct tl_loop *l) { return l->pub; }
 struct tl_pool_stats *tl_loop_stats(struct tl_loop *l) { return l->stats; }
 
@@ -1230,11 +1118,7 @@ void tl_loop_free(struct tl_loop *l)
 	if (l->efd >= 0)
 		close(l->efd);
 	tl_evq_free(&l->evq);
-	if (l->cmr) {
-		if (l->cmr->buf)
-			munmap(l->cmr->buf, l->cfg.cmd_ring_size);
-		munmap(l->cmr, sizeof(*l->cmr));
-	}
+	tl_cmdq_free(&l->cmdq);
 	if (l->stats)
 		munmap(l->stats, sizeof(*l->stats));
 	if (l->pub)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "slots.h"
+#include "cmdq.h"
 #include "evq.h"
 #include "http.h"
 #include "ring.h"
@@ -143,10 +144,7 @@ struct tl_loop {
 
 	struct tl_evq evq;      /* event ring producer and arena */
 
-	/* command ring (consumer side) */
-	struct tl_cmdring *cmr;
-	uint64_t cmd_head;      /* local */
-	uint64_t cmd_tail_cache;
+	struct tl_cmdq cmdq;    /* command ring consumer */
 	int efd;
 	uint64_t efd_val;
 	int efd_armed;
@@ -159,11 +157,8 @@ struct tl_loop {
 	uint64_t next_timer_ns;
 	struct tl_conn *stalled;
 	uint32_t rearm_waiting;
-	int blocked_on_send;    /* a SEND command waits for a full send queue */
 	int stall_kick;         /* a send completed: stalled conns may go on */
 	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
-	int inject_blocked;     /* an INJECT waits for ring space */
-	uint32_t inject_off;    /* bytes of the INJECT at the ring head already parsed */
 
 	struct tl_pool_stats *stats;
 
@@ -190,6 +185,10 @@ struct tl_loop {
 struct tl_loop *tl_loop_new_detached(const struct tl_config *cfg);
 /* tl_conn_open_memory opens slot as a socketless connection (state open). */
 void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
+/* tl_loop_dial starts connection slot/gen from its prepared parameters. */
+void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen);
+/* cmdq.c: tl_cmdq_drain runs Go's commands; returns 1 if any ran. */
+int tl_cmdq_drain(struct tl_loop *l);
 uint64_t tl_now_ns(void);
 struct io_uring_sqe *tl_sqe(struct tl_loop *l);
 void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st);
