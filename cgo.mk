@@ -10,7 +10,7 @@
 
 # The C core. Append new sources here (one list, no globbing, so a file
 # that is still being written does not break everybody's build).
-CORE_SRCS = csrc/utf8.c csrc/ws.c csrc/http.c csrc/bufring.c csrc/slots.c csrc/evq.c csrc/loop.c csrc/cmdq.c csrc/conn.c csrc/tls.c
+CORE_SRCS = csrc/utf8.c csrc/ws.c csrc/http.c csrc/bufring.c csrc/slots.c csrc/evq.c csrc/loop.c csrc/cmdq.c csrc/decoder.c csrc/conn.c csrc/tls.c
 
 CC       ?= cc
 FUZZ_CC  ?= clang
@@ -37,8 +37,9 @@ WARN     = -Wall -Wextra -Werror
 STD      = -std=gnu11
 SAN      = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-TEST_CFLAGS  = -O1 -g $(SAN) $(WARN) $(STD) $(TLS_CFLAGS)
-FUZZ_CFLAGS  = -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(WARN) $(STD) $(TLS_CFLAGS)
+# TL_DEBUG: defences that must never fire abort instead of repairing.
+TEST_CFLAGS  = -O1 -g -DTL_DEBUG $(SAN) $(WARN) $(STD) $(TLS_CFLAGS)
+FUZZ_CFLAGS  = -O1 -g -DTL_DEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(WARN) $(STD) $(TLS_CFLAGS)
 BENCH_CFLAGS = -O2 -g $(WARN) $(STD) $(TLS_CFLAGS)
 
 CORE_HDRS  = $(wildcard csrc/*.h)

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x72a0c39ca8e529bb
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa06e922992e95cd2
 import "C"
 
-const csrcHash = "72a0c39ca8e529bb"
+const csrcHash = "a06e922992e95cd2"

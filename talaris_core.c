@@ -11,5 +11,6 @@
 #include "csrc/evq.c"
 #include "csrc/loop.c"
 #include "csrc/cmdq.c"
+#include "csrc/decoder.c"
 #include "csrc/conn.c"
 #include "csrc/tls.c"

@@ -61,7 +61,7 @@ static int cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 {
 	if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE && !l->conns[cmd->slot].dying) {
 		if (cmd->flags & TL_CMDF_MEMORY)
-			tl_conn_open_memory(l, cmd->slot, cmd->gen);
+			tl_loop_open_memory(l, cmd->slot, cmd->gen);
 		else
 			tl_loop_dial(l, cmd->slot, cmd->gen);
 	}
@@ -92,17 +92,17 @@ static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;
 		c->close_rcvd = 1;
-		tl_conn_teardown(l, c);
+		tl_loop_teardown(l, c);
 	} else if (c->state == TL_ST_OPEN) {
 		tl_conn_send_close(l, c, cmd->code, payload, cmd->len);
 		/* Submit it now: without a send in flight nothing else would, and
 		 * the frame sat queued until the close timeout (conformance cases
 		 * X.6, X.13). */
-		tl_conn_flush(l, c);
-		tl_conn_set_state(l, c, TL_ST_CLOSING);
-		tl_set_deadline(l, c, l->cfg.close_timeout_ns);
+		tl_loop_flush(l, c);
+		tl_loop_set_state(l, c, TL_ST_CLOSING);
+		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 	} else if (c->state < TL_ST_OPEN) {
-		tl_conn_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
+		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
 	}
 	return CMD_DONE;
 }
@@ -127,7 +127,7 @@ static int cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *
 	} else {
 		tl_conn_send_frame(l, c, cmd->op == TL_CMD_PING ? TL_OP_PING : TL_OP_PONG, 1, payload, cmd->len);
 	}
-	tl_conn_flush(l, c);
+	tl_loop_flush(l, c);
 	return CMD_DONE;
 }
 

@@ -44,7 +44,7 @@ void tl_conn_reset(struct tl_conn *c)
 
 /* ---- output ---- */
 
-uint8_t *tl_out_reserve(struct tl_conn *c, size_t n)
+uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n)
 {
 	struct tl_outbuf *ob = &c->out[c->cur];
 	if (ob->len + n > ob->cap) {
@@ -62,9 +62,9 @@ uint8_t *tl_out_reserve(struct tl_conn *c, size_t n)
 	return ob->p + ob->len - n;
 }
 
-int tl_out_append(struct tl_conn *c, const uint8_t *p, size_t n)
+int tl_conn_out_append(struct tl_conn *c, const uint8_t *p, size_t n)
 {
-	uint8_t *d = tl_out_reserve(c, n);
+	uint8_t *d = tl_conn_out_reserve(c, n);
 	if (!d)
 		return -1;
 	memcpy(d, p, n);
@@ -105,7 +105,7 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
 		return 0; /* a memory connection has no peer: pongs and closes go nowhere */
 	mask_key(l, key);
 	if (!c->is_tls) {
-		d = tl_out_reserve(c, TL_WS_MAX_HDR + n);
+		d = tl_conn_out_reserve(c, TL_WS_MAX_HDR + n);
 		if (!d)
 			goto nomem;
 		hl = tl_ws_write_hdr(d, fin, opcode, n, key);
@@ -130,7 +130,7 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
 		return -1;
 	return 0;
 nomem:
-	tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+	tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
 	return -1;
 }
 
@@ -163,9 +163,9 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c)
 	size_t cap, n;
 	uint8_t *buf;
 
-	tl_conn_set_state(l, c, TL_ST_UPGRADING);
+	tl_loop_set_state(l, c, TL_ST_UPGRADING);
 	if (tl_ws_make_key(c->key) < 0) {
-		tl_conn_fail(l, c, TL_E_INTERNAL, errno, 0, "getrandom failed");
+		tl_loop_fail(l, c, TL_E_INTERNAL, errno, 0, "getrandom failed");
 		return -1;
 	}
 	memset(&rq, 0, sizeof(rq));
@@ -191,7 +191,7 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c)
 		if (!n || tl_tls_write(l, c, l->scratch, n) < 0)
 			goto nomem;
 	} else {
-		buf = tl_out_reserve(c, cap);
+		buf = tl_conn_out_reserve(c, cap);
 		if (!buf)
 			goto nomem;
 		n = tl_http_write_request((char *)buf, cap, &rq);
@@ -205,7 +205,7 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c)
 	c->hs_len = 0;
 	return 0;
 nomem:
-	tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory writing the upgrade request");
+	tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory writing the upgrade request");
 	return -1;
 }
 
@@ -213,7 +213,7 @@ static int publish_open(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
 	size_t n = strnlen(p->proto, sizeof(p->proto));
-	if (tl_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, 0, 0) < 0) {
+	if (tl_loop_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, 0, 0) < 0) {
 		c->open_pending = 1;
 		return FEED_STALL;
 	}
@@ -248,7 +248,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		else
 			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
 		*used = n;
-		tl_conn_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
+		tl_loop_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
 		return FEED_DEAD;
 	}
 	{
@@ -266,8 +266,8 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		c->deadline_ns = 0;
 		l->timed--;
 	}
-	tl_conn_set_state(l, c, TL_ST_OPEN);
-	tl_conn_regroup(l, c);
+	tl_loop_set_state(l, c, TL_ST_OPEN);
+	tl_loop_regroup(l, c);
 	return publish_open(l, c);
 }
 
@@ -291,7 +291,7 @@ static int grow_msg(struct tl_conn *c, size_t need)
 
 static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t code, const char *why)
 {
-	tl_conn_fail(l, c, err, 0, code, why);
+	tl_loop_fail(l, c, err, 0, code, why);
 	return FEED_DEAD;
 }
 
@@ -308,7 +308,7 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 /* publish_data publishes a reassembled message, copied into the arena. */
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
-	if (tl_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
+	if (tl_loop_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
 		return FEED_STALL;
 	count_in(l, c, n);
 	return FEED_OK;
@@ -322,8 +322,8 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_emit_inplace(l, c, kind, p, n)
-								     : tl_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
+								     : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return FEED_STALL;
 	count_in(l, c, n);
@@ -391,13 +391,13 @@ static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
 	if (!c->close_sent)
 		tl_conn_send_close(l, c, (uint16_t)code, c->reason, c->reason_len);
 	if (c->state != TL_ST_CLOSING)
-		tl_conn_set_state(l, c, TL_ST_CLOSING);
+		tl_loop_set_state(l, c, TL_ST_CLOSING);
 	if (c->fd < 0) { /* memory connection */
-		tl_conn_teardown(l, c);
+		tl_loop_teardown(l, c);
 		return FEED_DEAD;
 	}
 	/* The server closes TCP first (RFC 6455 7.1.1); bound the wait. */
-	tl_set_deadline(l, c, l->cfg.close_timeout_ns);
+	tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 	return FEED_DEAD; /* stop parsing: input is discarded from here */
 }
 
@@ -409,14 +409,14 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 	struct tl_conn_pub *pub = &l->pub[c->slot];
 	switch (c->h.opcode) {
 	case TL_OP_PING:
-		if (tl_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
 			return FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
 			tl_conn_send_frame(l, c, TL_OP_PONG, 1, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
-		if (tl_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
 			return FEED_STALL;
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;
@@ -604,7 +604,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 			} else if (k) {
 				if (grow_msg(c, c->msg_len + k) < 0) {
 					*used = n;
-					tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory reassembling a message");
+					tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory reassembling a message");
 					return FEED_DEAD;
 				}
 				memcpy(c->msg + c->msg_len, p + off, k);
@@ -635,16 +635,16 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 static void on_eof(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->fail_err) {
-		tl_conn_teardown(l, c);
+		tl_loop_teardown(l, c);
 	} else if (c->close_rcvd) {
-		tl_conn_teardown(l, c); /* clean: EventClose */
+		tl_loop_teardown(l, c); /* clean: EventClose */
 	} else if (c->state < TL_ST_OPEN) {
-		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0,
+		tl_loop_fail(l, c, TL_E_LOST, c->eof_errno, 0,
 			     c->eof_errno ? strerror(c->eof_errno) : "connection closed during the handshake");
 	} else {
 		/* (A failed send may have taken the socket's error: report it.) */
 		int e = c->eof_errno ? c->eof_errno : c->send_errno;
-		tl_conn_fail(l, c, TL_E_LOST, e, 1006, e ? strerror(e) : "connection closed without a close frame");
+		tl_loop_fail(l, c, TL_E_LOST, e, 1006, e ? strerror(e) : "connection closed without a close frame");
 	}
 }
 
@@ -686,12 +686,12 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 	if (c->dying)
 		return;
 	if (r == FEED_STALL) {
-		tl_stall(l, c);
-		tl_conn_flush(l, c);
+		tl_loop_stall(l, c);
+		tl_loop_flush(l, c);
 		return;
 	}
 	if (c->eof && tl_rxq_empty(&c->rxq))
 		on_eof(l, c);
 	if (!c->dying)
-		tl_conn_flush(l, c);
+		tl_loop_flush(l, c);
 }

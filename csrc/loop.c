@@ -22,7 +22,7 @@
 #define TL_CQE_BATCH 256
 #define TL_SWEEP_NS 20000000ull
 
-uint64_t tl_now_ns(void)
+uint64_t tl_loop_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,7 +39,7 @@ static void futex_wake(uint32_t *addr)
 
 /* ---- submission ---- */
 
-struct io_uring_sqe *tl_sqe(struct tl_loop *l)
+struct io_uring_sqe *tl_loop_sqe(struct tl_loop *l)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 	if (!sqe) {
@@ -50,51 +50,12 @@ struct io_uring_sqe *tl_sqe(struct tl_loop *l)
 	return sqe;
 }
 
-static uint64_t recv_ud(const struct tl_conn *c)
-{
-	return tl_ud(c->recv_hs ? TL_OPK_RECV_HS : TL_OPK_RECV, c->gen, c->slot);
-}
-
-/* cancel_recv asks the kernel to end c's armed recv (its final CQE follows).
- * Returns 0, or -1 when no SQE was free. */
-static int cancel_recv(struct tl_loop *l, struct tl_conn *c)
-{
-	struct io_uring_sqe *sqe = tl_sqe(l);
-	if (!sqe)
-		return -1;
-	io_uring_prep_cancel64(sqe, recv_ud(c), 0);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
-	c->cancel_inflight++;
-	return 0;
-}
-
-static void arm_recv(struct tl_loop *l, struct tl_conn *c)
-{
-	struct io_uring_sqe *sqe;
-
-	if (c->recv_armed || c->dying || c->fd < 0)
-		return;
-	sqe = tl_sqe(l);
-	if (!sqe) {
-		c->want_rearm = 1;
-		l->rearm_waiting++; /* run_rearms tries again */
-		return;
-	}
-	c->recv_hs = c->state < TL_ST_OPEN;
-	io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
-	sqe->flags |= IOSQE_BUFFER_SELECT;
-	sqe->buf_group = c->recv_hs ? TL_HS_BGID : TL_BGID;
-	io_uring_sqe_set_data64(sqe, recv_ud(c));
-	c->recv_armed = 1;
-	c->want_rearm = 0;
-}
-
 static void arm_efd(struct tl_loop *l)
 {
 	struct io_uring_sqe *sqe;
 	if (l->efd_armed)
 		return;
-	sqe = tl_sqe(l);
+	sqe = tl_loop_sqe(l);
 	if (!sqe)
 		return;
 	io_uring_prep_read(sqe, l->efd, &l->efd_val, sizeof(l->efd_val), 0);
@@ -102,9 +63,9 @@ static void arm_efd(struct tl_loop *l)
 	l->efd_armed = 1;
 }
 
-/* tl_conn_flush submits the collected out buffer when no send is in flight.
+/* tl_loop_flush submits the collected out buffer when no send is in flight.
  * One send per connection at a time keeps bytes in order. */
-void tl_conn_flush(struct tl_loop *l, struct tl_conn *c)
+void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 {
 	struct io_uring_sqe *sqe;
 	struct tl_outbuf *ob;
@@ -118,7 +79,7 @@ void tl_conn_flush(struct tl_loop *l, struct tl_conn *c)
 	}
 	if (ob->len == 0)
 		return;
-	sqe = tl_sqe(l);
+	sqe = tl_loop_sqe(l);
 	if (!sqe)
 		return;
 	io_uring_prep_send(sqe, c->fd, ob->p, ob->len, MSG_NOSIGNAL);
@@ -128,9 +89,163 @@ void tl_conn_flush(struct tl_loop *l, struct tl_conn *c)
 	c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
 }
 
+/* ---- the receive side: one state per connection, changed only here ---- */
+
+static uint64_t recv_ud(const struct tl_conn *c)
+{
+	return tl_ud(c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV, c->gen, c->slot);
+}
+
+/* rx_in_kernel: a multishot recv is in the kernel (its final CQE, one
+ * without IORING_CQE_F_MORE, is still to come). */
+static int rx_in_kernel(const struct tl_conn *c)
+{
+	return c->rx == TL_RX_ARMED || c->rx == TL_RX_PAUSING || c->rx == TL_RX_REARMING;
+}
+
+/* rx_set changes c->rx and keeps l->rx_want, the number of connections in
+ * TL_RX_WANT, exact: the loop polls for re-arms only while it is not 0. */
+static void rx_set(struct tl_loop *l, struct tl_conn *c, uint8_t st)
+{
+	l->rx_want -= c->rx == TL_RX_WANT;
+	l->rx_want += st == TL_RX_WANT;
+	c->rx = st;
+}
+
+/* rx_cancel asks the kernel to end c's recv (its final CQE follows).
+ * Returns 0, or -1 when no SQE was free. */
+static int rx_cancel(struct tl_loop *l, struct tl_conn *c)
+{
+	struct io_uring_sqe *sqe = tl_loop_sqe(l);
+	if (!sqe)
+		return -1;
+	io_uring_prep_cancel64(sqe, recv_ud(c), 0);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+	c->cancel_inflight++;
+	return 0;
+}
+
+/* rx_share is a connection's fair share of the main group: half the ring
+ * split over the live connections (at least 2 slots, at most a quarter of
+ * the ring), so the stalled ones together leave slots for the rest, e.g.
+ * for a 101 to arrive. */
+static uint32_t rx_share(const struct tl_loop *l)
+{
+	uint32_t count = l->slots.main.count;
+	uint32_t share = l->live ? count / (2 * l->live) : count / 4;
+	if (share > count / 4)
+		share = count / 4;
+	return share < 2 ? 2 : share;
+}
+
+/* rx_step is every transition of the receive side (c->rx):
+ *
+ *   OFF/WANT  --ARM-->      ARMED (or WANT when no SQE is free)
+ *   ARMED     --END-->      WANT (-ENOBUFS, ended with data, -ECANCELED)
+ *                           or OFF (EOF, error: c->eof set; or dying)
+ *   ARMED     --PAUSE-->    PAUSING: stalled holding its share of slots; the
+ *                           rest waits in its socket and TCP slows that sender
+ *   PAUSING   --END-->      PAUSED (OFF when dying)
+ *   PAUSING   --RESUME-->   REARMING (the cancel is already in flight)
+ *   PAUSED    --RESUME-->   ARMED
+ *   ARMED     --REGROUP-->  REARMING: open now, leave the handshake group so
+ *                           few flood bytes hold handshake slots
+ *   REARMING  --PAUSE-->    PAUSING
+ *   REARMING  --END-->      WANT (OFF when dying)
+ *   WANT      --TICK-->     ARMED once not stalled and the group has a slot
+ *   any       --TEARDOWN--> in the kernel: cancelled, END then gives OFF;
+ *                           else OFF
+ *
+ * res is the recv's result for RX_END. */
+static void rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
+{
+	struct io_uring_sqe *sqe;
+
+	switch (ev) {
+	case RX_ARM:
+		if (rx_in_kernel(c) || c->dying || c->fd < 0)
+			return;
+		sqe = tl_loop_sqe(l);
+		if (!sqe) {
+			rx_set(l, c, TL_RX_WANT); /* run_rearms tries again */
+			return;
+		}
+		c->rx_hs = c->state < TL_ST_OPEN;
+		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = c->rx_hs ? TL_HS_BGID : TL_BGID;
+		io_uring_sqe_set_data64(sqe, recv_ud(c));
+		rx_set(l, c, TL_RX_ARMED);
+		return;
+	case RX_END:
+		if (res == 0) {
+			c->eof = 1;
+		} else if (res < 0 && res != -ENOBUFS && res != -ECANCELED) {
+			c->eof = 1;
+			c->eof_errno = -res;
+		} else if (res == -ENOBUFS) {
+			STAT_ADD(l, nobufs, 1);
+		}
+		if (c->eof || c->dying)
+			rx_set(l, c, TL_RX_OFF);
+		else if (c->rx == TL_RX_PAUSING)
+			rx_set(l, c, TL_RX_PAUSED);
+		else /* -ENOBUFS, -ECANCELED (regroup, or a resumed pause), or data with the end */
+			rx_set(l, c, TL_RX_WANT);
+		return;
+	case RX_PAUSE:
+		if ((c->rx != TL_RX_ARMED && c->rx != TL_RX_REARMING) || c->rxq.count < rx_share(l))
+			return;
+		if (c->rx == TL_RX_REARMING || rx_cancel(l, c) == 0)
+			rx_set(l, c, TL_RX_PAUSING); /* (a regroup's cancel is already on the way) */
+		return;
+	case RX_RESUME:
+		if (c->stalled || c->dying || c->eof)
+			return;
+		if (c->rx == TL_RX_PAUSING) {
+			rx_set(l, c, TL_RX_REARMING);
+		} else if (c->rx == TL_RX_PAUSED) {
+			rx_set(l, c, TL_RX_OFF);
+			rx_step(l, c, RX_ARM, 0);
+			STAT_ADD(l, rearms, 1);
+		}
+		return;
+	case RX_REGROUP:
+		if (c->rx == TL_RX_ARMED && c->rx_hs && c->state >= TL_ST_OPEN && !c->dying && rx_cancel(l, c) == 0)
+			rx_set(l, c, TL_RX_REARMING);
+		return;
+	case RX_TICK: {
+		/* Any free slot of the group it will use will do: waiting for more
+		 * lets always-armed busy connections take every slot as it comes
+		 * back, starving this one. */
+		struct tl_bufring *g = c->state < TL_ST_OPEN ? &l->slots.hs : &l->slots.main;
+		if (c->dying || c->eof || c->fd < 0 || c->state == TL_ST_IDLE) {
+			rx_set(l, c, TL_RX_OFF);
+		} else if (!c->stalled && g->in_use < g->count) {
+			rx_set(l, c, TL_RX_OFF);
+			rx_step(l, c, RX_ARM, 0);
+			STAT_ADD(l, rearms, 1);
+		}
+		return;
+	}
+	case RX_TEARDOWN:
+		if (!rx_in_kernel(c))
+			rx_set(l, c, TL_RX_OFF);
+		return; /* the caller cancels a recv in the kernel; END gives OFF */
+	}
+}
+
+/* tl_loop_regroup moves an open connection's recv from the handshake group
+ * to the main ring (the cancelled recv ends in TL_RX_WANT and is re-armed
+ * on the main group). Called as soon as the upgrade completes. */
+void tl_loop_regroup(struct tl_loop *l, struct tl_conn *c)
+{
+	rx_step(l, c, RX_REGROUP, 0);
+}
+
 /* ---- stalls ---- */
 
-void tl_stall(struct tl_loop *l, struct tl_conn *c)
+void tl_loop_stall(struct tl_loop *l, struct tl_conn *c)
 {
 	if (!c->stalled)
 		STAT_ADD(l, stalls, 1);
@@ -144,7 +259,7 @@ void tl_stall(struct tl_loop *l, struct tl_conn *c)
 
 /* ---- connection lifecycle ---- */
 
-void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st)
+void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
 	c->state = (uint8_t)st;
@@ -157,17 +272,17 @@ void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 	futex_wake(&p->state);
 }
 
-void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
+void tl_loop_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
 	snprintf(p->detail, sizeof(p->detail), "%s", msg ? msg : "");
 }
 
-void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now)
+void tl_loop_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now)
 {
 	if (!c->deadline_ns)
 		l->timed++;
-	c->deadline_ns = tl_now_ns() + ns_from_now;
+	c->deadline_ns = tl_loop_now_ns() + ns_from_now;
 	if (l->next_timer_ns == 0 || c->deadline_ns < l->next_timer_ns)
 		l->next_timer_ns = c->deadline_ns;
 }
@@ -208,16 +323,16 @@ static void finish(struct tl_loop *l, struct tl_conn *c)
 		__atomic_store_n(&p->err, c->fail_err, __ATOMIC_RELAXED);
 		__atomic_store_n(&p->aux, c->fail_aux, __ATOMIC_RELAXED);
 		__atomic_store_n(&p->code, kind == TL_EV_CLOSE ? c->close_code : c->fail_code, __ATOMIC_RELAXED);
-		tl_conn_set_state(l, c, TL_ST_CLOSED);
+		tl_loop_set_state(l, c, TL_ST_CLOSED);
 	}
 	if (kind == TL_EV_CLOSE)
-		rc = tl_emit(l, c, kind, c->reason, c->reason_len, c->close_code, 0, 0, TL_EVF_FINAL);
+		rc = tl_loop_emit(l, c, kind, c->reason, c->reason_len, c->close_code, 0, 0, TL_EVF_FINAL);
 	else
-		rc = tl_emit(l, c, kind, (const uint8_t *)p->detail, strnlen(p->detail, sizeof(p->detail)),
+		rc = tl_loop_emit(l, c, kind, (const uint8_t *)p->detail, strnlen(p->detail, sizeof(p->detail)),
 			     c->fail_code, c->fail_err, c->fail_aux, TL_EVF_FINAL);
 	if (rc && !l->shutting_down) {
 		c->final_pending = 1;
-		tl_stall(l, c);
+		tl_loop_stall(l, c);
 		return;
 	}
 	/* (When the pool is closing and the ring is full, the final event is
@@ -232,7 +347,7 @@ static void finish(struct tl_loop *l, struct tl_conn *c)
 /* maybe_finish closes the socket once no operation is in flight. */
 static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 {
-	if (!c->dying || c->recv_armed || c->send_inflight || c->cancel_inflight || c->connect_inflight)
+	if (!c->dying || rx_in_kernel(c) || c->send_inflight || c->cancel_inflight || c->connect_inflight)
 		return;
 	if (c->fd >= 0) {
 		close(c->fd);
@@ -250,18 +365,19 @@ static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 	}
 }
 
-/* tl_conn_teardown cancels c's operations; the final event follows when
+/* tl_loop_teardown cancels c's operations; the final event follows when
  * they have all completed. */
-void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c)
+void tl_loop_teardown(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->dying)
 		return;
 	c->dying = 1;
 	c->discard = 1;
-	if (c->recv_armed || c->connect_inflight) {
-		struct io_uring_sqe *sqe = tl_sqe(l);
+	rx_step(l, c, RX_TEARDOWN, 0);
+	if (rx_in_kernel(c) || c->connect_inflight) {
+		struct io_uring_sqe *sqe = tl_loop_sqe(l);
 		if (sqe) {
-			uint64_t target = c->recv_armed ? recv_ud(c) : tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
+			uint64_t target = rx_in_kernel(c) ? recv_ud(c) : tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
 			io_uring_prep_cancel64(sqe, target, 0);
 			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 			c->cancel_inflight++;
@@ -276,30 +392,30 @@ void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c)
 	maybe_finish(l, c);
 }
 
-/* tl_conn_fail records why c failed and starts its end: a close frame with
+/* tl_loop_fail records why c failed and starts its end: a close frame with
  * code when the connection is open (code 0: none), then teardown after the
  * peer answers or the close timeout. */
-void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail)
+void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail)
 {
 	if (!c->fail_err) {
 		c->fail_err = err;
 		c->fail_aux = aux;
 		c->fail_code = code;
 		if (detail)
-			tl_detail(l, c, detail);
+			tl_loop_detail(l, c, detail);
 	}
 	c->discard = 1;
 	c->msg_ready = 0;
 	c->ctrl_ready = 0;
 	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && !c->send_errno && c->fd >= 0) {
 		tl_conn_send_close(l, c, code, NULL, 0);
-		tl_conn_set_state(l, c, TL_ST_CLOSING);
-		tl_conn_flush(l, c);
+		tl_loop_set_state(l, c, TL_ST_CLOSING);
+		tl_loop_flush(l, c);
 		/* Give the peer a moment to read our close; then we go. */
-		tl_set_deadline(l, c, l->cfg.close_timeout_ns < 1000000000ull ? l->cfg.close_timeout_ns : 1000000000ull);
+		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns < 1000000000ull ? l->cfg.close_timeout_ns : 1000000000ull);
 		return;
 	}
-	tl_conn_teardown(l, c);
+	tl_loop_teardown(l, c);
 }
 
 /* ---- commands ---- */
@@ -322,21 +438,21 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 	l->live++;
 	c->dial = d;
 	if (!d) {
-		tl_conn_fail(l, c, TL_E_INTERNAL, 0, 0, "dial without parameters");
+		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "dial without parameters");
 		return;
 	}
 	c->is_tls = (uint8_t)d->tls;
-	tl_set_deadline(l, c, d->handshake_timeout_ns);
+	tl_loop_set_deadline(l, c, d->handshake_timeout_ns);
 	fd = socket(d->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		tl_conn_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
+		tl_loop_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
 		return;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->fd = fd;
-	sqe = tl_sqe(l);
+	sqe = tl_loop_sqe(l);
 	if (!sqe) {
-		tl_conn_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
+		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
 		return;
 	}
 	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&d->addr, d->addr_len);
@@ -344,25 +460,23 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 	c->connect_inflight = 1;
 }
 
-/* tl_conn_open_memory opens a socketless connection: Go feeds it server bytes with
+/* tl_loop_open_memory opens a socketless connection: Go feeds it server bytes with
  * TL_CMD_INJECT (benchmarks, replay of captured streams). */
-void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
+void tl_loop_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
 	struct tl_conn *c = &l->conns[slot];
 	tl_conn_reset(c);
 	c->slot = slot;
 	c->gen = gen;
 	l->live++;
-	tl_conn_set_state(l, c, TL_ST_OPEN);
-	if (tl_emit(l, c, TL_EV_OPEN, NULL, 0, 0, 0, 0, 0) < 0) {
+	tl_loop_set_state(l, c, TL_ST_OPEN);
+	if (tl_loop_emit(l, c, TL_EV_OPEN, NULL, 0, 0, 0, 0, 0) < 0) {
 		c->open_pending = 1;
-		tl_stall(l, c);
+		tl_loop_stall(l, c);
 	}
 }
 
 /* ---- completions ---- */
-
-static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c);
 
 static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *cqe, int hs)
 {
@@ -377,34 +491,8 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
 		}
 	}
-	if (!more) {
-		c->recv_armed = 0;
-		c->regroup = 0;
-		if (cqe->res == 0) {
-			c->eof = 1;
-		} else if (cqe->res < 0) {
-			if (cqe->res == -ENOBUFS) {
-				STAT_ADD(l, nobufs, 1);
-				c->want_rearm = 1;
-				l->rearm_waiting++;
-			} else if (cqe->res == -ECANCELED) {
-				/* A pause's cancel landed after the connection already
-				 * resumed (resume_recv found the recv still armed):
-				 * arm it again. */
-				if (!c->dying && !c->recv_paused) {
-					c->want_rearm = 1;
-					l->rearm_waiting++;
-				}
-			} else {
-				c->eof = 1;
-				c->eof_errno = -cqe->res;
-			}
-		} else {
-			/* Ended with data (CQ overflow or the kernel's choice): re-arm. */
-			c->want_rearm = 1;
-			l->rearm_waiting++;
-		}
-	}
+	if (!more)
+		rx_step(l, c, RX_END, cqe->res);
 	if (c->dying) {
 		maybe_finish(l, c);
 		return;
@@ -412,54 +500,10 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 	if (!c->stalled)
 		tl_conn_drive(l, c);
 	else if (c->eof)
-		tl_stall(l, c);
+		tl_loop_stall(l, c);
 	if (c->stalled && !c->dying)
-		maybe_pause_recv(l, c);
-	tl_conn_regroup(l, c);
-}
-
-/* tl_conn_regroup moves an open connection's recv from the handshake group
- * to the main ring: the cancelled recv's -ECANCELED completion re-arms it.
- * Called as soon as the upgrade completes, so few of the flood that may
- * follow lands in (and holds) handshake slots. */
-void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c)
-{
-	if (!c->recv_armed || !c->recv_hs || c->state < TL_ST_OPEN || c->regroup || c->dying || c->recv_paused)
-		return;
-	if (cancel_recv(l, c) == 0)
-		c->regroup = 1;
-}
-
-/* maybe_pause_recv stops the kernel from handing more slots to a stalled
- * connection that already holds its share of the buffer ring: the bytes
- * then wait in its socket (TCP slows that sender) and the other
- * connections keep slots to receive with. Resumed by resume_recv. */
-static void maybe_pause_recv(struct tl_loop *l, struct tl_conn *c)
-{
-	/* A fair share: half the ring split over the live connections (at
-	 * least 2 slots, at most a quarter of the ring), so the stalled ones
-	 * together leave slots for the rest, e.g. for a 101 to arrive. */
-	uint32_t count = l->slots.main.count;
-	uint32_t share = l->live ? count / (2 * l->live) : count / 4;
-	if (share > count / 4)
-		share = count / 4;
-	if (share < 2)
-		share = 2;
-	if (!c->recv_armed || c->recv_paused || c->rxq.count < share)
-		return;
-	if (cancel_recv(l, c) == 0)
-		c->recv_paused = 1;
-}
-
-static void resume_recv(struct tl_loop *l, struct tl_conn *c)
-{
-	if (!c->recv_paused || c->stalled || c->dying || c->eof)
-		return;
-	c->recv_paused = 0;
-	if (!c->recv_armed && c->fd >= 0) {
-		arm_recv(l, c);
-		STAT_ADD(l, rearms, 1);
-	}
+		rx_step(l, c, RX_PAUSE, 0);
+	rx_step(l, c, RX_REGROUP, 0);
 }
 
 static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
@@ -480,13 +524,13 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 			c->send_errno = -res;
 			c->out[c->cur].len = 0;
 			if (!c->deadline_ns)
-				tl_set_deadline(l, c, l->cfg.close_timeout_ns);
+				tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 			return;
 		}
 		if (!c->dying) {
 			c->eof = 1;
 			c->eof_errno = -res;
-			tl_conn_fail(l, c, TL_E_LOST, -res, 1006, strerror(-res));
+			tl_loop_fail(l, c, TL_E_LOST, -res, 1006, strerror(-res));
 		}
 		maybe_finish(l, c);
 		return;
@@ -495,7 +539,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 	c->sent_off += (size_t)res;
 	if (c->sent_off < ob->len && !c->dying) {
 		/* Short send: the rest goes before anything newer. */
-		struct io_uring_sqe *sqe = tl_sqe(l);
+		struct io_uring_sqe *sqe = tl_loop_sqe(l);
 		if (sqe) {
 			io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
 			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
@@ -514,7 +558,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 		maybe_finish(l, c);
 		return;
 	}
-	tl_conn_flush(l, c);
+	tl_loop_flush(l, c);
 	if (c->stalled) /* input may have waited for send space */
 		l->stall_kick = 1;
 }
@@ -527,20 +571,20 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 		return;
 	}
 	if (res < 0) {
-		tl_conn_fail(l, c, TL_E_DIAL, -res, 0, strerror(-res));
+		tl_loop_fail(l, c, TL_E_DIAL, -res, 0, strerror(-res));
 		return;
 	}
-	arm_recv(l, c);
+	rx_step(l, c, RX_ARM, 0);
 	if (c->is_tls) {
-		tl_conn_set_state(l, c, TL_ST_TLS);
+		tl_loop_set_state(l, c, TL_ST_TLS);
 		if (tl_tls_start(l, c) < 0)
 			return;
 	} else {
-		tl_conn_set_state(l, c, TL_ST_UPGRADING);
+		tl_loop_set_state(l, c, TL_ST_UPGRADING);
 		if (tl_conn_start_upgrade(l, c) < 0)
 			return;
 	}
-	tl_conn_flush(l, c);
+	tl_loop_flush(l, c);
 }
 
 static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
@@ -592,31 +636,31 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 	if (c->dying)
 		return;
 	if (c->state < TL_ST_OPEN) {
-		tl_conn_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
+		tl_loop_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
 	} else if (c->fail_err) {
-		tl_conn_teardown(l, c);
+		tl_loop_teardown(l, c);
 	} else if (c->close_rcvd) {
 		/* We answered the peer's close; it did not drop TCP in time. */
-		tl_conn_teardown(l, c);
+		tl_loop_teardown(l, c);
 	} else if (c->send_errno) {
 		/* A send failed and the receive side did not end in time. (If it
 		 * did end, on_eof follows once Go has taken the queued input.) */
 		if (c->eof)
 			return;
-		tl_conn_fail(l, c, TL_E_LOST, c->send_errno, 1006, strerror(c->send_errno));
-		tl_conn_teardown(l, c);
+		tl_loop_fail(l, c, TL_E_LOST, c->send_errno, 1006, strerror(c->send_errno));
+		tl_loop_teardown(l, c);
 	} else {
-		tl_conn_fail(l, c, TL_E_CLOSE_TIMEOUT, 0, 1006, "no close frame from the peer in time");
-		tl_conn_teardown(l, c);
+		tl_loop_fail(l, c, TL_E_CLOSE_TIMEOUT, 0, 1006, "no close frame from the peer in time");
+		tl_loop_teardown(l, c);
 	}
 }
 
 static void run_timers(struct tl_loop *l)
 {
 	uint64_t now, next = 0;
-	if (!l->timed || tl_now_ns() < l->next_timer_ns)
+	if (!l->timed || tl_loop_now_ns() < l->next_timer_ns)
 		return;
-	now = tl_now_ns();
+	now = tl_loop_now_ns();
 	for (uint32_t i = 0; i < l->cfg.max_conns && l->timed; i++) {
 		struct tl_conn *c = &l->conns[i];
 		if (!c->deadline_ns)
@@ -658,35 +702,29 @@ static void run_stalled(struct tl_loop *l)
 		if (c->dying || c->state == TL_ST_IDLE)
 			continue;
 		tl_conn_drive(l, c);
-		resume_recv(l, c);
+		rx_step(l, c, RX_RESUME, 0);
 	}
 }
 
+/* run_rearms re-arms the recvs waiting in TL_RX_WANT when their group has
+ * a slot to give (else -ENOBUFS again). With sweep set it also looks for a
+ * connection whose recv ended without the state machine noting it: a
+ * defence only - every end goes through rx_step - so a debug build
+ * (TL_DEBUG: the cgo.mk test and fuzz builds) aborts if it finds one. */
 static void run_rearms(struct tl_loop *l, int sweep)
 {
-	/* Re-arm only when the kernel has slots to give; else ENOBUFS again. */
-	l->rearm_waiting = 0;
-	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
+	for (uint32_t i = 0; i < l->cfg.max_conns && (l->rx_want || sweep); i++) {
 		struct tl_conn *c = &l->conns[i];
-		/* A sweep also catches a recv that ended with nobody noting it. */
-		if (sweep && !c->recv_armed && !c->recv_paused && !c->cancel_inflight && !c->dying && !c->eof &&
-		    c->fd >= 0 && c->state != TL_ST_IDLE && c->state != TL_ST_CONNECTING)
-			c->want_rearm = 1;
-		if (c->want_rearm && !c->recv_armed && !c->dying && !c->eof && c->fd >= 0 &&
-		    c->state != TL_ST_IDLE) {
-			/* Any free slot of the group it will use will do: waiting for
-			 * more lets always-armed busy connections take every slot as it
-			 * comes back, starving this one. */
-			struct tl_bufring *g = c->state < TL_ST_OPEN ? &l->slots.hs : &l->slots.main;
-			if (c->stalled || c->recv_paused || g->in_use >= g->count) {
-				l->rearm_waiting++;
-				continue;
-			}
-			arm_recv(l, c);
-			STAT_ADD(l, rearms, 1);
-		} else if (c->want_rearm && (c->dying || c->eof)) {
-			c->want_rearm = 0;
+		if (sweep && c->rx == TL_RX_OFF && !c->dying && !c->eof && c->fd >= 0 && c->state != TL_ST_IDLE &&
+		    c->state != TL_ST_CONNECTING) {
+#ifdef TL_DEBUG
+			fprintf(stderr, "talaris: sweep found slot %u with no recv (state %d)\n", c->slot, c->state);
+			abort();
+#endif
+			rx_set(l, c, TL_RX_WANT);
 		}
+		if (c->rx == TL_RX_WANT)
+			rx_step(l, c, RX_TICK, 0);
 	}
 }
 
@@ -711,14 +749,14 @@ static void shutdown_all(struct tl_loop *l)
 			continue;
 		if (c->state == TL_ST_OPEN && !c->close_sent) {
 			tl_conn_send_close(l, c, 1001, (const uint8_t *)"pool closed", 11);
-			tl_conn_flush(l, c);
+			tl_loop_flush(l, c);
 		}
 		if (!c->fail_err && !c->close_rcvd) {
 			c->fail_err = TL_E_SHUTDOWN;
 			c->fail_code = 1001;
-			tl_detail(l, c, "pool closed");
+			tl_loop_detail(l, c, "pool closed");
 		}
-		tl_conn_teardown(l, c);
+		tl_loop_teardown(l, c);
 	}
 }
 
@@ -736,8 +774,8 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		if (io_uring_cq_ready(&l->ring) || busy || spin)
 			return;
 		/* spin-then-block: spin on the CQ and the command ring a while */
-		uint64_t until = tl_now_ns() + l->cfg.spin_ns;
-		while (tl_now_ns() < until) {
+		uint64_t until = tl_loop_now_ns() + l->cfg.spin_ns;
+		while (tl_loop_now_ns() < until) {
 			if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
 				io_uring_get_events(&l->ring);
 			if (io_uring_cq_ready(&l->ring) || tl_cmdq_pending(&l->cmdq) || space_freed(l))
@@ -753,7 +791,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * for it: a stalled connection, or a recv starved of slots that are
 	 * held by unconsumed in-place payloads. Otherwise deferred slots go
 	 * back on the next natural wake-up, without an extra syscall. */
-	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rearm_waiting))
+	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rx_want))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
 	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) || l->shutting_down ||
 	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
@@ -763,12 +801,12 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		return;
 	}
 	if (l->timed) {
-		uint64_t now = tl_now_ns();
+		uint64_t now = tl_loop_now_ns();
 		wait_ns = l->next_timer_ns > now ? l->next_timer_ns - now : 0;
 		if (wait_ns > 50000000ull)
 			wait_ns = 50000000ull;
 	}
-	if (l->rearm_waiting && (wait_ns == 0 || wait_ns > 1000000ull))
+	if (l->rx_want && (wait_ns == 0 || wait_ns > 1000000ull))
 		wait_ns = 1000000ull;
 	/* Sweep tick: while connections live, wake at least every 20 ms and
 	 * look at the parked ones again (stalled, waiting for a re-arm,
@@ -817,7 +855,7 @@ static void loop_run(struct tl_loop *l)
 		if (tl_cmdq_drain(l))
 			busy = 1;
 		{
-			uint64_t now = l->live && !busy ? tl_now_ns() : 0;
+			uint64_t now = l->live && !busy ? tl_loop_now_ns() : 0;
 			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
 			if (sweep)
 				l->last_sweep_ns = now;
@@ -827,7 +865,7 @@ static void loop_run(struct tl_loop *l)
 				busy = 1;
 			}
 			release_deferred(l);
-			if (l->rearm_waiting || sweep)
+			if (l->rx_want || sweep)
 				run_rearms(l, sweep);
 		}
 		run_timers(l);
@@ -1129,40 +1167,4 @@ void tl_loop_free(struct tl_loop *l)
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);
-}
-
-/* ---- synchronous decoder (tl_decoder_*): the parser without a thread ---- */
-
-struct tl_loop *tl_decoder_new(uint64_t max_message, uint32_t ring_size, uint64_t arena_size)
-{
-	struct tl_config cfg = {
-		.sq_entries = 8, .cq_entries = 16, .sq_thread_cpu = -1, .buf_size = 4096, .buf_count = 4,
-		.loop_cpu = -1, .event_ring_size = ring_size, .arena_size = arena_size, .cmd_ring_size = 4096,
-		.max_conns = 1, .max_message = max_message, .handshake_timeout_ns = 1, .close_timeout_ns = 1,
-		.max_send_queue = 1 << 20,
-	};
-	struct tl_loop *l = tl_loop_new_detached(&cfg);
-	if (!l)
-		return NULL;
-	tl_conn_open_memory(l, 0, 1);
-	return l;
-}
-
-int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used)
-{
-	struct tl_conn *c = &l->conns[0];
-	int r;
-
-	*used = 0;
-	if (c->state != TL_ST_OPEN)
-		return -2;
-	r = tl_conn_feed(l, c, p, n, used);
-	l->evq.r->tail = l->evq.tail; /* same thread: no publish protocol needed */
-	l->evq.published = l->evq.tail;
-	return r;
-}
-
-void tl_decoder_free(struct tl_loop *l)
-{
-	tl_loop_free(l);
 }

@@ -38,6 +38,19 @@ static inline unsigned tl_ud_op(uint64_t ud) { return (unsigned)(ud >> 56); }
 static inline uint32_t tl_ud_gen(uint64_t ud) { return (uint32_t)(ud >> TL_SLOT_BITS); }
 static inline uint32_t tl_ud_slot(uint64_t ud) { return (uint32_t)(ud & (TL_MAX_SLOTS - 1)); }
 
+/* Receive side of a connection (tl_conn.rx); transitions in rx_step. */
+enum {
+	TL_RX_OFF = 0,  /* no recv, none wanted: not connected, ended (eof), memory, or dying */
+	TL_RX_ARMED,    /* a multishot recv is in the kernel */
+	TL_RX_WANT,     /* ended (-ENOBUFS, with data, regrouped, no SQE): re-arm when a slot is free */
+	TL_RX_PAUSING,  /* in the kernel, cancel sent: stalled holding its share of slots */
+	TL_RX_REARMING, /* in the kernel, cancel sent to switch groups (or a pause resumed early) */
+	TL_RX_PAUSED,   /* ended by a pause; re-armed when the connection resumes */
+};
+
+/* Inputs of rx_step. */
+enum { RX_ARM, RX_END, RX_PAUSE, RX_RESUME, RX_REGROUP, RX_TICK, RX_TEARDOWN };
+
 /* Connection states: mirror talaris.State. */
 enum {
 	TL_ST_IDLE = 0,
@@ -73,13 +86,10 @@ struct tl_conn {
 	int fd;
 	uint8_t state;
 	uint8_t is_tls;
-	uint8_t recv_armed;   /* a multishot recv is in the kernel */
-	uint8_t want_rearm;   /* recv ended; re-arm when buffers allow */
+	uint8_t rx;           /* TL_RX_*: the receive side, changed only by rx_step (loop.c) */
+	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
 	uint8_t send_inflight;
-	uint8_t cancel_inflight; /* async cancels in the kernel (pause and teardown) */
-	uint8_t recv_paused;     /* recv cancelled while stalled holding its share of slots */
-	uint8_t recv_hs;         /* the armed recv uses the handshake group */
-	uint8_t regroup;         /* cancelling the handshake-group recv to move to the main group */
+	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
 	uint8_t connect_inflight;
 	uint8_t dying;        /* teardown started: no new ops */
 	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
@@ -156,7 +166,7 @@ struct tl_loop {
 	uint32_t timed;         /* connections with a deadline */
 	uint64_t next_timer_ns;
 	struct tl_conn *stalled;
-	uint32_t rearm_waiting;
+	uint32_t rx_want;       /* connections in TL_RX_WANT */
 	int stall_kick;         /* a send completed: stalled conns may go on */
 	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
 
@@ -183,29 +193,29 @@ struct tl_loop {
  * thread and no io_uring: fuzzers and C benchmarks drive tl_conn_feed on
  * memory connections of it directly. Free with tl_loop_free. */
 struct tl_loop *tl_loop_new_detached(const struct tl_config *cfg);
-/* tl_conn_open_memory opens slot as a socketless connection (state open). */
-void tl_conn_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
+/* tl_loop_open_memory opens slot as a socketless connection (state open). */
+void tl_loop_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
 /* tl_loop_dial starts connection slot/gen from its prepared parameters. */
 void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen);
 /* cmdq.c: tl_cmdq_drain runs Go's commands; returns 1 if any ran. */
 int tl_cmdq_drain(struct tl_loop *l);
-uint64_t tl_now_ns(void);
-struct io_uring_sqe *tl_sqe(struct tl_loop *l);
-void tl_conn_set_state(struct tl_loop *l, struct tl_conn *c, int st);
-void tl_stall(struct tl_loop *l, struct tl_conn *c);
-void tl_conn_flush(struct tl_loop *l, struct tl_conn *c);
-void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
-void tl_conn_teardown(struct tl_loop *l, struct tl_conn *c);
-void tl_conn_regroup(struct tl_loop *l, struct tl_conn *c);
-void tl_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
-void tl_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
+uint64_t tl_loop_now_ns(void);
+struct io_uring_sqe *tl_loop_sqe(struct tl_loop *l);
+void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st);
+void tl_loop_stall(struct tl_loop *l, struct tl_conn *c);
+void tl_loop_flush(struct tl_loop *l, struct tl_conn *c);
+void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
+void tl_loop_teardown(struct tl_loop *l, struct tl_conn *c);
+void tl_loop_regroup(struct tl_loop *l, struct tl_conn *c);
+void tl_loop_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
+void tl_loop_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
 
-/* tl_emit appends one event for c: kind, payload p[0..n) copied into the
+/* tl_loop_emit appends one event for c: kind, payload p[0..n) copied into the
  * arena, and for control and final events code, err, aux and flags.
  * Returns 0, or -1 when the ring or arena is full (nothing was written).
  * Inline so the per-message path (constant kind, zero code) folds down to
  * tl_evq_append's fast path. */
-static inline __attribute__((always_inline)) int tl_emit(struct tl_loop *l, struct tl_conn *c, int kind,
+static inline __attribute__((always_inline)) int tl_loop_emit(struct tl_loop *l, struct tl_conn *c, int kind,
 							  const uint8_t *p, size_t n, uint16_t code, int err, int aux,
 							  int flags)
 {
@@ -214,10 +224,10 @@ static inline __attribute__((always_inline)) int tl_emit(struct tl_loop *l, stru
 	return tl_evq_append(&l->evq, m, p, n);
 }
 
-/* tl_emit_inplace publishes a data message whose payload stays where it is,
+/* tl_loop_emit_inplace publishes a data message whose payload stays where it is,
  * in the slot c->cur_q (a whole frame inside one slot): no arena copy. The
  * slot is recycled only after Go has passed the event (tl_slots_release). */
-static inline __attribute__((always_inline)) int tl_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
+static inline __attribute__((always_inline)) int tl_loop_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
 								  const uint8_t *p, size_t n)
 {
 	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .kind = (uint8_t)kind};
@@ -233,8 +243,8 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c);
 int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
 int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n);
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen);
-int tl_out_append(struct tl_conn *c, const uint8_t *p, size_t n);
-uint8_t *tl_out_reserve(struct tl_conn *c, size_t n);
+int tl_conn_out_append(struct tl_conn *c, const uint8_t *p, size_t n);
+uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n);
 void tl_conn_reset(struct tl_conn *c);
 
 /* tls.c */

@@ -85,7 +85,7 @@ static int slot_bio_write(BIO *b, const char *in, int inl)
 {
 	struct tl_tls *t = BIO_get_data(b);
 	BIO_clear_retry_flags(b);
-	if (tl_out_append(t->c, (const uint8_t *)in, (size_t)inl) < 0)
+	if (tl_conn_out_append(t->c, (const uint8_t *)in, (size_t)inl) < 0)
 		return -1;
 	return inl;
 }
@@ -193,7 +193,7 @@ static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char
 	}
 	ERR_clear_error();
 	send_alert_now(c);
-	tl_conn_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
+	tl_loop_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
 }
 
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
@@ -213,7 +213,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	t = calloc(1, sizeof(*t));
 	if (!t || !(t->pt = malloc(TL_TLS_PT_CAP))) {
 		free(t);
-		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory starting TLS");
+		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory starting TLS");
 		return -1;
 	}
 	t->l = l;
@@ -424,7 +424,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		t->saw_data = 1;
 		if (!looks_like_tls(l, c, peek, sizeof(peek))) {
 			snprintf(msg, sizeof(msg), "server answered in plain text: %s", peek);
-			tl_conn_fail(l, c, TL_E_TLS, TL_TLS_NOT_TLS, 0, msg);
+			tl_loop_fail(l, c, TL_E_TLS, TL_TLS_NOT_TLS, 0, msg);
 			return -2;
 		}
 	}
@@ -439,7 +439,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 			return 0;
 		}
 		if (c->eof && ERR_peek_last_error() == 0) {
-			tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
+			tl_loop_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
 			return -2;
 		}
 		cause = tls_classify(t, &what, ebuf, sizeof(ebuf));

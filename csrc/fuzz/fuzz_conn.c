@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	c = &L->conns[0];
-	tl_conn_open_memory(L, 0, ++gen);
+	tl_loop_open_memory(L, 0, ++gen);
 	/* first byte: run length (1..64) used to cut the rest */
 	size_t run = (size_t)(data[0] & 63) + 1;
 	data++;
@@ -79,13 +79,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (c->state != TL_ST_IDLE) {
 		if (!c->fail_err && !c->close_rcvd)
 			c->fail_err = TL_E_SHUTDOWN;
-		tl_conn_teardown(L, c);
+		tl_loop_teardown(L, c);
 		drain(L, &final);
 		while (c->final_pending) {
 			c->stalled = 0;
 			c->on_stall_list = 0;
 			L->stalled = NULL;
-			tl_conn_teardown(L, c);
+			tl_loop_teardown(L, c);
 			drain(L, &final);
 			break;
 		}
