@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa06e922992e95cd2
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xee9c64a86dc01994
 import "C"
 
-const csrcHash = "a06e922992e95cd2"
+const csrcHash = "ee9c64a86dc01994"

@@ -75,7 +75,7 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 	if (c && c->fd < 0 && !c->dying) {
 		size_t used = 0;
 		int r = tl_conn_feed(l, c, payload + l->cmdq.inject_off, cmd->len - l->cmdq.inject_off, &used);
-		if (r == -1) {
+		if (r == TL_FEED_STALL) {
 			/* No room: run the rest of this command again once Go has
 			 * pumped. The record stays as Go wrote it. */
 			l->cmdq.inject_off += (uint32_t)used;

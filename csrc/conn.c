@@ -19,7 +19,6 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 
-enum { FEED_OK = 0, FEED_STALL = -1, FEED_DEAD = -2 };
 
 void tl_conn_reset(struct tl_conn *c)
 {
@@ -215,10 +214,10 @@ static int publish_open(struct tl_loop *l, struct tl_conn *c)
 	size_t n = strnlen(p->proto, sizeof(p->proto));
 	if (tl_loop_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, 0, 0) < 0) {
 		c->open_pending = 1;
-		return FEED_STALL;
+		return TL_FEED_STALL;
 	}
 	c->open_pending = 0;
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 /* upgrade_feed gathers the response head; on success it reports how many
@@ -238,7 +237,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 			rc = TL_HTTP_ERR_TOO_LARGE;
 		else {
 			*used = take;
-			return FEED_OK;
+			return TL_FEED_OK;
 		}
 	}
 	if (rc != TL_HTTP_OK) {
@@ -249,7 +248,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
 		*used = n;
 		tl_loop_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
-		return FEED_DEAD;
+		return TL_FEED_DEAD;
 	}
 	{
 		struct tl_conn_pub *pub = &l->pub[c->slot];
@@ -292,7 +291,7 @@ static int grow_msg(struct tl_conn *c, size_t need)
 static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t code, const char *why)
 {
 	tl_loop_fail(l, c, err, 0, code, why);
-	return FEED_DEAD;
+	return TL_FEED_DEAD;
 }
 
 /* count_in mirrors a delivered message into the public counters. */
@@ -309,9 +308,9 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	if (tl_loop_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
-		return FEED_STALL;
+		return TL_FEED_STALL;
 	count_in(l, c, n);
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 /* publish_frame publishes a whole frame found inside the current run: in
@@ -325,9 +324,9 @@ static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, co
 	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
 								     : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
-		return FEED_STALL;
+		return TL_FEED_STALL;
 	count_in(l, c, n);
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 /* text_valid is tl_utf8_valid with the common case inline: a short
@@ -394,11 +393,11 @@ static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
 		tl_loop_set_state(l, c, TL_ST_CLOSING);
 	if (c->fd < 0) { /* memory connection */
 		tl_loop_teardown(l, c);
-		return FEED_DEAD;
+		return TL_FEED_DEAD;
 	}
 	/* The server closes TCP first (RFC 6455 7.1.1); bound the wait. */
 	tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
-	return FEED_DEAD; /* stop parsing: input is discarded from here */
+	return TL_FEED_DEAD; /* stop parsing: input is discarded from here */
 }
 
 /* handle_ctrl acts on a complete control frame in c->ctrl. The event goes
@@ -410,14 +409,14 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 	switch (c->h.opcode) {
 	case TL_OP_PING:
 		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
-			return FEED_STALL;
+			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
 			tl_conn_send_frame(l, c, TL_OP_PONG, 1, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
 		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
-			return FEED_STALL;
+			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;
 	case TL_OP_CLOSE:
@@ -425,7 +424,7 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 		return handle_close_frame(l, c);
 	}
 	c->ctrl_ready = 0;
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 /* begin_frame checks a parsed header against the message state. */
@@ -433,14 +432,14 @@ static int begin_frame(struct tl_loop *l, struct tl_conn *c)
 {
 	const tl_ws_hdr *h = &c->h;
 	if (h->opcode >= 0x8)
-		return FEED_OK; /* control frames are valid anywhere */
+		return TL_FEED_OK; /* control frames are valid anywhere */
 	if (h->opcode == TL_OP_CONT && !c->msg_op)
 		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "continuation frame without a message");
 	if (h->opcode != TL_OP_CONT && c->msg_op)
 		return fail_proto(l, c, TL_E_PROTOCOL, 1002, "new message inside a fragmented message");
 	if (h->len > l->cfg.max_message || c->msg_len + h->len > l->cfg.max_message)
 		return fail_proto(l, c, TL_E_TOO_BIG, 1009, "message exceeds the maximum message size");
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 static int hdr_error(struct tl_loop *l, struct tl_conn *c, int r)
@@ -471,37 +470,37 @@ static int frame_done(struct tl_loop *l, struct tl_conn *c)
 		return handle_ctrl(l, c);
 	}
 	if (!c->h.fin)
-		return FEED_OK;
+		return TL_FEED_OK;
 	if (c->msg_op == TL_OP_TEXT && !tl_utf8_complete(&c->utf8))
 		return fail_proto(l, c, TL_E_UTF8, 1007, "text message ends inside a UTF-8 sequence");
 	c->msg_ready = 1;
 	if (publish_data(l, c, c->msg_op, c->msg, c->msg_len) < 0)
-		return FEED_STALL;
+		return TL_FEED_STALL;
 	c->msg_ready = 0;
 	c->msg_op = 0;
 	c->msg_len = 0;
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 static int flush_pending(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->open_pending && publish_open(l, c) < 0)
-		return FEED_STALL;
+		return TL_FEED_STALL;
 	if (c->msg_ready) {
 		if (publish_data(l, c, c->msg_op, c->msg, c->msg_len) < 0)
-			return FEED_STALL;
+			return TL_FEED_STALL;
 		c->msg_ready = 0;
 		c->msg_op = 0;
 		c->msg_len = 0;
 	}
 	if (c->ctrl_ready)
 		return handle_ctrl(l, c);
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 /* tl_conn_feed consumes input bytes p[0..n); *used says how many. Returns
- * FEED_OK (all used, or a partial frame was kept), FEED_STALL (the rest
- * must be offered again when Go has released space) or FEED_DEAD (the
+ * TL_FEED_OK (all used, or a partial frame was kept), TL_FEED_STALL (the rest
+ * must be offered again when Go has released space) or TL_FEED_DEAD (the
  * connection failed or is closing: the rest does not matter). */
 int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
 {
@@ -511,16 +510,16 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 	*used = 0;
 	if (c->discard) {
 		*used = n;
-		return FEED_OK;
+		return TL_FEED_OK;
 	}
 	if (c->state == TL_ST_UPGRADING) {
 		r = upgrade_feed(l, c, p, n, &off);
 		*used = off;
-		if (r != FEED_OK || c->state != TL_ST_OPEN)
+		if (r != TL_FEED_OK || c->state != TL_ST_OPEN)
 			return r;
 	}
 	r = flush_pending(l, c);
-	if (r != FEED_OK) {
+	if (r != TL_FEED_OK) {
 		*used = off;
 		return r;
 	}
@@ -559,7 +558,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 			}
 			if (begin_frame(l, c) < 0) {
 				*used = n;
-				return FEED_DEAD;
+				return TL_FEED_DEAD;
 			}
 			if (c->hdr_len == 0) {
 				/* Fast path: a whole unfragmented data frame in this run
@@ -573,7 +572,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 					}
 					if (publish_frame(l, c, c->h.opcode, pl, c->h.len) < 0) {
 						*used = off;
-						return FEED_STALL;
+						return TL_FEED_STALL;
 					}
 					off += (size_t)hl + c->h.len;
 					continue;
@@ -605,7 +604,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 				if (grow_msg(c, c->msg_len + k) < 0) {
 					*used = n;
 					tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory reassembling a message");
-					return FEED_DEAD;
+					return TL_FEED_DEAD;
 				}
 				memcpy(c->msg + c->msg_len, p + off, k);
 				if (c->msg_op == TL_OP_TEXT && tl_utf8_feed(&c->utf8, p + off, k) < 0) {
@@ -619,15 +618,15 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 			if (c->remaining == 0) {
 				c->in_payload = 0;
 				r = frame_done(l, c);
-				if (r != FEED_OK) {
-					*used = r == FEED_STALL ? off : n;
+				if (r != TL_FEED_OK) {
+					*used = r == TL_FEED_STALL ? off : n;
 					return r;
 				}
 			}
 		}
 	}
 	*used = off;
-	return FEED_OK;
+	return TL_FEED_OK;
 }
 
 /* ---- driving input ---- */
@@ -652,7 +651,7 @@ static void on_eof(struct tl_loop *l, struct tl_conn *c)
  * the connection stalls, then handles a pending EOF and flushes replies. */
 void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 {
-	int r = FEED_OK;
+	int r = TL_FEED_OK;
 
 	if (c->dying)
 		return;
@@ -662,30 +661,30 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 		if (c->state == TL_ST_OPEN || c->state == TL_ST_CLOSING) {
 			r = flush_pending(l, c);
 		}
-		while (r != FEED_STALL && !tl_rxq_empty(&c->rxq) && !c->dying) {
+		while (r != TL_FEED_STALL && !tl_rxq_empty(&c->rxq) && !c->dying) {
 			if (c->out[0].len + c->out[1].len > l->cfg.max_send_queue) {
 				/* Replies (pongs) pile up: the peer does not read. Stop
 				 * reading too until the socket drains. */
-				r = FEED_STALL;
+				r = TL_FEED_STALL;
 				break;
 			}
 			const uint8_t *p;
 			size_t n, used = 0;
 			int32_t q = tl_rxq_peek(&l->slots, &c->rxq, &p, &n);
-			if (r == FEED_OK) {
+			if (r == TL_FEED_OK) {
 				c->cur_q = q;
 				r = tl_conn_feed(l, c, p, n, &used);
 				c->cur_q = -1;
 			} else
 				used = n; /* dead: drop the rest */
 			tl_rxq_consume(&l->slots, &c->rxq, used, l->evq.head_cache);
-			if (r == FEED_DEAD)
-				r = FEED_OK, c->discard = 1;
+			if (r == TL_FEED_DEAD)
+				r = TL_FEED_OK, c->discard = 1;
 		}
 	}
 	if (c->dying)
 		return;
-	if (r == FEED_STALL) {
+	if (r == TL_FEED_STALL) {
 		tl_loop_stall(l, c);
 		tl_loop_flush(l, c);
 		return;

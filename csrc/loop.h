@@ -1,5 +1,7 @@
-/* loop.h - internal structures of the io_uring loop and its connections.
- * Only loop.c, conn.c and tls.c include this; Go sees talaris.h. */
+/* loop.h - the io_uring loop: its state (struct tl_loop, each layer's part
+ * in its own struct), user_data encoding, the receive-side states, and
+ * the functions loop.c exports to the connection layer. Internal: Go sees
+ * talaris.h and ring.h only. */
 #ifndef TALARIS_LOOP_H
 #define TALARIS_LOOP_H
 
@@ -7,14 +9,13 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "slots.h"
 #include "cmdq.h"
+#include "conn.h"
 #include "evq.h"
-#include "http.h"
 #include "ring.h"
+#include "slots.h"
 #include "talaris.h"
-#include "utf8.h"
-#include "ws.h"
+#include "tls.h"
 
 /* user_data layout: op (8 bits) | gen (32 bits) | slot (24 bits). The
  * generation makes a late completion for a reused slot harmless. */
@@ -50,101 +51,6 @@ enum {
 
 /* Inputs of rx_step. */
 enum { RX_ARM, RX_END, RX_PAUSE, RX_RESUME, RX_REGROUP, RX_TICK, RX_TEARDOWN };
-
-/* Connection states: mirror talaris.State. */
-enum {
-	TL_ST_IDLE = 0,
-	TL_ST_CONNECTING = 1,
-	TL_ST_TLS = 2,
-	TL_ST_UPGRADING = 3,
-	TL_ST_OPEN = 4,
-	TL_ST_CLOSING = 5,
-	TL_ST_CLOSED = 6,
-};
-
-/* tl_dial is the loop's copy of tl_dial_params. */
-struct tl_dial {
-	struct sockaddr_storage addr;
-	uint32_t addr_len;
-	int tls;
-	char *host, *path, *headers, *protocols, *server_name, *ca_file, *ca_pem;
-	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
-	int insecure;
-	uint64_t handshake_timeout_ns;
-};
-
-/* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
-struct tl_outbuf {
-	uint8_t *p;
-	size_t len, cap;
-};
-
-struct tl_tls; /* tls.c */
-
-struct tl_conn {
-	uint32_t slot, gen;
-	int fd;
-	uint8_t state;
-	uint8_t is_tls;
-	uint8_t rx;           /* TL_RX_*: the receive side, changed only by rx_step (loop.c) */
-	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
-	uint8_t send_inflight;
-	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
-	uint8_t connect_inflight;
-	uint8_t dying;        /* teardown started: no new ops */
-	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
-	uint8_t stalled;      /* input held back for lack of ring/arena/send space */
-	uint8_t discard;      /* failed or closed: drop further input */
-	uint8_t close_sent, close_rcvd;
-	uint8_t final_pending; /* teardown done, final event not yet published */
-	uint8_t open_pending;  /* open, EventOpen not yet published */
-	int eof_errno;
-	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
-
-	struct tl_rxq rxq;    /* received slots not yet consumed */
-	int32_t cur_q;        /* slot the parser is reading now (payloads may stay in it), -1 if none */
-
-	/* upgrade */
-	struct tl_dial *dial;
-	char key[TL_WS_KEY_LEN + 1];
-	char *hs;             /* response head bytes so far (TL_HTTP_MAX_HEAD) */
-	size_t hs_len;
-
-	/* frame parser */
-	uint8_t hdr[TL_WS_MAX_HDR];
-	uint8_t hdr_len;      /* header bytes gathered while a header is split */
-	uint8_t in_payload;   /* header done, payload bytes outstanding */
-	tl_ws_hdr h;
-	uint64_t remaining;   /* payload bytes of the current frame still to come */
-	uint8_t msg_op;       /* opcode of the message being reassembled, 0 if none */
-	uint8_t msg_ready;    /* msg holds a complete message not yet published */
-	uint8_t *msg;
-	size_t msg_len, msg_cap;
-	tl_utf8 utf8;
-	uint8_t ctrl[125];
-	uint8_t ctrl_len;
-	uint8_t ctrl_ready;   /* ctrl holds a complete control frame not yet handled */
-
-	/* close */
-	uint16_t close_code;  /* the peer's code (1005 if none) */
-	uint8_t reason_len;
-	uint8_t reason[123];
-	int fail_err, fail_aux;
-	uint16_t fail_code;
-	uint64_t deadline_ns; /* 0: none */
-
-	/* tx: out[cur] collects; out[cur^1] may be in the kernel */
-	struct tl_outbuf out[2];
-	int cur;
-	size_t sent_off;      /* bytes of the in-flight buffer already sent */
-
-	struct tl_tls *tls;
-
-	uint64_t msgs_in, bytes_in; /* mirrored to tl_conn_pub with relaxed stores */
-
-	struct tl_conn *stall_next; /* on loop->stalled while stalled */
-	uint8_t on_stall_list;
-};
 
 struct tl_loop {
 	struct tl_config cfg;
@@ -189,26 +95,64 @@ struct tl_loop {
 };
 
 /* loop.c */
+
 /* tl_loop_new_detached allocates a loop's rings, arena and tables with no
- * thread and no io_uring: fuzzers and C benchmarks drive tl_conn_feed on
- * memory connections of it directly. Free with tl_loop_free. */
+ * thread and no io_uring: the decoder, fuzzers and C benchmarks drive
+ * tl_conn_feed on memory connections of it directly. Returns NULL on bad
+ * sizes or no memory. Free with tl_loop_free. */
 struct tl_loop *tl_loop_new_detached(const struct tl_config *cfg);
-/* tl_loop_open_memory opens slot as a socketless connection (state open). */
+
+/* tl_loop_open_memory opens slot as a socketless connection (state open,
+ * EventOpen queued): fed with TL_CMD_INJECT or tl_decoder_feed. */
 void tl_loop_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
-/* tl_loop_dial starts connection slot/gen from its prepared parameters. */
+
+/* tl_loop_dial starts connection slot/gen from the parameters
+ * tl_dial_prepare stored: socket, then an asynchronous connect. Failures
+ * end the connection with an error event. */
 void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen);
-/* cmdq.c: tl_cmdq_drain runs Go's commands; returns 1 if any ran. */
-int tl_cmdq_drain(struct tl_loop *l);
+
+/* tl_loop_now_ns returns CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tl_loop_now_ns(void);
+
+/* tl_loop_sqe returns a free submission entry, submitting what is queued
+ * when the SQ is full; NULL if there is still none. */
 struct io_uring_sqe *tl_loop_sqe(struct tl_loop *l);
+
+/* tl_loop_set_state sets c's state and publishes it to Go (release store,
+ * futex wake for a waiting Dial). */
 void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st);
+
+/* tl_loop_stall marks c stalled (input held back for lack of ring, arena
+ * or send space) and puts it on the list resumed when space returns. */
 void tl_loop_stall(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_loop_flush submits c's collected out buffer unless a send is in
+ * flight (one send per connection at a time keeps bytes in order). */
 void tl_loop_flush(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_loop_fail records why c failed (the first cause wins) and starts its
+ * end: a close frame with code when open (0: none), then teardown after
+ * the peer answers or a timeout. detail is copied. */
 void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
+
+/* tl_loop_teardown cancels c's operations; the socket is closed and the
+ * final event published once they have all completed. Idempotent. */
 void tl_loop_teardown(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_loop_regroup moves c's recv from the handshake buffer group to the
+ * main one; called as soon as the upgrade completes. */
 void tl_loop_regroup(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_loop_set_deadline arms c's one timer ns_from_now from now. */
 void tl_loop_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
+
+/* tl_loop_detail stores msg (copied, truncated) as c's public error
+ * detail. */
 void tl_loop_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
+
+/* cmdq.c: tl_cmdq_drain runs the commands Go published, one handler per
+ * op. Returns 1 if any ran, else 0. */
+int tl_cmdq_drain(struct tl_loop *l);
 
 /* tl_loop_emit appends one event for c: kind, payload p[0..n) copied into the
  * arena, and for control and final events code, err, aux and flags.
@@ -236,22 +180,5 @@ static inline __attribute__((always_inline)) int tl_loop_emit_inplace(struct tl_
 	l->slots.ref[c->cur_q] = l->evq.tail;
 	return 0;
 }
-
-/* conn.c */
-int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
-void tl_conn_drive(struct tl_loop *l, struct tl_conn *c);
-int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
-int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n);
-int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen);
-int tl_conn_out_append(struct tl_conn *c, const uint8_t *p, size_t n);
-uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n);
-void tl_conn_reset(struct tl_conn *c);
-
-/* tls.c */
-int tl_tls_start(struct tl_loop *l, struct tl_conn *c);
-int tl_tls_drive(struct tl_loop *l, struct tl_conn *c);
-int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n);
-void tl_tls_free(struct tl_conn *c);
-void tl_tls_global_free(struct tl_loop *l);
 
 #endif

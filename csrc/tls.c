@@ -275,7 +275,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 			return -1;
 		}
 	}
-	return tl_tls_drive(l, c) == -2 ? -1 : 0;
+	return tl_tls_drive(l, c) == TL_FEED_DEAD ? -1 : 0;
 }
 
 void tl_tls_free(struct tl_conn *c)
@@ -457,40 +457,37 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 	return 1;
 }
 
-/* tl_tls_drive runs the handshake, then decrypts what the slots hold and
- * feeds the plaintext to the frame parser. Returns 0, -1 when the parser
- * stalled (plaintext kept for later) or -2 when the connection failed. */
 int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_tls *t = c->tls;
 	int r;
 
 	if (!t)
-		return -2;
+		return TL_FEED_DEAD;
 	if (!t->handshake_done) {
 		r = handshake(l, c, t);
 		if (r <= 0)
-			return r == 0 ? 0 : -2;
+			return r == 0 ? TL_FEED_OK : TL_FEED_DEAD;
 	}
 	if (c->open_pending || c->msg_ready || c->ctrl_ready) {
 		size_t used = 0;
 		r = tl_conn_feed(l, c, t->pt + t->pt_off, 0, &used);
-		if (r == -1)
-			return -1;
+		if (r == TL_FEED_STALL)
+			return TL_FEED_STALL;
 	}
 	for (;;) {
 		if (t->pt_off < t->pt_len) {
 			size_t used = 0;
 			r = tl_conn_feed(l, c, t->pt + t->pt_off, t->pt_len - t->pt_off, &used);
 			t->pt_off += used;
-			if (r == -1)
-				return -1;
-			if (r == -2) {
+			if (r == TL_FEED_STALL)
+				return TL_FEED_STALL;
+			if (r == TL_FEED_DEAD) {
 				t->pt_off = t->pt_len;
 				c->discard = 1;
 			}
 			if (c->dying)
-				return -2;
+				return TL_FEED_DEAD;
 			continue;
 		}
 		r = SSL_read(t->ssl, t->pt, TL_TLS_PT_CAP);
@@ -520,7 +517,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				break;
 			}
 			tls_fail(l, c, TL_TLS_GENERIC, NULL);
-			return -2;
+			return TL_FEED_DEAD;
 		}
 	}
 	if (t->consumed && !c->dying && !c->close_sent) {
@@ -532,5 +529,5 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 		SSL_write(t->ssl, "", 0);
 		ERR_clear_error();
 	}
-	return 0;
+	return TL_FEED_OK;
 }

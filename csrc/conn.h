@@ -1,0 +1,158 @@
+/* conn.h - one WebSocket client connection: its state (struct tl_conn),
+ * the feed result codes, and what conn.c exports: the upgrade exchange,
+ * the streaming frame parser, the close handshake, outgoing framing, and
+ * the plain transport's drive loop. */
+#ifndef TALARIS_CONN_H
+#define TALARIS_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "http.h"
+#include "slots.h"
+#include "utf8.h"
+#include "ws.h"
+
+struct tl_loop;
+struct tl_tls;
+
+/* Results of tl_conn_feed (and of the transports that feed it). The
+ * numeric values are tl_decoder_feed's documented returns. */
+enum {
+	TL_FEED_OK = 0,     /* all input used (a partial frame is kept) */
+	TL_FEED_STALL = -1, /* ring or arena full: offer the rest again later */
+	TL_FEED_DEAD = -2,  /* the connection failed or is closing: drop the rest */
+};
+
+/* Connection states: mirror talaris.State. */
+enum {
+	TL_ST_IDLE = 0,
+	TL_ST_CONNECTING = 1,
+	TL_ST_TLS = 2,
+	TL_ST_UPGRADING = 3,
+	TL_ST_OPEN = 4,
+	TL_ST_CLOSING = 5,
+	TL_ST_CLOSED = 6,
+};
+
+/* tl_dial is the loop's copy of tl_dial_params. */
+struct tl_dial {
+	struct sockaddr_storage addr;
+	uint32_t addr_len;
+	int tls;
+	char *host, *path, *headers, *protocols, *server_name, *ca_file, *ca_pem;
+	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
+	int insecure;
+	uint64_t handshake_timeout_ns;
+};
+
+/* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
+struct tl_outbuf {
+	uint8_t *p;
+	size_t len, cap;
+};
+
+struct tl_conn {
+	uint32_t slot, gen;
+	int fd;
+	uint8_t state;
+	uint8_t is_tls;
+	uint8_t rx;           /* TL_RX_*: the receive side, changed only by rx_step (loop.c) */
+	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
+	uint8_t send_inflight;
+	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
+	uint8_t connect_inflight;
+	uint8_t dying;        /* teardown started: no new ops */
+	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
+	uint8_t stalled;      /* input held back for lack of ring/arena/send space */
+	uint8_t discard;      /* failed or closed: drop further input */
+	uint8_t close_sent, close_rcvd;
+	uint8_t final_pending; /* teardown done, final event not yet published */
+	uint8_t open_pending;  /* open, EventOpen not yet published */
+	int eof_errno;
+	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
+
+	struct tl_rxq rxq;    /* received slots not yet consumed */
+	int32_t cur_q;        /* slot the parser is reading now (payloads may stay in it), -1 if none */
+
+	/* upgrade */
+	struct tl_dial *dial;
+	char key[TL_WS_KEY_LEN + 1];
+	char *hs;             /* response head bytes so far (TL_HTTP_MAX_HEAD) */
+	size_t hs_len;
+
+	/* frame parser */
+	uint8_t hdr[TL_WS_MAX_HDR];
+	uint8_t hdr_len;      /* header bytes gathered while a header is split */
+	uint8_t in_payload;   /* header done, payload bytes outstanding */
+	tl_ws_hdr h;
+	uint64_t remaining;   /* payload bytes of the current frame still to come */
+	uint8_t msg_op;       /* opcode of the message being reassembled, 0 if none */
+	uint8_t msg_ready;    /* msg holds a complete message not yet published */
+	uint8_t *msg;
+	size_t msg_len, msg_cap;
+	tl_utf8 utf8;
+	uint8_t ctrl[125];
+	uint8_t ctrl_len;
+	uint8_t ctrl_ready;   /* ctrl holds a complete control frame not yet handled */
+
+	/* close */
+	uint16_t close_code;  /* the peer's code (1005 if none) */
+	uint8_t reason_len;
+	uint8_t reason[123];
+	int fail_err, fail_aux;
+	uint16_t fail_code;
+	uint64_t deadline_ns; /* 0: none */
+
+	/* tx: out[cur] collects; out[cur^1] may be in the kernel */
+	struct tl_outbuf out[2];
+	int cur;
+	size_t sent_off;      /* bytes of the in-flight buffer already sent */
+
+	struct tl_tls *tls;
+
+	uint64_t msgs_in, bytes_in; /* mirrored to tl_conn_pub with relaxed stores */
+
+	struct tl_conn *stall_next; /* on loop->stalled while stalled */
+	uint8_t on_stall_list;
+};
+
+/* tl_conn_reset clears c for a new dial on its slot, keeping the message
+ * and out buffers' allocations for reuse. */
+void tl_conn_reset(struct tl_conn *c);
+
+/* tl_conn_start_upgrade writes the HTTP upgrade request (through TLS when
+ * c is wss) and prepares to read the response. Returns 0, or -1 after
+ * failing c. */
+int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_conn_feed parses server bytes p[0..n) (upgrade response, then frames)
+ * and publishes events; *used says how many bytes it took. Returns a
+ * TL_FEED_* code. p is not retained unless an event points into the slot
+ * c->cur_q. */
+int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
+
+/* tl_conn_drive offers c's queued input to the parser (plain) or to TLS
+ * until it is used up or c stalls, then handles a pending EOF and flushes
+ * replies. */
+void tl_conn_drive(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_conn_send_frame frames, masks and queues one frame (encrypted when
+ * c is wss). Returns 0, or -1 after failing c (no memory, TLS error). */
+int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n);
+
+/* tl_conn_send_close queues c's close frame once (later calls do
+ * nothing): code and up to 123 reason bytes; code 0 or 1005 sends an empty
+ * close. Returns as tl_conn_send_frame. */
+int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen);
+
+/* tl_conn_out_reserve grows c's collecting out buffer by n bytes and
+ * returns where they go, or NULL on no memory. */
+uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n);
+
+/* tl_conn_out_append copies p[0..n) to c's out buffer. Returns 0 or -1 on
+ * no memory. */
+int tl_conn_out_append(struct tl_conn *c, const uint8_t *p, size_t n);
+
+#endif
