@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xee9c64a86dc01994
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xc1f8758dbdbb2530
 import "C"
 
-const csrcHash = "ee9c64a86dc01994"
+const csrcHash = "c1f8758dbdbb2530"

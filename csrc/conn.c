@@ -43,6 +43,13 @@ void tl_conn_reset(struct tl_conn *c)
 
 /* ---- output ---- */
 
+void tl_conn_shared_free(struct tl_conn_shared *cs)
+{
+	free(cs->scratch);
+	cs->scratch = NULL;
+	cs->scratch_cap = 0;
+}
+
 uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n)
 {
 	struct tl_outbuf *ob = &c->out[c->cur];
@@ -75,10 +82,10 @@ static void mask_key(struct tl_loop *l, uint8_t key[4])
 	/* rnd_off == 0 only before the first fill (it is >= 4 after every
 	 * use): the loop starts with rnd zeroed, and without this check the
 	 * first 1024 frames would go out with all-zero mask keys. */
-	if (l->rnd_off == 0 || l->rnd_off + 4 > sizeof(l->rnd)) {
+	if (l->cs.rnd_off == 0 || l->cs.rnd_off + 4 > sizeof(l->cs.rnd)) {
 		size_t got = 0;
-		while (got < sizeof(l->rnd)) {
-			ssize_t r = getrandom(l->rnd + got, sizeof(l->rnd) - got, 0);
+		while (got < sizeof(l->cs.rnd)) {
+			ssize_t r = getrandom(l->cs.rnd + got, sizeof(l->cs.rnd) - got, 0);
 			if (r < 0) {
 				if (errno == EINTR)
 					continue;
@@ -86,10 +93,10 @@ static void mask_key(struct tl_loop *l, uint8_t key[4])
 			}
 			got += (size_t)r;
 		}
-		l->rnd_off = 0;
+		l->cs.rnd_off = 0;
 	}
-	memcpy(key, l->rnd + l->rnd_off, 4);
-	l->rnd_off += 4;
+	memcpy(key, l->cs.rnd + l->cs.rnd_off, 4);
+	l->cs.rnd_off += 4;
 }
 
 /* tl_conn_send_frame frames, masks and queues one frame. Returns 0 or -1 on
@@ -112,20 +119,20 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
 		c->out[c->cur].len -= TL_WS_MAX_HDR - hl;
 		return 0;
 	}
-	if (l->scratch_cap < TL_WS_MAX_HDR + n) {
-		size_t cap = l->scratch_cap ? l->scratch_cap : 16384;
+	if (l->cs.scratch_cap < TL_WS_MAX_HDR + n) {
+		size_t cap = l->cs.scratch_cap ? l->cs.scratch_cap : 16384;
 		uint8_t *s;
 		while (cap < TL_WS_MAX_HDR + n)
 			cap *= 2;
-		s = realloc(l->scratch, cap);
+		s = realloc(l->cs.scratch, cap);
 		if (!s)
 			goto nomem;
-		l->scratch = s;
-		l->scratch_cap = cap;
+		l->cs.scratch = s;
+		l->cs.scratch_cap = cap;
 	}
-	hl = tl_ws_write_hdr(l->scratch, fin, opcode, n, key);
-	tl_ws_mask(l->scratch + hl, p, n, key, 0);
-	if (tl_tls_write(l, c, l->scratch, hl + n) < 0)
+	hl = tl_ws_write_hdr(l->cs.scratch, fin, opcode, n, key);
+	tl_ws_mask(l->cs.scratch + hl, p, n, key, 0);
+	if (tl_tls_write(l, c, l->cs.scratch, hl + n) < 0)
 		return -1;
 	return 0;
 nomem:
@@ -179,15 +186,15 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c)
 	rq.key = c->key;
 	cap = 512 + d->host_len + d->path_len + d->headers_len + d->protocols_len;
 	if (c->is_tls) {
-		if (l->scratch_cap < cap) {
-			uint8_t *s = realloc(l->scratch, cap);
+		if (l->cs.scratch_cap < cap) {
+			uint8_t *s = realloc(l->cs.scratch, cap);
 			if (!s)
 				goto nomem;
-			l->scratch = s;
-			l->scratch_cap = cap;
+			l->cs.scratch = s;
+			l->cs.scratch_cap = cap;
 		}
-		n = tl_http_write_request((char *)l->scratch, cap, &rq);
-		if (!n || tl_tls_write(l, c, l->scratch, n) < 0)
+		n = tl_http_write_request((char *)l->cs.scratch, cap, &rq);
+		if (!n || tl_tls_write(l, c, l->cs.scratch, n) < 0)
 			goto nomem;
 	} else {
 		buf = tl_conn_out_reserve(c, cap);

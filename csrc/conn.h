@@ -118,6 +118,18 @@ struct tl_conn {
 	uint8_t on_stall_list;
 };
 
+/* tl_conn_shared is conn.c's state shared by every connection of a loop
+ * (the loop thread is its only user). */
+struct tl_conn_shared {
+	uint8_t *scratch;       /* TLS plaintext framing and mask staging */
+	size_t scratch_cap;
+	uint8_t rnd[4096];      /* CSPRNG bytes for mask keys, refilled by getrandom */
+	uint32_t rnd_off;
+};
+
+/* tl_conn_shared_free releases cs's buffers. */
+void tl_conn_shared_free(struct tl_conn_shared *cs);
+
 /* tl_conn_reset clears c for a new dial on its slot, keeping the message
  * and out buffers' allocations for reuse. */
 void tl_conn_reset(struct tl_conn *c);

@@ -1152,7 +1152,7 @@ void tl_loop_free(struct tl_loop *l)
 	tl_slots_free(&l->slots, l->ring_ok ? &l->ring : NULL);
 	if (l->ring_ok)
 		io_uring_queue_exit(&l->ring);
-	tl_tls_global_free(l);
+	tl_tls_shared_free(&l->ts);
 	if (l->efd >= 0)
 		close(l->efd);
 	tl_evq_free(&l->evq);
@@ -1163,7 +1163,7 @@ void tl_loop_free(struct tl_loop *l)
 		munmap(l->pub, sizeof(*l->pub) * l->cfg.max_conns);
 	free(l->conns);
 	free(l->dials);
-	free(l->scratch);
+	tl_conn_shared_free(&l->cs);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);

@@ -61,6 +61,8 @@ struct tl_loop {
 	struct tl_evq evq;      /* event ring producer and arena */
 
 	struct tl_cmdq cmdq;    /* command ring consumer */
+
+	/* loop.c: wake-ups, connections, timers, stalls, thread */
 	int efd;
 	uint64_t efd_val;
 	int efd_armed;
@@ -86,12 +88,10 @@ struct tl_loop {
 	pthread_cond_t cv;
 	int setup_state;        /* 0 pending, 1 ok, <0 -errno */
 	char setup_msg[128];
-	void *ssl_ctx_default;  /* tls.c: shared context for the system store */
 	int stop_req;           /* set by tl_loop_stop (atomic) */
-	uint8_t *scratch;       /* conn.c: TLS plaintext framing and mask staging */
-	size_t scratch_cap;
-	uint8_t rnd[4096];      /* CSPRNG bytes for mask keys, refilled by getrandom */
-	uint32_t rnd_off;
+
+	struct tl_conn_shared cs; /* conn.c's state shared by all connections */
+	struct tl_tls_shared ts;  /* tls.c's state shared by all connections */
 };
 
 /* loop.c */

@@ -235,7 +235,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 			return -1;
 		}
 	} else {
-		if (!l->ssl_ctx_default) {
+		if (!l->ts.ctx_default) {
 			ctx = new_ctx();
 			if (!ctx) {
 				tls_fail(l, c, TL_TLS_GENERIC, NULL);
@@ -245,9 +245,9 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 			 * useful default paths. */
 			if (SSL_CTX_load_verify_locations(ctx, TL_SYSTEM_CA_FILE, TL_SYSTEM_CA_DIR) != 1)
 				ERR_clear_error(); /* no system store: every verify fails with unknown CA */
-			l->ssl_ctx_default = ctx;
+			l->ts.ctx_default = ctx;
 		}
-		ctx = l->ssl_ctx_default;
+		ctx = l->ts.ctx_default;
 	}
 	t->ssl = SSL_new(ctx);
 	bio = BIO_new(slot_method);
@@ -290,12 +290,10 @@ void tl_tls_free(struct tl_conn *c)
 	c->tls = NULL;
 }
 
-void tl_tls_global_free(struct tl_loop *l)
+void tl_tls_shared_free(struct tl_tls_shared *ts)
 {
-	if (l->ssl_ctx_default) {
-		SSL_CTX_free(l->ssl_ctx_default);
-		l->ssl_ctx_default = NULL;
-	}
+	SSL_CTX_free(ts->ctx_default); /* NULL is fine */
+	ts->ctx_default = NULL;
 }
 
 int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n)

@@ -10,6 +10,11 @@
 struct tl_loop;
 struct tl_conn;
 
+/* tl_tls_shared is tls.c's state shared by every connection of a loop. */
+struct tl_tls_shared {
+	void *ctx_default;      /* SSL_CTX for the system store, made on first use */
+};
+
 /* tl_tls_start creates c's SSL (verification per its dial parameters) and
  * sends the ClientHello. Returns 0, or -1 after failing c. */
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c);
@@ -26,7 +31,7 @@ int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 /* tl_tls_free releases c's TLS state (no-op without one). */
 void tl_tls_free(struct tl_conn *c);
 
-/* tl_tls_global_free releases the loop's shared SSL_CTX. */
-void tl_tls_global_free(struct tl_loop *l);
+/* tl_tls_shared_free releases ts's shared SSL_CTX. */
+void tl_tls_shared_free(struct tl_tls_shared *ts);
 
 #endif
