@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc1f8758dbdbb2530
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x1437bc773f865324
 import "C"
 
-const csrcHash = "c1f8758dbdbb2530"
+const csrcHash = "1437bc773f865324"

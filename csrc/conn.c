@@ -489,6 +489,8 @@ static int frame_done(struct tl_loop *l, struct tl_conn *c)
 	return TL_FEED_OK;
 }
 
+/* flush_pending publishes what a stall left half done: the open event, a
+ * reassembled message, a control frame (and its reply). */
 static int flush_pending(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->open_pending && publish_open(l, c) < 0)
@@ -503,6 +505,13 @@ static int flush_pending(struct tl_loop *l, struct tl_conn *c)
 	if (c->ctrl_ready)
 		return handle_ctrl(l, c);
 	return TL_FEED_OK;
+}
+
+int tl_conn_flush_pending(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->discard) /* as tl_conn_feed: nothing counts after a failure or close */
+		return TL_FEED_OK;
+	return flush_pending(l, c);
 }
 
 /* tl_conn_feed consumes input bytes p[0..n); *used says how many. Returns

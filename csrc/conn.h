@@ -145,6 +145,11 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
  * c->cur_q. */
 int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
 
+/* tl_conn_flush_pending retries what c's last feed could not publish (the
+ * open event, a whole message, a control frame) without new input. Returns
+ * a TL_FEED_* code. */
+int tl_conn_flush_pending(struct tl_loop *l, struct tl_conn *c);
+
 /* tl_conn_drive offers c's queued input to the parser (plain) or to TLS
  * until it is used up or c stalls, then handles a pending EOF and flushes
  * replies. */

@@ -467,12 +467,8 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 		if (r <= 0)
 			return r == 0 ? TL_FEED_OK : TL_FEED_DEAD;
 	}
-	if (c->open_pending || c->msg_ready || c->ctrl_ready) {
-		size_t used = 0;
-		r = tl_conn_feed(l, c, t->pt + t->pt_off, 0, &used);
-		if (r == TL_FEED_STALL)
-			return TL_FEED_STALL;
-	}
+	if (tl_conn_flush_pending(l, c) == TL_FEED_STALL)
+		return TL_FEED_STALL;
 	for (;;) {
 		if (t->pt_off < t->pt_len) {
 			size_t used = 0;
