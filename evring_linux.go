@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // evConsumer reads one event ring. It is owned by the goroutine that pumps
@@ -203,4 +205,8 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+func init() {
+	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
 }

@@ -1,11 +1,12 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	. "github.com/talaris-go/talaris"
 	"net"
 	"net/url"
 	"strconv"
@@ -111,7 +112,7 @@ func runFaultJobs(t *testing.T, p *Pool, jobs []faultJob, slow bool, pre ...preD
 		_, err := p.Pump(func(c Conn, ev Event) {
 			st := states[c]
 			if st == nil {
-				t.Errorf("event %v for an unknown connection (slot %d gen %d)", ev.Kind, c.slot, c.gen)
+				t.Errorf("event %v for an unknown connection (slot %d gen %d)", ev.Kind, c.Slot(), c.ID()>>32)
 				return
 			}
 			if st.final != nil {
