@@ -21,7 +21,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// Fault injection at the io_uring level (issue 4, item 6): a provided-buffer
+// Fault injection at the io_uring level: a provided-buffer
 // ring of 2-4 tiny slots (multishot recvs end with -ENOBUFS all the time), a
 // completion queue of 4 entries (overflow with several connections
 // streaming), a server that resets or closes TCP in the middle of a frame,
