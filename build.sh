@@ -114,7 +114,7 @@ shift || true
 case "$cmd" in
 build)
 	install_packages
-	each_module build ./...
+	each_module build -o /dev/null ./...
 	step build_cli
 	;;
 demo)

@@ -54,11 +54,12 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 // number of callbacks made.
 func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 	n := 0
+	events, mask, pool := r.events, r.mask, r.pool // locals: the callbacks could write *r
 	for i := r.pos; i != tail; i++ {
-		e := &r.events[i&r.mask]
+		e := &events[i&mask]
 		var c Conn // a Decoder's callbacks get the zero Conn
-		if r.pool != nil {
-			c = Conn{p: r.pool, slot: uint32(e.slot), gen: uint32(e.gen)}
+		if pool != nil {
+			c = Conn{p: pool, slot: uint32(e.slot), gen: uint32(e.gen)}
 		}
 		var payload []byte
 		if e.len != 0 {
@@ -66,21 +67,14 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 		}
 		kind := EventKind(e.kind)
 		if fd != nil {
-			switch kind {
-			case EventText:
+			if kind == EventText {
 				fd(c, OpText, payload)
 				n++
-			case EventBinary:
+			} else if kind == EventBinary {
 				fd(c, OpBinary, payload)
 				n++
-			case EventError:
-				if r.pool == nil {
-					r.err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
-				}
-			case EventClose:
-				if r.pool == nil && r.err == nil {
-					r.err = &ConnError{Cause: ErrClosed, Code: int(e.code), Detail: "close frame received"}
-				}
+			} else if pool == nil {
+				r.noteEnd(e, kind, payload)
 			}
 		} else {
 			ev := Event{Kind: kind, Payload: payload}
@@ -97,14 +91,28 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 			fe(c, ev)
 			n++
 		}
-		if r.pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
-			r.pool.nconns.Add(-1)
-			r.pool.unref(uint32(e.slot))
+		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
+			pool.nconns.Add(-1)
+			pool.unref(uint32(e.slot))
 		}
 	}
 	r.pos = tail
 	atomic.StoreUint64(r.head, tail)
 	return n
+}
+
+// noteEnd records a Decoder's sticky error from an EventError (the latest
+// wins) or EventClose (unless an error came first). Kept out of consume's
+// loop: it is the cold path.
+func (r *evConsumer) noteEnd(e *C.struct_tl_event, kind EventKind, payload []byte) {
+	switch kind {
+	case EventError:
+		r.err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
+	case EventClose:
+		if r.err == nil {
+			r.err = &ConnError{Cause: ErrClosed, Code: int(e.code), Detail: "close frame received"}
+		}
+	}
 }
 
 // dispatch consumes events up to tail and wakes the loop if it waits for
