@@ -6,7 +6,12 @@
 #   ./build.sh test     everything CI runs (both TLS backends, race, C sanitizers, fuzz smoke)
 #   ./build.sh bench    the side-by-side benchmark; rewrites docs/BENCH.md and the plots
 #   ./build.sh fuzz     the C fuzzers for FUZZ_SECONDS each (default 600)
-#   ./build.sh build    go build ./... and the CLI into build/talaris
+#   ./build.sh build    go build ./... of every module and the CLI into build/talaris
+#
+# Go modules: the library (.) requires only golang.org/x/sys; the test peers
+# (internal/wstest), the CLI (cmd/talaris) and the test suite (tests) are
+# modules of their own with a replace to the root, so a service importing
+# the library never sees their dependencies.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -49,6 +54,57 @@ install_python_websockets() {
 
 step() { echo; echo "== $*"; "$@"; }
 
+MODULES=(. internal/wstest cmd/talaris tests)
+
+# each_module runs a go subcommand in every module: each_module vet ./...
+each_module() {
+	local m
+	for m in "${MODULES[@]}"; do
+		step go -C "$m" "$@"
+	done
+}
+
+# build_cli builds the CLI from its own module into build/talaris.
+build_cli() { go -C cmd/talaris build -o ../../build/talaris .; }
+
+# check_graph builds a throw-away module that imports the library through a
+# replace and fails unless its module graph holds golang.org/x/sys only.
+check_graph() {
+	local d extra root=$PWD
+	d=$(mktemp -d)
+	(
+		cd "$d"
+		go mod init example.com/graphcheck >/dev/null 2>&1
+		printf 'package main\n\nimport "github.com/talaris-go/talaris"\n\nfunc main() { _, _ = talaris.NewPool(talaris.Config{}) }\n' >main.go
+		go mod edit -require github.com/talaris-go/talaris@v0.0.0 -replace "github.com/talaris-go/talaris=$root"
+		go mod tidy
+		go mod graph
+	) >"$d/graph" || { rm -rf "$d"; return 1; }
+	cat "$d/graph"
+	extra=$(awk '{print $2}' "$d/graph" | grep -v -e '^github.com/talaris-go/talaris@' -e '^golang.org/x/sys@' -e '^go@' -e '^toolchain@' || true)
+	rm -rf "$d"
+	if [ -n "$extra" ]; then
+		echo "the library pulls in more than golang.org/x/sys: $extra" >&2
+		return 1
+	fi
+}
+
+# go_fuzz runs every Go fuzz target (FUZZ functions in any module) for
+# GO_FUZZTIME each, from the module that holds it.
+go_fuzz() {
+	local f dir mod rel name
+	for f in $(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./build/' || true); do
+		dir=$(dirname "$f")
+		mod=$dir
+		while [ ! -f "$mod/go.mod" ]; do mod=$(dirname "$mod"); done
+		rel=${dir#"$mod"}
+		rel=${rel#/}
+		for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
+			step go -C "$mod" test "./$rel" -run '^$' -fuzz "^${name}\$" -fuzztime "${GO_FUZZTIME:-10s}"
+		done
+	done
+}
+
 # The go command caches cgo builds by the package directory's files only;
 # csrc/*.c arrive by #include, so their fingerprint lives in csrc_hash.go.
 go run ./internal/cgohash/gen
@@ -58,39 +114,35 @@ shift || true
 case "$cmd" in
 build)
 	install_packages
-	step go build ./...
-	step go build -o build/talaris ./cmd/talaris
+	each_module build -o /dev/null ./...
+	step build_cli
 	;;
 demo)
 	install_packages
-	go build -o build/talaris ./cmd/talaris
+	build_cli
 	exec ./build/talaris demo "$@"
 	;;
 test)
 	install_packages always
 	install_node_ws
 	install_python_websockets
-	step go vet ./...
-	step go vet -tags talaris_openssl ./...
+	each_module vet ./...
+	each_module vet -tags talaris_openssl ./...
 	step env GOOS=darwin go vet ./...
 	step env CGO_ENABLED=0 go build ./...
-	step go test -count=1 ./...
-	step go test -count=1 -tags talaris_openssl ./...
-	step go test -count=1 -race -short ./...
+	step check_graph
+	each_module test -count=1 ./...
+	each_module test -count=1 -tags talaris_openssl ./...
+	each_module test -count=1 -race -short ./...
 	step make -s -f cgo.mk test
 	step make -s -f cgo.mk test TLS=openssl BUILD=build/openssl
 	step make -s -f cgo.mk fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-12}"
-	for f in $(grep -l '^func Fuzz' ./*_test.go ws/*_test.go internal/*/*_test.go 2>/dev/null || true); do
-		dir=$(dirname "$f")
-		for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
-			step go test "./$dir" -run '^$' -fuzz "^${name}\$" -fuzztime "${GO_FUZZTIME:-10s}"
-		done
-	done
+	go_fuzz
 	echo; echo "== all tests passed"
 	;;
 bench)
 	install_packages
-	go build -o build/talaris ./cmd/talaris
+	build_cli
 	if command -v cargo >/dev/null 2>&1; then
 		echo "== cargo build (the Rust talaris crate's bench client)"
 		CARGO_TARGET_DIR=build/rust-talaris cargo build -q --release --manifest-path bench/rust-talaris/Cargo.toml ||

@@ -21,6 +21,14 @@
 //		if err != nil { break }
 //	}
 //
+// # Configuration
+//
+// The zero Config is usable: every zero field takes the default written
+// beside it, and the C loop is always given the resulting explicit values.
+// A Pool's limits (connections, ring, arena and message sizes) are fixed
+// when it is created; a Pool that cannot work is refused with
+// ErrInvalidConfig.
+//
 // # Threading model
 //
 // Each Pool owns one C loop thread (pinned with Config.LoopCPU) and one
@@ -46,6 +54,14 @@
 // the loop stops parsing that connection's input, keeps the received
 // buffers, and when the buffer ring runs dry the kernel stops receiving,
 // so TCP slows the sender. Everything resumes when the pump catches up.
+//
+// # Sending
+//
+// SendText, SendBinary, Ping, Pong and Close copy their data into the
+// command ring and return; they block only while that ring is full. The
+// loop holds a connection's sends back while its unsent bytes would pass
+// Config.MaxSendQueue, so a peer that stops reading can fill the ring:
+// Config says for how long a Send then waits.
 //
 // # Errors
 //

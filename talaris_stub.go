@@ -4,63 +4,36 @@ package talaris
 
 import "context"
 
-// Pool is unavailable without linux and cgo: every operation returns
-// ErrUnsupported.
-type Pool struct{}
+// The platform half without linux and cgo: every operation that needs the
+// C core returns ErrUnsupported (the exported API and its docs are in the
+// untagged files).
 
-// NewPool returns ErrUnsupported on this platform.
-func NewPool(cfg Config) (*Pool, error) { return nil, ErrUnsupported }
+type pool struct{}
 
-// Close does nothing on this platform.
-func (p *Pool) Close() error { return nil }
-
-// ConnCount returns 0 on this platform.
-func (p *Pool) ConnCount() int { return 0 }
-
-// Stats returns zero counters on this platform.
-func (p *Pool) Stats() PoolStats { return PoolStats{} }
-
-// Dial returns ErrUnsupported on this platform.
-func (p *Pool) Dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn, error) {
+func newPool(Config) (*Pool, error)                            { return nil, ErrUnsupported }
+func (p *Pool) close() error                                   { return nil }
+func (p *Pool) connCount() int                                 { return 0 }
+func (p *Pool) poolStats() PoolStats                           { return PoolStats{} }
+func (p *Pool) dialMemory() (Conn, error)                      { return Conn{}, ErrUnsupported }
+func (p *Pool) dialAsync(string, *DialOptions) (Conn, error)   { return Conn{}, ErrUnsupported }
+func (p *Pool) pumpBlocking(EventFunc, DataFunc) (int, error)  { return 0, ErrUnsupported }
+func (p *Pool) pumpOnce(DataFunc, EventFunc, int) (int, error) { return 0, ErrUnsupported }
+func (p *Pool) dial(context.Context, string, *DialOptions) (Conn, error) {
 	return Conn{}, ErrUnsupported
 }
 
-// DialAsync returns ErrUnsupported on this platform.
-func (p *Pool) DialAsync(rawURL string, opts *DialOptions) (Conn, error) {
-	return Conn{}, ErrUnsupported
-}
+func (c Conn) send(Opcode, []byte) error   { return ErrUnsupported }
+func (c Conn) control(uint8, []byte) error { return ErrUnsupported }
+func (c Conn) closeConn(int, string) error { return ErrUnsupported }
+func (c Conn) inject([]byte) error         { return ErrUnsupported }
+func (c Conn) state() State                { return StateIdle }
+func (c Conn) stats() ConnStats            { return ConnStats{} }
+func (c Conn) subprotocol() string         { return "" }
+func tlsBackend() string                   { return "" }
+func pinCurrentThreadTo(int) error         { return ErrUnsupported }
 
-// DialMemory returns ErrUnsupported on this platform.
-func (p *Pool) DialMemory() (Conn, error) { return Conn{}, ErrUnsupported }
+type decoder struct{}
 
-func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error)        { return 0, ErrUnsupported }
-func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) { return 0, ErrUnsupported }
-
-const (
-	cmdPing = 3
-	cmdPong = 4
-)
-
-func (c Conn) send(op Opcode, b []byte) error     { return ErrUnsupported }
-func (c Conn) control(op uint8, b []byte) error   { return ErrUnsupported }
-func (c Conn) closeConn(code int, r string) error { return ErrUnsupported }
-func (c Conn) inject(b []byte) error              { return ErrUnsupported }
-func (c Conn) state() State                       { return StateIdle }
-func (c Conn) stats() ConnStats                   { return ConnStats{} }
-func (c Conn) subprotocol() string                { return "" }
-func tlsBackend() string                          { return "" }
-
-// PinCurrentThreadTo returns ErrUnsupported on this platform.
-func PinCurrentThreadTo(cpu int) error { return ErrUnsupported }
-
-// Decoder is unavailable without linux and cgo.
-type Decoder struct{}
-
-// NewDecoder returns ErrUnsupported on this platform.
-func NewDecoder(maxMessage int) (*Decoder, error) { return nil, ErrUnsupported }
-
-// Decode returns ErrUnsupported on this platform.
-func (d *Decoder) Decode(b []byte, fn DataFunc) (int, error) { return 0, ErrUnsupported }
-
-// Close does nothing on this platform.
-func (d *Decoder) Close() {}
+func newDecoder(maxMessage, ringSize, arenaSize uint64) (*Decoder, error) { return nil, ErrUnsupported }
+func (d *Decoder) decode([]byte, DataFunc) (int, error)                   { return 0, ErrUnsupported }
+func (d *Decoder) close()                                                 {}

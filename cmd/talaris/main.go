@@ -172,20 +172,29 @@ func (p *pki) cleanup() {
 	}
 }
 
-// findTestdata returns the module's testdata directory when the working
-// directory is inside the repository.
+// findTestdata returns the repository's testdata directory when the
+// working directory is inside the repository: the nearest ancestor with a
+// go.mod and a testdata directory (cmd/talaris has a go.mod of its own), or
+// else the nearest go.mod's.
 func findTestdata() string {
 	dir, err := os.Getwd()
 	if err != nil {
 		return ""
 	}
+	first := ""
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "testdata")
+			td := filepath.Join(dir, "testdata")
+			if st, err := os.Stat(td); err == nil && st.IsDir() {
+				return td
+			}
+			if first == "" {
+				first = td
+			}
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return ""
+			return first
 		}
 		dir = parent
 	}

@@ -1,11 +1,12 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	. "github.com/talaris-go/talaris"
 	"net"
 	"net/url"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// Fault injection at the io_uring level (issue 4, item 6): a provided-buffer
+// Fault injection at the io_uring level: a provided-buffer
 // ring of 2-4 tiny slots (multishot recvs end with -ENOBUFS all the time), a
 // completion queue of 4 entries (overflow with several connections
 // streaming), a server that resets or closes TCP in the middle of a frame,
@@ -111,7 +112,7 @@ func runFaultJobs(t *testing.T, p *Pool, jobs []faultJob, slow bool, pre ...preD
 		_, err := p.Pump(func(c Conn, ev Event) {
 			st := states[c]
 			if st == nil {
-				t.Errorf("event %v for an unknown connection (slot %d gen %d)", ev.Kind, c.slot, c.gen)
+				t.Errorf("event %v for an unknown connection (slot %d gen %d)", ev.Kind, c.Slot(), c.ID()>>32)
 				return
 			}
 			if st.final != nil {

@@ -1,9 +1,10 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"context"
+	. "github.com/talaris-go/talaris"
 	"testing"
 	"time"
 

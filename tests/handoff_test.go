@@ -1,10 +1,12 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"errors"
 	"fmt"
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -149,7 +151,7 @@ func TestConcurrentPump(t *testing.T) {
 			errc <- err
 		}()
 		deadline := time.Now().Add(hangGuard)
-		for p.pumping.Load() != 1 {
+		for testhook.PumpClaim(p) != 1 {
 			if time.Now().After(deadline) {
 				t.Fatal("the first pumper never started")
 			}

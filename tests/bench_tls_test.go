@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"fmt"
+	. "github.com/talaris-go/talaris"
 	"io"
 	"net"
 	"net/http"

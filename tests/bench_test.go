@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	. "github.com/talaris-go/talaris"
 	"io"
 	"net"
 	"strconv"

@@ -1,12 +1,13 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
+	. "github.com/talaris-go/talaris"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,9 +22,9 @@ func startPythonPeer(t *testing.T, tls bool) string {
 	if err := exec.Command("python3", "-c", "import websockets").Run(); err != nil {
 		t.Skip("python3 with the websockets module is not installed (./build.sh test installs it)")
 	}
-	args := []string{"testdata/python/ws_server.py"}
+	args := []string{"../testdata/python/ws_server.py"}
 	if tls {
-		args = append(args, "--tls", "testdata/server.pem", "testdata/server-key.pem")
+		args = append(args, "--tls", "../testdata/server.pem", "../testdata/server-key.pem")
 	}
 	cmd := exec.Command("python3", args...)
 	out, err := cmd.StdoutPipe()
@@ -48,7 +49,7 @@ func TestPythonWebsockets(t *testing.T) {
 	for _, tls := range []bool{false, true} {
 		name, scheme, opts := "ws", "ws", (*DialOptions)(nil)
 		if tls {
-			name, scheme, opts = "wss", "wss", &DialOptions{TLS: TLSOptions{RootCAFile: "testdata/ca.pem"}}
+			name, scheme, opts = "wss", "wss", &DialOptions{TLS: TLSOptions{RootCAFile: "../testdata/ca.pem"}}
 		}
 		t.Run(name, func(t *testing.T) {
 			port := startPythonPeer(t, tls)

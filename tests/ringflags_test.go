@@ -1,10 +1,11 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"context"
 	"errors"
+	. "github.com/talaris-go/talaris"
 	"testing"
 	"time"
 

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	. "github.com/talaris-go/talaris"
 	"io"
 	"net"
 	"net/http"
@@ -32,12 +33,12 @@ import (
 // hang guards only.
 
 const (
-	testCAFile     = "testdata/ca.pem"
-	testCertFile   = "testdata/server.pem"
-	testKeyFile    = "testdata/server-key.pem"
-	expiredCert    = "testdata/expired.pem"
-	expiredKey     = "testdata/expired-key.pem"
-	otherCAFile    = "testdata/other-ca.pem"
+	testCAFile     = "../testdata/ca.pem"
+	testCertFile   = "../testdata/server.pem"
+	testKeyFile    = "../testdata/server-key.pem"
+	expiredCert    = "../testdata/expired.pem"
+	expiredKey     = "../testdata/expired-key.pem"
+	otherCAFile    = "../testdata/other-ca.pem"
 	tlsDialTimeout = 60 * time.Second
 )
 
@@ -1014,7 +1015,7 @@ func TestTLSNodeWS(t *testing.T) {
 	if err != nil {
 		t.Skip("node not found")
 	}
-	modDir, _ := filepath.Abs("build/node/node_modules")
+	modDir, _ := filepath.Abs("../build/node/node_modules")
 	if d := os.Getenv("TALARIS_NODE_MODULES"); d != "" {
 		modDir = d
 	}
@@ -1026,7 +1027,7 @@ func TestTLSNodeWS(t *testing.T) {
 		tlsMax  string
 	}{{scaled(200_000), 32, "TLSv1.3"}, {200, 65536, "TLSv1.2"}, {4, 1 << 20, "TLSv1.3"}} {
 		t.Run(fmt.Sprintf("n%d_size%d_%s", tc.n, tc.size, tc.tlsMax), func(t *testing.T) {
-			cmd := exec.Command(node, "testdata/node/wss_server.js", testCertFile, testKeyFile, tc.tlsMax)
+			cmd := exec.Command(node, "../testdata/node/wss_server.js", testCertFile, testKeyFile, tc.tlsMax)
 			cmd.Env = append(os.Environ(), "NODE_PATH="+modDir)
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()

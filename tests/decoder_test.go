@@ -1,10 +1,11 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"bytes"
 	"errors"
+	. "github.com/talaris-go/talaris"
 	"testing"
 
 	"github.com/talaris-go/talaris/ws"

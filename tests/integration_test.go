@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package talaris
+package talaris_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	. "github.com/talaris-go/talaris"
 	"strconv"
 	"sync"
 	"testing"

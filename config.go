@@ -1,0 +1,210 @@
+package talaris
+
+import (
+	"fmt"
+	"net/http"
+	"runtime"
+	"time"
+)
+
+// WaitStrategy says how a side waits when it has nothing to do.
+type WaitStrategy uint8
+
+const (
+	// WaitDefault is WaitBlock on machines with 2 or fewer CPUs, where a
+	// spinning loop or pump steals the core the feed (or the other side of
+	// the ring) needs, and WaitSpinThenBlock elsewhere.
+	WaitDefault WaitStrategy = iota
+	// WaitBlock sleeps in the kernel at once.
+	WaitBlock
+	// WaitSpin never sleeps: lowest latency, one core burned.
+	WaitSpin
+	// WaitSpinThenBlock spins for SpinTime, then sleeps.
+	WaitSpinThenBlock
+)
+
+// Setup flags for the io_uring instance (Config.RingFlags). They map to the
+// kernel's IORING_SETUP_* flags of the same names.
+const (
+	RingSQPoll       uint32 = 1 << 1
+	RingSQAff        uint32 = 1 << 2
+	RingCoopTaskrun  uint32 = 1 << 8
+	RingTaskrunFlag  uint32 = 1 << 9
+	RingSingleIssuer uint32 = 1 << 12
+	RingDeferTaskrun uint32 = 1 << 13
+	// RingFlagsNone asks for no setup flags at all (a zero RingFlags means
+	// the default RingSingleIssuer|RingDeferTaskrun).
+	RingFlagsNone uint32 = 1 << 31
+)
+
+// Config configures a Pool and its C loop. The zero value is usable; every
+// zero field takes the default written beside it.
+//
+// MaxSendQueue bounds the bytes one connection may have waiting for its
+// socket. A Send, Ping or Pong command that would push a connection
+// past it is held by the loop at the head of the command ring until that
+// connection's socket has drained (or the connection ended), and every
+// command behind it, for every connection of the Pool, waits too; the
+// loop also stops reading the connection meanwhile. The Send* call itself
+// returns as soon as its message is copied into the command ring, so it
+// blocks only once the ring (CmdRingSize bytes) is full, and then for as
+// long as the head command is held: there is no time limit, and it returns
+// ErrPoolClosed if the Pool is closed meanwhile. It never returns
+// ErrWouldBlock today.
+type Config struct {
+	SQEntries  uint32        // io_uring submission queue entries (256)
+	CQEntries  uint32        // completion queue entries (4 x SQEntries)
+	RingFlags  uint32        // Ring* setup flags (RingSingleIssuer|RingDeferTaskrun)
+	SQPollIdle time.Duration // SQPOLL kernel thread idle time before it sleeps (1ms)
+	SQPollCPU  int           // CPU for the SQPOLL thread when RingSQAff is set (-1: unpinned)
+
+	BufSize  uint32 // bytes per provided receive buffer (16 KiB); a power of two
+	BufCount uint32 // provided receive buffers, a power of two <= 32768 (1024)
+
+	LoopCPU      int           // CPU the loop thread is pinned to; -1 or unset: not pinned
+	LoopCPUSet   bool          // LoopCPU is meaningful (so CPU 0 can be chosen)
+	LoopWait     WaitStrategy  // how the loop thread waits for work
+	ConsumerWait WaitStrategy  // how Pump waits for events
+	SpinTime     time.Duration // spin period for WaitSpinThenBlock (50us)
+
+	EventRingSize uint32 // events in the C->Go ring, a power of two (65536)
+	ArenaSize     uint64 // bytes of payload arena shared by all connections (64 MiB, or more for 2 x MaxMessageSize)
+	CmdRingSize   uint32 // bytes of the Go->C command ring, a power of two (4 MiB)
+
+	MaxConns         uint32        // connections a Pool can hold at once (1024)
+	MaxMessageSize   uint64        // largest message accepted, else close 1009 (16 MiB)
+	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
+	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN (5s)
+	MaxSendQueue     uint64        // unsent bytes one connection may hold before its commands wait (64 MiB); see above
+}
+
+// defaults is the one table of Config defaults: withDefaults fills every
+// zero field from it, NewDecoder takes MaxMessageSize from it, and the C
+// loop always receives the resulting explicit values. Fields that are zero
+// here are derived in withDefaults (CQEntries, LoopCPU, the waits) or have
+// no default (SQPollCPU, LoopCPUSet). Keep the values written beside the
+// Config fields in step.
+var defaults = Config{
+	SQEntries:        256,
+	RingFlags:        RingSingleIssuer | RingDeferTaskrun,
+	SQPollIdle:       time.Millisecond,
+	BufSize:          16 << 10,
+	BufCount:         1024,
+	SpinTime:         50 * time.Microsecond,
+	EventRingSize:    1 << 16,
+	ArenaSize:        64 << 20,
+	CmdRingSize:      4 << 20,
+	MaxConns:         1024,
+	MaxMessageSize:   16 << 20,
+	HandshakeTimeout: 10 * time.Second,
+	CloseTimeout:     5 * time.Second,
+	MaxSendQueue:     64 << 20,
+}
+
+// Derived defaults and the Decoder's sizes.
+const (
+	cqPerSQ             = 4       // CQEntries = cqPerSQ x SQEntries
+	decoderEventRing    = 1 << 12 // events in a Decoder's ring
+	decoderMinArenaSize = 1 << 20 // a Decoder's arena: at least this, and 2 x its largest message
+)
+
+// arenaFor returns the smallest power of two >= min that holds two
+// messages of maxMessage bytes.
+func arenaFor(min, maxMessage uint64) uint64 {
+	a := min
+	for a < 2*maxMessage {
+		a *= 2
+	}
+	return a
+}
+
+// withDefaults returns c with every zero field set from defaults, or
+// ErrInvalidConfig when the result cannot work.
+func (c *Config) withDefaults() (Config, error) {
+	d := *c
+	def := &defaults
+	setU32 := func(v *uint32, dv uint32) {
+		if *v == 0 {
+			*v = dv
+		}
+	}
+	setU64 := func(v *uint64, dv uint64) {
+		if *v == 0 {
+			*v = dv
+		}
+	}
+	setDur := func(v *time.Duration, dv time.Duration) {
+		if *v == 0 {
+			*v = dv
+		}
+	}
+	setU32(&d.SQEntries, def.SQEntries)
+	setU32(&d.CQEntries, cqPerSQ*d.SQEntries)
+	setU32(&d.RingFlags, def.RingFlags)
+	if d.RingFlags&RingFlagsNone != 0 {
+		d.RingFlags = 0
+	}
+	setDur(&d.SQPollIdle, def.SQPollIdle)
+	setU32(&d.BufSize, def.BufSize)
+	setU32(&d.BufCount, def.BufCount)
+	if !d.LoopCPUSet {
+		d.LoopCPU = -1
+	}
+	if d.LoopWait == WaitDefault {
+		d.LoopWait = defaultWait()
+	}
+	if d.ConsumerWait == WaitDefault {
+		d.ConsumerWait = defaultWait()
+	}
+	setDur(&d.SpinTime, def.SpinTime)
+	setU32(&d.EventRingSize, def.EventRingSize)
+	setU64(&d.MaxMessageSize, def.MaxMessageSize)
+	setU64(&d.ArenaSize, arenaFor(def.ArenaSize, d.MaxMessageSize))
+	setU32(&d.CmdRingSize, def.CmdRingSize)
+	setU32(&d.MaxConns, def.MaxConns)
+	setDur(&d.HandshakeTimeout, def.HandshakeTimeout)
+	setDur(&d.CloseTimeout, def.CloseTimeout)
+	setU64(&d.MaxSendQueue, def.MaxSendQueue)
+	pow2 := func(v uint64) bool { return v != 0 && v&(v-1) == 0 }
+	switch {
+	case !pow2(uint64(d.BufSize)) || !pow2(uint64(d.BufCount)) || d.BufCount > 32768:
+		return d, fmt.Errorf("%w: BufSize and BufCount must be powers of two, BufCount <= 32768", ErrInvalidConfig)
+	case !pow2(uint64(d.EventRingSize)) || !pow2(d.ArenaSize) || !pow2(uint64(d.CmdRingSize)):
+		return d, fmt.Errorf("%w: EventRingSize, ArenaSize and CmdRingSize must be powers of two", ErrInvalidConfig)
+	case d.MaxMessageSize > d.ArenaSize/2:
+		return d, fmt.Errorf("%w: MaxMessageSize must be at most ArenaSize/2", ErrInvalidConfig)
+	case d.CmdRingSize < 4096:
+		return d, fmt.Errorf("%w: CmdRingSize must be at least 4096", ErrInvalidConfig)
+	case d.MaxConns > 1<<20:
+		return d, fmt.Errorf("%w: MaxConns must be at most 1<<20", ErrInvalidConfig)
+	}
+	return d, nil
+}
+
+// defaultWait picks the wait strategy for WaitDefault (measured with
+// `talaris bench` on a 2-core machine: spinning there doubled p50 latency).
+func defaultWait() WaitStrategy {
+	if runtime.NumCPU() <= 2 {
+		return WaitBlock
+	}
+	return WaitSpinThenBlock
+}
+
+// TLSOptions configures certificate verification for wss:// URLs.
+// Verification against the system CA store, with SNI and host name check, is
+// the default.
+type TLSOptions struct {
+	RootCAFile         string // PEM file of trusted roots, replaces the system store
+	RootCAPEM          []byte // PEM of trusted roots, replaces the system store
+	ServerName         string // name sent in SNI and checked in the certificate (default: URL host)
+	InsecureSkipVerify bool   // accept any certificate: for tests only
+}
+
+// DialOptions configures one connection. A nil *DialOptions means defaults.
+type DialOptions struct {
+	Header       http.Header // extra request headers (not Upgrade, Connection, Sec-WebSocket-*)
+	Subprotocols []string    // offered in Sec-WebSocket-Protocol
+	TLS          TLSOptions
+	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial.
+	HandshakeTimeout time.Duration
+}

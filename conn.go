@@ -1,0 +1,145 @@
+package talaris
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// Close codes (RFC 6455 section 7.4.1 and the IANA registry).
+const (
+	CloseNormal             = 1000
+	CloseGoingAway          = 1001
+	CloseProtocolError      = 1002
+	CloseUnsupportedData    = 1003
+	CloseNoStatus           = 1005 // never sent: the close frame carried no code
+	CloseAbnormal           = 1006 // never sent: the connection dropped without a close frame
+	CloseInvalidPayload     = 1007
+	ClosePolicyViolation    = 1008
+	CloseMessageTooBig      = 1009
+	CloseMandatoryExtension = 1010
+	CloseInternalError      = 1011
+	CloseServiceRestart     = 1012
+	CloseTryAgainLater      = 1013
+	CloseBadGateway         = 1014
+	CloseTLSHandshake       = 1015 // never sent
+)
+
+// State is a connection's lifecycle state.
+type State uint32
+
+// Connection states, in order.
+const (
+	StateIdle       State = 0 // not used (a dead or zero handle)
+	StateConnecting State = 1 // TCP connect in progress
+	StateTLS        State = 2 // TLS handshake in progress
+	StateUpgrading  State = 3 // HTTP upgrade in progress
+	StateOpen       State = 4
+	StateClosing    State = 5 // close frame sent or received
+	StateClosed     State = 6 // final: the handshake completed or the connection failed
+)
+
+var stateNames = [...]string{"idle", "connecting", "tls", "upgrading", "open", "closing", "closed"}
+
+// String returns the state's name.
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint32(s))
+}
+
+// ConnStats are a connection's counters, kept by the C loop.
+type ConnStats struct {
+	MsgsIn, BytesIn   uint64 // data messages and their payload bytes delivered to the ring
+	MsgsOut, BytesOut uint64 // data messages and payload bytes sent by Send*
+	PingsIn, PongsIn  uint64
+	WireIn, WireOut   uint64 // bytes read from and written to the socket
+}
+
+// Conn is a handle to one connection of a Pool. It is a small value: copy
+// it, compare it, use it as a map key. A handle whose connection has ended
+// (after its EventClose or EventError) is dead: its methods return
+// ErrClosed and State returns StateClosed, even if the Pool reuses the
+// underlying slot for a new connection.
+type Conn struct {
+	p    *Pool
+	slot uint32
+	gen  uint32
+}
+
+// ID returns a number unique among the pool's live connections (slot and
+// generation packed), handy for per-connection state in a slice or map.
+func (c Conn) ID() uint64 { return uint64(c.gen)<<32 | uint64(c.slot) }
+
+// Slot returns the connection's slot index in [0, Config.MaxConns): stable
+// for the connection's life, reused after it ends. Use it to index
+// per-connection arrays without a map lookup.
+func (c Conn) Slot() int { return int(c.slot) }
+
+// Pool returns the pool the connection belongs to.
+func (c Conn) Pool() *Pool { return c.p }
+
+// SendText queues b as one text message. b is copied before SendText
+// returns. Safe from any goroutine. It blocks only while the command ring
+// is full (Config says when the loop holds commands back and for how long). Messages larger than a quarter of Config.CmdRingSize are sent
+// as several fragments of one message.
+func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }
+
+// SendBinary queues b as one binary message, like SendText.
+func (c Conn) SendBinary(b []byte) error { return c.send(OpBinary, b) }
+
+// Ping queues a ping with payload b (at most 125 bytes).
+func (c Conn) Ping(b []byte) error { return c.control(cmdPing, b) }
+
+// Pong queues an unsolicited pong with payload b (at most 125 bytes). Pings
+// are answered by the loop itself; this is for heartbeats.
+func (c Conn) Pong(b []byte) error { return c.control(cmdPong, b) }
+
+// Close starts the close handshake with code and reason (at most 123 bytes
+// of UTF-8). The final EventClose (or EventError on timeout) follows
+// through Pump. Closing a connection that is still dialing aborts it.
+func (c Conn) Close(code int, reason string) error {
+	if !closeCodeSendable(code) {
+		return fmt.Errorf("%w: %d", ErrInvalidCloseCode, code)
+	}
+	if len(reason) > 123 {
+		return ErrControlTooLong
+	}
+	if !utf8.ValidString(reason) {
+		return ErrInvalidUTF8
+	}
+	return c.closeConn(code, reason)
+}
+
+// Inject feeds b to a connection made by DialMemory as if its server had
+// sent it: frames are parsed by the C loop and delivered through Pump.
+func (c Conn) Inject(b []byte) error { return c.inject(b) }
+
+// State returns the connection's current state.
+func (c Conn) State() State { return c.state() }
+
+// Stats returns the connection's counters; zero once it has ended.
+func (c Conn) Stats() ConnStats { return c.stats() }
+
+// Subprotocol returns the subprotocol the server agreed to, or "".
+func (c Conn) Subprotocol() string { return c.subprotocol() }
+
+func closeCodeSendable(code int) bool {
+	switch {
+	case code >= 1000 && code <= 1003, code >= 1007 && code <= 1014, code >= 3000 && code <= 4999:
+		return true
+	}
+	return false
+}
+
+// Command ops of the Go->C command ring (TL_CMD_* in csrc/ring.h, by
+// number). The record layout and the producer live in cmdring_linux.go.
+const (
+	cmdPad    = 0
+	cmdDial   = 1
+	cmdSend   = 2
+	cmdPing   = 3
+	cmdPong   = 4
+	cmdClose  = 5
+	cmdInject = 7
+)

@@ -1,0 +1,61 @@
+//go:build linux && cgo
+
+package talaris
+
+// A Conn's view of its slot's public block (struct tl_conn_pub), which
+// the loop writes and Go reads with atomics.
+
+/*
+#include "csrc/talaris.h"
+*/
+import "C"
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// live reports whether c's connection has not ended.
+func (c Conn) live() bool {
+	if c.p == nil || c.p.closed.Load() || c.slot >= uint32(len(c.p.pub)) {
+		return false
+	}
+	pb := &c.p.pub[c.slot]
+	// The slot keeps the generation after the final event until it is
+	// reused: a closed connection is dead too (Conn's documented contract).
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) == c.gen &&
+		atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.state))) < uint32(StateClosed)
+}
+
+func (c Conn) state() State {
+	if c.p == nil || c.p.freed.Load() || c.slot >= uint32(len(c.p.pub)) {
+		return StateIdle
+	}
+	pb := &c.p.pub[c.slot]
+	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) != c.gen {
+		return StateClosed
+	}
+	return State(atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.state))))
+}
+
+func (c Conn) stats() ConnStats {
+	if c.p == nil || c.p.freed.Load() || c.slot >= uint32(len(c.p.pub)) {
+		return ConnStats{}
+	}
+	pb := &c.p.pub[c.slot]
+	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) != c.gen {
+		return ConnStats{}
+	}
+	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
+	return ConnStats{
+		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in), MsgsOut: ld(&pb.msgs_out), BytesOut: ld(&pb.bytes_out),
+		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out),
+	}
+}
+
+func (c Conn) subprotocol() string {
+	if !c.live() {
+		return ""
+	}
+	return C.GoString(&c.p.pub[c.slot].proto[0])
+}

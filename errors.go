@@ -1,0 +1,153 @@
+package talaris
+
+import "errors"
+
+// Sentinel errors. Errors returned by this package and Event.Err wrap one
+// of these; test with errors.Is.
+var (
+	ErrUnsupported      = errors.New("talaris: not supported on this platform (needs linux and cgo)")
+	ErrClosed           = errors.New("talaris: closed")
+	ErrPoolClosed       = errors.New("talaris: pool closed")
+	ErrConcurrentPump   = errors.New("talaris: another goroutine is already pumping this pool")
+	ErrBadURL           = errors.New("talaris: bad websocket URL")
+	ErrTooManyConns     = errors.New("talaris: pool is at its connection limit")
+	ErrDial             = errors.New("talaris: TCP connect failed")
+	ErrResolve          = errors.New("talaris: host name lookup failed")
+	ErrTimeout          = errors.New("talaris: timed out")
+	ErrHandshake        = errors.New("talaris: websocket upgrade refused or malformed")
+	ErrBadStatus        = errors.New("talaris: upgrade response status is not 101")
+	ErrBadAccept        = errors.New("talaris: Sec-WebSocket-Accept does not match the key")
+	ErrBadSubprotocol   = errors.New("talaris: server chose a subprotocol that was not offered")
+	ErrBadExtension     = errors.New("talaris: server enabled an extension that was not offered")
+	ErrHeaderTooLarge   = errors.New("talaris: upgrade response headers too large")
+	ErrProtocol         = errors.New("talaris: websocket protocol violation by the peer")
+	ErrInvalidUTF8      = errors.New("talaris: invalid UTF-8 in a text message or close reason")
+	ErrMessageTooBig    = errors.New("talaris: message exceeds the maximum message size")
+	ErrConnectionLost   = errors.New("talaris: connection lost without a close frame")
+	ErrCloseTimeout     = errors.New("talaris: close handshake timed out")
+	ErrTLS              = errors.New("talaris: TLS failure")
+	ErrTLSUnknownCA     = errors.New("talaris: TLS certificate signed by an unknown authority")
+	ErrTLSHostname      = errors.New("talaris: TLS certificate does not match the host name")
+	ErrTLSExpired       = errors.New("talaris: TLS certificate expired or not yet valid")
+	ErrTLSALPN          = errors.New("talaris: TLS ALPN negotiation did not select http/1.1")
+	ErrTLSNotTLS        = errors.New("talaris: server did not answer with TLS")
+	ErrInvalidCloseCode = errors.New("talaris: close code may not be sent")
+	ErrControlTooLong   = errors.New("talaris: control frame payload longer than 125 bytes")
+	ErrInvalidConfig    = errors.New("talaris: invalid configuration")
+	ErrWouldBlock       = errors.New("talaris: command ring full")
+)
+
+// errInternal is the cause of a C error code this table does not know.
+var errInternal = errors.New("talaris: internal error")
+
+// ConnError is the error of a failed connection: Is matches the sentinel
+// of the cause (and ErrHandshake or ErrTLS for their sub-causes).
+type ConnError struct {
+	Cause  error  // the most specific sentinel
+	Parent error  // ErrHandshake, ErrTLS or nil
+	Code   int    // close code sent or observed, or HTTP status
+	Detail string // what the loop saw
+}
+
+func (e *ConnError) Error() string {
+	if e.Detail == "" {
+		return e.Cause.Error()
+	}
+	return e.Cause.Error() + ": " + e.Detail
+}
+
+// Is reports whether target is the cause or its parent category.
+func (e *ConnError) Is(target error) bool {
+	return target == e.Cause || (e.Parent != nil && target == e.Parent)
+}
+
+// Unwrap returns the cause.
+func (e *ConnError) Unwrap() error { return e.Cause }
+
+// The C core's error codes, mirrored here so the table below is plain Go;
+// errcodes_linux.go fails to compile if one drifts from csrc/ring.h or
+// csrc/http.h.
+const (
+	cErrNone         = 0  // TL_E_NONE
+	cErrDial         = 1  // TL_E_DIAL
+	cErrTimeout      = 2  // TL_E_TIMEOUT
+	cErrHTTP         = 3  // TL_E_HTTP: aux is a TL_HTTP_ERR_*
+	cErrProtocol     = 4  // TL_E_PROTOCOL
+	cErrUTF8         = 5  // TL_E_UTF8
+	cErrTooBig       = 6  // TL_E_TOO_BIG
+	cErrLost         = 7  // TL_E_LOST
+	cErrCloseTimeout = 8  // TL_E_CLOSE_TIMEOUT
+	cErrTLS          = 9  // TL_E_TLS: aux is a TL_TLS_*
+	cErrAborted      = 10 // TL_E_ABORTED
+	cErrShutdown     = 11 // TL_E_SHUTDOWN
+
+	cTLSUnknownCA = 1 // TL_TLS_UNKNOWN_CA
+	cTLSHostname  = 2 // TL_TLS_HOSTNAME
+	cTLSExpired   = 3 // TL_TLS_EXPIRED
+	cTLSALPN      = 4 // TL_TLS_ALPN
+	cTLSNotTLS    = 5 // TL_TLS_NOT_TLS
+
+	cHTTPTooLarge  = -2 // TL_HTTP_ERR_TOO_LARGE
+	cHTTPStatus    = -3 // TL_HTTP_ERR_STATUS
+	cHTTPAccept    = -6 // TL_HTTP_ERR_ACCEPT
+	cHTTPProtocol  = -7 // TL_HTTP_ERR_PROTOCOL
+	cHTTPExtension = -8 // TL_HTTP_ERR_EXTENSION
+)
+
+// errCauses maps a C error code to its sentinel. TL_E_HTTP and TL_E_TLS
+// are refined by aux through httpCauses and tlsCauses; an aux missing
+// there leaves the category itself as the cause.
+var (
+	errCauses = map[int32]error{
+		cErrDial:         ErrDial,
+		cErrTimeout:      ErrTimeout,
+		cErrHTTP:         ErrHandshake,
+		cErrProtocol:     ErrProtocol,
+		cErrUTF8:         ErrInvalidUTF8,
+		cErrTooBig:       ErrMessageTooBig,
+		cErrLost:         ErrConnectionLost,
+		cErrCloseTimeout: ErrCloseTimeout,
+		cErrTLS:          ErrTLS,
+		cErrAborted:      ErrClosed,
+		cErrShutdown:     ErrPoolClosed,
+	}
+	httpCauses = map[int32]error{
+		cHTTPStatus:    ErrBadStatus,
+		cHTTPAccept:    ErrBadAccept,
+		cHTTPProtocol:  ErrBadSubprotocol,
+		cHTTPExtension: ErrBadExtension,
+		cHTTPTooLarge:  ErrHeaderTooLarge,
+	}
+	tlsCauses = map[int32]error{
+		cTLSUnknownCA: ErrTLSUnknownCA,
+		cTLSHostname:  ErrTLSHostname,
+		cTLSExpired:   ErrTLSExpired,
+		cTLSALPN:      ErrTLSALPN,
+		cTLSNotTLS:    ErrTLSNotTLS,
+	}
+)
+
+// makeErr builds the error of C error code e (TL_E_*) with its aux cause,
+// the close code or HTTP status, and the loop's detail text; nil for
+// TL_E_NONE.
+func makeErr(e, aux int32, code int, detail string) error {
+	if e == cErrNone {
+		return nil
+	}
+	cause, ok := errCauses[e]
+	if !ok {
+		cause = errInternal
+	}
+	var parent error
+	sub := map[int32]error(nil)
+	switch e {
+	case cErrHTTP:
+		sub = httpCauses
+	case cErrTLS:
+		sub = tlsCauses
+	}
+	if c, ok := sub[aux]; ok {
+		cause, parent = c, cause
+	}
+	return &ConnError{Cause: cause, Parent: parent, Code: code, Detail: detail}
+}

@@ -1,0 +1,68 @@
+package talaris
+
+import "fmt"
+
+// Opcode is a WebSocket data opcode as seen by a DataFunc.
+type Opcode uint8
+
+// Data opcodes (RFC 6455 section 5.2). Control frames never reach a DataFunc.
+const (
+	OpText   Opcode = 1
+	OpBinary Opcode = 2
+)
+
+// String returns "text" or "binary".
+func (o Opcode) String() string {
+	switch o {
+	case OpText:
+		return "text"
+	case OpBinary:
+		return "binary"
+	}
+	return fmt.Sprintf("opcode(%d)", uint8(o))
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds. EventClose and EventError are final: no event for the same
+// Conn follows them and the Conn handle is dead afterwards.
+const (
+	EventOpen   EventKind = 1 // the upgrade completed; Payload holds the agreed subprotocol
+	EventText   EventKind = 2 // a complete text message (valid UTF-8)
+	EventBinary EventKind = 3 // a complete binary message
+	EventPing   EventKind = 4 // a ping arrived; the pong was already sent by the loop
+	EventPong   EventKind = 5 // a pong arrived
+	EventClose  EventKind = 6 // the close handshake completed; Code and Reason are the peer's
+	EventError  EventKind = 7 // the connection failed; Err says why, Code is the close code used
+)
+
+var eventKindNames = [...]string{"", "open", "text", "binary", "ping", "pong", "close", "error"}
+
+// String returns the kind's lower-case name.
+func (k EventKind) String() string {
+	if int(k) < len(eventKindNames) && k != 0 {
+		return eventKindNames[k]
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// Event is one thing that happened on a connection. Payload (and Reason,
+// which aliases it for EventClose) points into memory owned by the C loop:
+// it is valid only until the callback that received the Event returns. Copy
+// it to keep it.
+type Event struct {
+	Kind    EventKind
+	Payload []byte
+	Code    int    // close code for EventClose and EventError (0 when none applies)
+	Reason  []byte // close reason for EventClose; aliases loop memory like Payload
+	Err     error  // non-nil exactly for EventError; use errors.Is with the Err* sentinels
+}
+
+// DataFunc receives one complete data message. payload is valid only until
+// the function returns.
+type DataFunc func(c Conn, op Opcode, payload []byte)
+
+// EventFunc receives every event of every connection of a Pool. ev.Payload is
+// valid only until the function returns.
+type EventFunc func(c Conn, ev Event)

@@ -1,0 +1,80 @@
+package talaris
+
+import "context"
+
+// Pool owns one C loop thread, its io_uring, its rings and a set of
+// connections. Create it with NewPool; one goroutine pumps it. Without
+// linux and cgo every operation returns ErrUnsupported.
+type Pool struct {
+	pool // the platform's half: pool_linux.go or talaris_stub.go
+}
+
+// PoolStats are a Pool's counters.
+type PoolStats struct {
+	Events     uint64 // events published to the ring
+	Batches    uint64 // tail publishes (events per batch = Events/Batches)
+	CQEs       uint64 // completions handled by the loop
+	Rearms     uint64 // multishot recvs re-armed after ending without F_MORE
+	NoBufs     uint64 // recvs ended by -ENOBUFS (buffer ring exhausted)
+	Stalls     uint64 // times the loop held input back because the ring or arena was full
+	LoopWakes  uint64 // times Go woke a sleeping loop
+	PumpSleeps uint64 // times Pump slept waiting for events
+}
+
+// NewPool starts a C loop thread configured by cfg.
+func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
+
+// Close shuts the loop down: open connections get a 1001 close frame and
+// their sockets are closed. Pending events are dropped. A Pump in progress
+// returns ErrPoolClosed. Close is idempotent.
+func (p *Pool) Close() error { return p.close() }
+
+// ConnCount returns the number of connections of the pool that have not
+// yet delivered their final event.
+func (p *Pool) ConnCount() int { return p.connCount() }
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() PoolStats { return p.poolStats() }
+
+// Dial connects, upgrades and returns an open connection, or the reason it
+// could not. The connection's events (EventOpen first) also reach Pump.
+// ctx bounds the whole dial; cancelling it aborts the connection.
+func (p *Pool) Dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn, error) {
+	return p.dial(ctx, rawURL, opts)
+}
+
+// DialAsync starts a dial and returns at once. EventOpen or EventError for
+// the returned Conn follows through Pump. A host name is resolved before
+// it returns; use an IP address to avoid that wait.
+func (p *Pool) DialAsync(rawURL string, opts *DialOptions) (Conn, error) {
+	return p.dialAsync(rawURL, opts)
+}
+
+// DialMemory opens a socketless connection whose server bytes come from
+// Conn.Inject instead of a socket: it runs the same C frame parser, ring
+// and pump path as a network connection. Use it to benchmark the decode
+// path or to replay a captured feed.
+func (p *Pool) DialMemory() (Conn, error) { return p.dialMemory() }
+
+// Pump delivers every pending event of every connection to fn, in order,
+// and releases their payload memory when fn has returned for the whole
+// batch. It blocks until at least one event was delivered and returns how
+// many were. Only one goroutine may pump a Pool at a time; a second gets
+// ErrConcurrentPump. After Close it returns ErrPoolClosed.
+func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil) }
+
+// PumpData is Pump for data messages only: open, ping, pong, close and
+// error events are consumed without a callback (pings were answered by
+// the loop already). It blocks until at least one message was delivered.
+func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn) }
+
+// PumpSpin busy-polls the ring up to iters times and delivers the first
+// batch it finds; it never sleeps. n == 0 means nothing arrived yet.
+func (p *Pool) PumpSpin(iters int, fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, iters) }
+
+// PumpNowait makes one non-blocking pass: it delivers what is pending and
+// returns at once.
+func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, 1) }
+
+// PumpEventsNowait is PumpNowait for every event kind.
+func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn, 1) }

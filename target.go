@@ -1,0 +1,176 @@
+package talaris
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// target is a validated ws:// or wss:// URL, resolved to one address.
+type target struct {
+	tls        bool
+	addr       netip.AddrPort // IPv4 addresses are unmapped (Is4)
+	host, path string         // Host header and request-target of the upgrade
+	serverName string         // SNI and certificate name
+}
+
+// parseTarget validates rawURL and resolves its host (preferring IPv4).
+func parseTarget(ctx context.Context, rawURL string, opts *DialOptions) (*target, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	t := &target{}
+	port := u.Port()
+	switch strings.ToLower(u.Scheme) {
+	case "ws":
+		if port == "" {
+			port = "80"
+		}
+	case "wss":
+		t.tls = true
+		if port == "" {
+			port = "443"
+		}
+	default:
+		return nil, fmt.Errorf("%w: scheme %q is not ws or wss", ErrBadURL, u.Scheme)
+	}
+	hostname := u.Hostname()
+	if hostname == "" {
+		return nil, fmt.Errorf("%w: no host in %q", ErrBadURL, rawURL)
+	}
+	if u.Fragment != "" {
+		return nil, fmt.Errorf("%w: fragment not allowed in a websocket URL", ErrBadURL)
+	}
+	pn, err := strconv.Atoi(port)
+	if err != nil || pn <= 0 || pn > 65535 {
+		return nil, fmt.Errorf("%w: bad port %q", ErrBadURL, port)
+	}
+	t.host = u.Host
+	if (t.tls && port == "443") || (!t.tls && port == "80") {
+		t.host = hostname
+		if strings.Contains(hostname, ":") {
+			t.host = "[" + hostname + "]"
+		}
+	}
+	t.path = u.RequestURI()
+	if t.path == "" {
+		t.path = "/"
+	}
+	t.serverName = hostname
+	if opts != nil && opts.TLS.ServerName != "" {
+		t.serverName = opts.TLS.ServerName
+	}
+	ip := net.ParseIP(hostname)
+	if ip == nil {
+		ips, err := net.DefaultResolver.LookupIPAddr(ctx, hostname)
+		if err != nil || len(ips) == 0 {
+			return nil, fmt.Errorf("%w: %s: %v", ErrResolve, hostname, err)
+		}
+		ip = ips[0].IP
+		for _, a := range ips { // prefer IPv4: loopback feeds usually listen there
+			if a.IP.To4() != nil {
+				ip = a.IP
+				break
+			}
+		}
+	}
+	var a netip.Addr
+	if v4 := ip.To4(); v4 != nil {
+		a = netip.AddrFrom4([4]byte(v4))
+	} else {
+		a = netip.AddrFrom16([16]byte(ip.To16()))
+	}
+	t.addr = netip.AddrPortFrom(a, uint16(pn))
+	return t, nil
+}
+
+// validToken reports whether s is an RFC 7230 token (a header name or a
+// subprotocol).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("()<>@,;:\\\"/[]?={}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// headerBlock renders the caller's extra request headers as CRLF-terminated
+// lines and returns a Host override separately. Headers the client sets
+// itself, bad names and values with CR, LF or NUL are ErrBadURL.
+func headerBlock(h http.Header) (string, string, error) {
+	var b strings.Builder
+	hostOverride := ""
+	for name, vals := range h {
+		if !validToken(name) {
+			return "", "", fmt.Errorf("%w: bad header name %q", ErrBadURL, name)
+		}
+		switch strings.ToLower(name) {
+		case "upgrade", "connection", "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+			"sec-websocket-protocol", "content-length", "transfer-encoding":
+			return "", "", fmt.Errorf("%w: header %q is set by the client itself", ErrBadURL, name)
+		case "host":
+			if len(vals) > 0 {
+				hostOverride = vals[0]
+			}
+			continue
+		}
+		for _, v := range vals {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return "", "", fmt.Errorf("%w: header %q value has CR, LF or NUL", ErrBadURL, name)
+			}
+			b.WriteString(name)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteString("\r\n")
+		}
+	}
+	if strings.ContainsAny(hostOverride, "\r\n\x00") {
+		return "", "", fmt.Errorf("%w: Host has CR, LF or NUL", ErrBadURL)
+	}
+	return b.String(), hostOverride, nil
+}
+
+// dialRequest is everything a dial sends to the C core, validated: the
+// target plus the rendered headers and subprotocol offer.
+type dialRequest struct {
+	*target
+	headers   string
+	protocols string
+}
+
+// newDialRequest validates a Dial's URL and options (nil opts: defaults).
+func newDialRequest(ctx context.Context, rawURL string, opts *DialOptions) (*dialRequest, error) {
+	t, err := parseTarget(ctx, rawURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	var h http.Header
+	var sps []string
+	if opts != nil {
+		h, sps = opts.Header, opts.Subprotocols
+	}
+	headers, hostOverride, err := headerBlock(h)
+	if err != nil {
+		return nil, err
+	}
+	if hostOverride != "" {
+		t.host = hostOverride
+	}
+	for _, sp := range sps {
+		if !validToken(sp) {
+			return nil, fmt.Errorf("%w: bad subprotocol %q", ErrBadURL, sp)
+		}
+	}
+	return &dialRequest{target: t, headers: headers, protocols: strings.Join(sps, ", ")}, nil
+}
