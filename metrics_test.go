@@ -290,41 +290,9 @@ func TestMetricsRecorderRace(t *testing.T) {
 		}
 		return nil
 	}
-	for range 3 {
-		wg.Add(1)
-		go func() { // a scraper
-			defer wg.Done()
-			var last uint64
-			for first := true; ; first = false {
-				if !first {
-					select {
-					case <-done:
-						return
-					default:
-					}
-				}
-				m := r.snapshot(false)
-				if err := consistent(&m); err != nil {
-					errs <- err
-					return
-				}
-				if m.Sampled < last {
-					errs <- fmt.Errorf("cumulative count went back: %d after %d", m.Sampled, last)
-					return
-				}
-				last = m.Sampled
-				if m.Sampled > 0 && m.Sampled < samples {
-					midway.Add(1)
-				}
-				if first {
-					started.Done()
-				}
-			}
-		}()
-	}
-	var intervalSum uint64
-	wg.Add(1)
-	go func() { // a dashboard taking interval snapshots
+	// reader snapshots until the pump is done (at least once, which lets
+	// the pump start) and hands each consistent snapshot to check.
+	reader := func(reset bool, check func(m *Metrics) error) {
 		defer wg.Done()
 		for first := true; ; first = false {
 			if !first {
@@ -334,17 +302,39 @@ func TestMetricsRecorderRace(t *testing.T) {
 				default:
 				}
 			}
-			m := r.snapshot(true)
-			if err := consistent(&m); err != nil {
+			m := r.snapshot(reset)
+			err := consistent(&m)
+			if err == nil {
+				err = check(&m)
+			}
+			if err != nil {
 				errs <- err
 				return
 			}
-			intervalSum += m.Sampled
 			if first {
 				started.Done()
 			}
 		}
-	}()
+	}
+	wg.Add(4)
+	for range 3 { // scrapers
+		var last uint64
+		go reader(false, func(m *Metrics) error {
+			if m.Sampled < last {
+				return fmt.Errorf("cumulative count went back: %d after %d", m.Sampled, last)
+			}
+			last = m.Sampled
+			if m.Sampled > 0 && m.Sampled < samples {
+				midway.Add(1)
+			}
+			return nil
+		})
+	}
+	var intervalSum uint64
+	go reader(true, func(m *Metrics) error { // a dashboard taking interval snapshots
+		intervalSum += m.Sampled
+		return nil
+	})
 	wg.Wait()
 	close(errs)
 	for err := range errs {
