@@ -54,7 +54,7 @@ install_python_websockets() {
 
 step() { echo; echo "== $*"; "$@"; }
 
-MODULES=(. internal/wstest cmd/talaris tests)
+MODULES=(. internal/wstest cmd/talaris tests prom)
 
 # each_module runs a go subcommand in every module: each_module vet ./...
 each_module() {
