@@ -65,7 +65,7 @@ func (e *ConnError) Is(target error) bool {
 func (e *ConnError) Unwrap() error { return e.Cause }
 
 // The C core's error codes, mirrored here so the table below is plain Go;
-// errcodes_linux.go fails to compile if one drifts from csrc/ring.h or
+// cgo_linux.go fails to compile if one drifts from csrc/ring.h or
 // csrc/http.h.
 const (
 	cErrNone         = 0  // TL_E_NONE
