@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x1437bc773f865324
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xf657c5abf2d98e9d
 import "C"
 
-const csrcHash = "1437bc773f865324"
+const csrcHash = "f657c5abf2d98e9d"
