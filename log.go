@@ -22,7 +22,8 @@ var errClassNames = map[error]string{
 	ErrProtocol: "protocol", ErrInvalidUTF8: "invalid_utf8", ErrMessageTooBig: "message_too_big",
 	ErrConnectionLost: "connection_lost", ErrCloseTimeout: "close_timeout", ErrTLS: "tls",
 	ErrTLSUnknownCA: "tls_unknown_ca", ErrTLSHostname: "tls_hostname", ErrTLSExpired: "tls_expired",
-	ErrTLSALPN: "tls_alpn", ErrTLSNotTLS: "tls_not_tls", errInternal: "internal",
+	ErrTLSALPN: "tls_alpn", ErrTLSNotTLS: "tls_not_tls", errInternal: "internal", ErrBadURL: "bad_url",
+	ErrTooManyConns: "too_many_conns", ErrInvalidConfig: "invalid_config", ErrUnsupported: "unsupported",
 }
 
 // errClass returns the class of err (the name of its most specific
