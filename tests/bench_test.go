@@ -36,6 +36,10 @@ import (
 func BenchmarkDecode(b *testing.B) {
 	stream, want := decodeStream(decodeMsgs)
 	b.Run("talaris", func(b *testing.B) { benchDecodeTalaris(b, stream, want, Config{}) })
+	// Stage stamps (Config.SampleEvery): an Inject is a memory
+	// connection's completion, so 1 stamps one message per 4096-byte chunk.
+	b.Run("talaris-sample64", func(b *testing.B) { benchDecodeTalaris(b, stream, want, Config{SampleEvery: 64}) })
+	b.Run("talaris-sample1", func(b *testing.B) { benchDecodeTalaris(b, stream, want, Config{SampleEvery: 1}) })
 	b.Run("talaris-decoder", func(b *testing.B) { benchDecodeDecoder(b, stream, want) })
 	b.Run("gobwas", func(b *testing.B) { benchDecodeGobwas(b, stream, want) })
 	b.Run("gorilla", func(b *testing.B) { benchDecodeGorilla(b, stream, want) })
