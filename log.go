@@ -13,17 +13,32 @@ import (
 // closed, failed). Every record carries pool (Config.Name), conn
 // (Conn.ID) and slot.
 
-// errClassNames names the sentinels for the class attribute of failure
-// records: a stable, grep-able word per cause.
-var errClassNames = map[error]string{
-	ErrClosed: "closed", ErrPoolClosed: "pool_closed", ErrDial: "dial", ErrResolve: "resolve",
-	ErrTimeout: "timeout", ErrHandshake: "handshake", ErrBadStatus: "bad_status", ErrBadAccept: "bad_accept",
-	ErrBadSubprotocol: "bad_subprotocol", ErrBadExtension: "bad_extension", ErrHeaderTooLarge: "header_too_large",
-	ErrProtocol: "protocol", ErrInvalidUTF8: "invalid_utf8", ErrMessageTooBig: "message_too_big",
-	ErrConnectionLost: "connection_lost", ErrCloseTimeout: "close_timeout", ErrTLS: "tls",
-	ErrTLSUnknownCA: "tls_unknown_ca", ErrTLSHostname: "tls_hostname", ErrTLSExpired: "tls_expired",
-	ErrTLSALPN: "tls_alpn", ErrTLSNotTLS: "tls_not_tls", errInternal: "internal", ErrBadURL: "bad_url",
-	ErrTooManyConns: "too_many_conns", ErrInvalidConfig: "invalid_config", ErrUnsupported: "unsupported",
+// errClasses names the sentinels for the class attribute of failure
+// records: a stable, grep-able word per cause. Most specific first: an
+// error that wraps several sentinels gets the first that matches.
+var errClasses = []struct {
+	err  error
+	name string
+}{
+	{ErrTLSUnknownCA, "tls_unknown_ca"}, {ErrTLSHostname, "tls_hostname"}, {ErrTLSExpired, "tls_expired"},
+	{ErrTLSALPN, "tls_alpn"}, {ErrTLSNotTLS, "tls_not_tls"}, {ErrTLS, "tls"},
+	{ErrBadStatus, "bad_status"}, {ErrBadAccept, "bad_accept"}, {ErrBadSubprotocol, "bad_subprotocol"},
+	{ErrBadExtension, "bad_extension"}, {ErrHeaderTooLarge, "header_too_large"}, {ErrHandshake, "handshake"},
+	{ErrProtocol, "protocol"}, {ErrInvalidUTF8, "invalid_utf8"}, {ErrMessageTooBig, "message_too_big"},
+	{ErrConnectionLost, "connection_lost"}, {ErrCloseTimeout, "close_timeout"}, {ErrTimeout, "timeout"},
+	{ErrResolve, "resolve"}, {ErrDial, "dial"}, {ErrBadURL, "bad_url"}, {ErrTooManyConns, "too_many_conns"},
+	{ErrPoolClosed, "pool_closed"}, {ErrClosed, "closed"}, {ErrInvalidConfig, "invalid_config"},
+	{ErrUnsupported, "unsupported"}, {errInternal, "internal"},
+}
+
+// className returns the class name of sentinel s, or "".
+func className(s error) string {
+	for _, c := range errClasses {
+		if c.err == s {
+			return c.name
+		}
+	}
+	return ""
 }
 
 // errClass returns the class of err (the name of its most specific
@@ -32,18 +47,18 @@ var errClassNames = map[error]string{
 func errClass(err error) (class, category string) {
 	var ce *ConnError
 	if errors.As(err, &ce) {
-		class = errClassNames[ce.Cause]
+		class, category = className(ce.Cause), ""
 		if ce.Parent != nil {
-			category = errClassNames[ce.Parent]
+			category = className(ce.Parent)
 		}
 		if class == "" {
 			class = "other"
 		}
 		return class, category
 	}
-	for s, name := range errClassNames {
-		if errors.Is(err, s) {
-			return name, ""
+	for _, c := range errClasses {
+		if errors.Is(err, c.err) {
+			return c.name, ""
 		}
 	}
 	return "other", ""
