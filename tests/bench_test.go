@@ -13,6 +13,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,6 +110,7 @@ func benchDecodeTalaris(b *testing.B, stream []byte, want uint64, cfg Config) {
 	b.SetBytes(int64(len(stream)))
 	b.ReportAllocs()
 	iters := 0
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		sum, got = 0, 0
 		for off := 0; off < len(stream); off += decodeChunk {
@@ -127,6 +129,19 @@ func benchDecodeTalaris(b *testing.B, stream []byte, want uint64, cfg Config) {
 		iters++
 	}
 	reportPerMsg(b, iters)
+	// CPU time of the process (loop thread and pump) per message: steadier
+	// than wall time on a loaded machine, where the two threads wait for
+	// a core.
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(iters*decodeMsgs), "cpu-ns/msg")
+}
+
+// processCPU returns the process's user+system CPU time in ns.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // benchDecodeDecoder is the same workload through Decoder: the C parser,
