@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xf657c5abf2d98e9d
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x7c8beba3777df4b1
 import "C"
 
-const csrcHash = "f657c5abf2d98e9d"
+const csrcHash = "7c8beba3777df4b1"

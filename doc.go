@@ -97,7 +97,9 @@
 // Sampling. With SampleEvery N the loop stamps one receive completion in N
 // (an Inject counts as a memory connection's completion) when it sees it;
 // stamps again when the bytes reach the frame parser (after SSL_read for
-// wss); and the first data message the parser completes from them carries
+// wss; for ws the completion's stamp is reused when the parser takes the
+// bytes at once, so the stage is 0 unless they waited behind a stall);
+// and the first data message the parser completes from them carries
 // both, in a stamp table beside the event ring (the 32-byte event only
 // gets a flag bit). Just before the tail store that publishes the batch
 // the loop adds the publish stamp, and the pump takes the callback stamp

@@ -14,8 +14,8 @@ type Stage uint8
 // The stages of Metrics.Stages.
 const (
 	// StageCQEToPlaintext: the loop saw the receive completion -> the
-	// message's bytes were plaintext (after TLS; about zero on plain
-	// connections).
+	// message's bytes reached the parser as plaintext (after TLS; on plain
+	// connections 0 unless the bytes waited behind a stall).
 	StageCQEToPlaintext Stage = iota
 	// StagePlaintextToPublish: plaintext ready -> the event was published
 	// to the ring (frame parsing, reassembly, the batch's tail store).

@@ -487,10 +487,10 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		if (cqe->res <= 0 || c->discard) {
 			tl_slots_recycle(&l->slots, q);
 		} else {
+			tl_loop_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
 			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
 			STAT_ADD(l, wire_bytes, (uint64_t)cqe->res);
-			tl_loop_sample_rx(l, c);
 		}
 	}
 	if (!more)

@@ -196,14 +196,17 @@ static inline __attribute__((always_inline)) int tl_loop_emit_inplace(struct tl_
 
 /* tl_loop_sample_rx counts one receive completion of c and stamps it when
  * it is the one in cfg.sample_every to sample (and c has no stamp
- * pending). */
-static inline void tl_loop_sample_rx(struct tl_loop *l, struct tl_conn *c)
+ * pending). immediate says the parser takes these bytes as they are, right
+ * after this call (plain transport, nothing queued before them, not
+ * stalled): then "plaintext ready" is the same instant and costs no second
+ * clock read. */
+static inline void tl_loop_sample_rx(struct tl_loop *l, struct tl_conn *c, int immediate)
 {
 	if (__builtin_expect(l->cfg.sample_every != 0, 0) && --l->sample_left == 0) {
 		l->sample_left = l->cfg.sample_every;
 		if (!c->smp_cqe) {
 			c->smp_cqe = tl_loop_now_ns();
-			c->smp_pt = 0;
+			c->smp_pt = immediate ? c->smp_cqe : 0;
 		}
 	}
 }
