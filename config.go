@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"runtime"
 	"time"
+	"unicode/utf8"
 )
 
 // WaitStrategy says how a side waits when it has nothing to do.
@@ -195,6 +196,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: CmdRingSize must be at least 4096", ErrInvalidConfig)
 	case d.MaxConns > 1<<20:
 		return d, fmt.Errorf("%w: MaxConns must be at most 1<<20", ErrInvalidConfig)
+	case !utf8.ValidString(d.Name):
+		return d, fmt.Errorf("%w: Name must be valid UTF-8 (it is a Prometheus label value)", ErrInvalidConfig)
 	}
 	return d, nil
 }

@@ -298,6 +298,13 @@ func TestMetricsSamplingOff(t *testing.T) {
 	}
 }
 
+// TestConfigName: a Name that is not UTF-8 cannot be a label value.
+func TestConfigName(t *testing.T) {
+	if _, err := NewPool(Config{Name: "bad\xff"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewPool with a non-UTF-8 Name: %v, want ErrInvalidConfig", err)
+	}
+}
+
 // TestMetricsInterval: MetricsInterval returns what was sampled since the
 // previous call and starts a new interval; Metrics stays cumulative.
 func TestMetricsInterval(t *testing.T) {
@@ -406,8 +413,10 @@ func TestMetricsRaceClose(t *testing.T) {
 			} else {
 				srv = wstest.NewGorilla().Start(t)
 			}
-			for round := range 3 {
-				p := newTestPool(t, Config{SampleEvery: 3, Name: "race"}, hangGuard)
+			for round := range 4 {
+				// Rounds 0 and 2 without sampling: Metrics then reads only
+				// the loop's counters, which Close frees.
+				p := newTestPool(t, Config{SampleEvery: uint32(round % 2 * 3), Name: "race"}, hangGuard)
 				ctx, cancel := dialCtx(t)
 				c, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=32&op=binary", opts)
 				cancel()
