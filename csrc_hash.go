@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x7c8beba3777df4b1
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5efe978414850071
 import "C"
 
-const csrcHash = "7c8beba3777df4b1"
+const csrcHash = "5efe978414850071"

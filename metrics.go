@@ -130,7 +130,7 @@ type Metrics struct {
 	PumpSleeps    uint64 // times the pump slept waiting for events
 	LoopWakes     uint64 // times Go woke the sleeping loop
 	SendQueueFull uint64 // times a connection's unsent bytes passed Config.MaxSendQueue and its reads stopped
-	Reconnects    uint64 // reconnect attempts (the loop's counter for the reconnect logic; 0 until it lands)
+	Reconnects    uint64 // successful re-opens by reconnect policies (the loop's counter; 0 until reconnects land)
 }
 
 // EachCounter calls fn for every counter of m in a fixed order with its

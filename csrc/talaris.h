@@ -47,10 +47,10 @@ struct tl_config {
  * per published batch. */
 struct tl_pool_stats {
 	uint64_t events, batches, cqes, rearms, nobufs, stalls, loop_wakes, pump_sleeps;
+	uint64_t reconnects;   /* successful re-opens by reconnect policies: 0 until the reconnect logic counts them */
 	uint64_t msgs, bytes;  /* data messages published and their payload bytes */
 	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
 	uint64_t sendq_full;   /* reads held back because a connection's unsent bytes passed max_send_queue */
-	uint64_t reconnects;   /* reconnect attempts: 0 until the reconnect logic counts them */
 };
 
 struct tl_loop;
@@ -135,8 +135,9 @@ TL_LAYOUT(tl_config, sample_every, 112);
 _Static_assert(sizeof(struct tl_pool_stats) == 104, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
-TL_LAYOUT(tl_pool_stats, msgs, 64);
-TL_LAYOUT(tl_pool_stats, reconnects, 96);
+TL_LAYOUT(tl_pool_stats, reconnects, 64);
+TL_LAYOUT(tl_pool_stats, msgs, 72);
+TL_LAYOUT(tl_pool_stats, sendq_full, 96);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);
