@@ -2,9 +2,11 @@ package talaris
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"time"
+	"unicode/utf8"
 )
 
 // WaitStrategy says how a side waits when it has nothing to do.
@@ -76,6 +78,22 @@ type Config struct {
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
 	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN (5s)
 	MaxSendQueue     uint64        // unsent bytes one connection may hold before its commands wait (64 MiB); see above
+
+	// SampleEvery turns on the stage stamps of Pool.Metrics and
+	// Pool.PumpStamped: the loop stamps one receive completion in
+	// SampleEvery (1: every completion; 0: off, the default), and the
+	// first data message that completion's bytes yield carries the stamps.
+	// Off costs one predictable branch per completion and per message.
+	SampleEvery uint32
+	// Name labels the pool in Pool.WritePrometheus (pool="<Name>") and in
+	// its log records. Default "".
+	Name string
+	// Logger receives connection lifecycle records (dialing, TLS done,
+	// open, closed, failed with the error's class) at Info and Warn; never
+	// a record per message. nil (the default) logs nothing. Records are
+	// written by the dialing goroutine and by the pumping goroutine when
+	// it passes a non-data event.
+	Logger *slog.Logger
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -99,6 +117,7 @@ var defaults = Config{
 	HandshakeTimeout: 10 * time.Second,
 	CloseTimeout:     5 * time.Second,
 	MaxSendQueue:     64 << 20,
+	SampleEvery:      0, // off: stamping is opt-in
 }
 
 // Derived defaults and the Decoder's sizes.
@@ -177,6 +196,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: CmdRingSize must be at least 4096", ErrInvalidConfig)
 	case d.MaxConns > 1<<20:
 		return d, fmt.Errorf("%w: MaxConns must be at most 1<<20", ErrInvalidConfig)
+	case !utf8.ValidString(d.Name):
+		return d, fmt.Errorf("%w: Name must be valid UTF-8 (it is a Prometheus label value)", ErrInvalidConfig)
 	}
 	return d, nil
 }

@@ -133,6 +133,11 @@ struct tl_conn {
 
 	struct tl_conn *stall_next; /* on loop->stalled while stalled */
 	uint8_t on_stall_list;
+
+	/* Sampling (Config.SampleEvery): a sampled completion's stamps wait
+	 * here for the next data message this connection publishes. */
+	uint64_t smp_cqe;     /* CLOCK_MONOTONIC ns the completion was seen; 0: none pending */
+	uint64_t smp_pt;      /* ns its bytes reached the parser (after TLS); 0: not yet */
 };
 
 /* tl_conn_shared is conn.c's state shared by every connection of a loop

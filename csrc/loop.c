@@ -489,8 +489,10 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		if (cqe->res <= 0 || c->discard) {
 			tl_slots_recycle(&l->slots, q);
 		} else {
+			tl_loop_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
 			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
+			STAT_ADD(l, wire_bytes, (uint64_t)cqe->res);
 		}
 	}
 	if (!more)
@@ -986,6 +988,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	if (!l)
 		goto nomem;
 	l->cfg = *cfg;
+	l->sample_left = cfg->sample_every;
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
@@ -997,7 +1000,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		goto nomem_free;
 	if (tl_slots_alloc(&l->slots, cfg->buf_count) < 0)
 		goto nomem_free;
-	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats) < 0)
+	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats, cfg->sample_every != 0) < 0)
 		goto nomem_free;
 	if (tl_cmdq_init(&l->cmdq, cfg->cmd_ring_size) < 0)
 		goto nomem_free;

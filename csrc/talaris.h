@@ -37,11 +37,20 @@ struct tl_config {
 	uint64_t handshake_timeout_ns;
 	uint64_t close_timeout_ns;
 	uint64_t max_send_queue;
+	uint32_t sample_every;    /* stamp one receive completion in this many; 0: off */
+	uint32_t pad_sample;
 };
 
-/* tl_pool_stats mirrors talaris.PoolStats (C writes with relaxed atomics). */
+/* tl_pool_stats mirrors talaris.PoolStats and the counters of
+ * talaris.Metrics (C writes with relaxed atomics; pump_sleeps is Go's).
+ * msgs and bytes are counted loop-locally per message and stored here once
+ * per published batch. */
 struct tl_pool_stats {
 	uint64_t events, batches, cqes, rearms, nobufs, stalls, loop_wakes, pump_sleeps;
+	uint64_t reconnects;   /* successful re-opens by reconnect policies: 0 until the reconnect logic counts them */
+	uint64_t msgs, bytes;  /* data messages published and their payload bytes */
+	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
+	uint64_t sendq_full;   /* reads held back because a connection's unsent bytes passed max_send_queue */
 };
 
 struct tl_loop;
@@ -114,7 +123,7 @@ void tl_decoder_free(struct tl_loop *l);
 const char *tl_tls_backend(void);
 
 /* Layouts Go fills in or reads (see ring.h for the rings). */
-_Static_assert(sizeof(struct tl_config) == 112, "tl_config size");
+_Static_assert(sizeof(struct tl_config) == 120, "tl_config size");
 TL_LAYOUT(tl_config, sq_entries, 0);
 TL_LAYOUT(tl_config, ring_flags, 8);
 TL_LAYOUT(tl_config, sq_thread_cpu, 16);
@@ -130,9 +139,13 @@ TL_LAYOUT(tl_config, max_message, 80);
 TL_LAYOUT(tl_config, handshake_timeout_ns, 88);
 TL_LAYOUT(tl_config, close_timeout_ns, 96);
 TL_LAYOUT(tl_config, max_send_queue, 104);
-_Static_assert(sizeof(struct tl_pool_stats) == 64, "tl_pool_stats size");
+TL_LAYOUT(tl_config, sample_every, 112);
+_Static_assert(sizeof(struct tl_pool_stats) == 104, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
+TL_LAYOUT(tl_pool_stats, reconnects, 64);
+TL_LAYOUT(tl_pool_stats, msgs, 72);
+TL_LAYOUT(tl_pool_stats, sendq_full, 96);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);

@@ -507,6 +507,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 		if (r > 0) {
 			t->pt_off = 0;
 			t->pt_len = (size_t)r;
+			tl_loop_sample_pt(c);
 			continue;
 		}
 		{

@@ -40,6 +40,8 @@ func catMain(args []string) error {
 	timeout := fs.Duration("timeout", 10*time.Second, "connect + TLS + upgrade timeout")
 	hexMax := fs.Int("hex", 64, "print binary messages up to this many bytes as hex, longer ones as a length")
 	quiet := fs.Bool("q", false, "do not print messages, only the summary")
+	stats := fs.Bool("stats", false, "print the per-stage latency breakdown and the loop counters at exit")
+	sample := fs.Uint("sample", 1, "with --stats: stamp one receive completion in N (Config.SampleEvery)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -64,7 +66,11 @@ func catMain(args []string) error {
 		}
 		opts.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
-	pool, err := talaris.NewPool(talaris.Config{})
+	cfg := talaris.Config{}
+	if *stats {
+		cfg.SampleEvery = uint32(*sample)
+	}
+	pool, err := talaris.NewPool(cfg)
 	if err != nil {
 		return err
 	}
@@ -171,6 +177,9 @@ func catMain(args []string) error {
 	}
 	out.Flush()
 	st.print(os.Stderr, reason)
+	if *stats {
+		printStages(os.Stderr, pool.Metrics())
+	}
 	return final
 }
 
