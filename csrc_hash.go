@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xcbb36559a252af49
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd755ae4f7e3cd2b6
 import "C"
 
-const csrcHash = "cbb36559a252af49"
+const csrcHash = "d755ae4f7e3cd2b6"
