@@ -10,10 +10,10 @@
  *    TLS 1.2 cipher list and (OpenSSL only) TLS 1.3 suites;
  *  - SHA-256 pins of the server's SubjectPublicKeyInfo, checked after every
  *    handshake (resumed ones too, and with InsecureSkipVerify);
- *  - a client session cache per loop (tl_tls_shared) keyed by a string Go builds from
- *    address, SNI and a digest of the TLS options, filled by the new-session
- *    callback (TLS 1.2 sessions and TLS 1.3 tickets), offered on the next
- *    dial with the same key. */
+ *  - a client session cache per loop (tl_tls_shared.sess_cache) keyed by
+ *    a string Go builds from address, SNI and a digest of the TLS options,
+ *    filled by the new-session callback (TLS 1.2 sessions and TLS 1.3
+ *    tickets), offered on the next dial with the same key. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
