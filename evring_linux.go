@@ -34,6 +34,9 @@ type evConsumer struct {
 	// pool is the Pool the ring belongs to, nil for a Decoder: Conn
 	// handles carry it, and a final event frees its connection's slot.
 	pool *Pool
+	// onEvent is the Pool's Config.OnEvent: the non-data events of the
+	// pumps that take a DataFunc go to it (nil: consumed silently).
+	onEvent EventFunc
 	// err is a Decoder's sticky error: the first EventClose, or the
 	// latest EventError, seen by a data consume (pool == nil only).
 	err error
@@ -55,6 +58,7 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 	n := 0
 	events, mask, pool := r.events, r.mask, r.pool // locals: the callbacks could write *r
+	onEv := r.onEvent
 	for i := r.pos; i != tail; i++ {
 		e := &events[i&mask]
 		var c Conn // a Decoder's callbacks get the zero Conn
@@ -75,20 +79,15 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 				n++
 			} else if pool == nil {
 				r.noteEnd(e, kind, payload)
+			} else if onEv != nil && !pool.quietEvent(e, kind) {
+				onEv(c, r.event(e, kind, payload))
+				n++
 			}
-		} else {
-			ev := Event{Kind: kind, Payload: payload}
-			switch kind {
-			case EventClose:
-				ev.Code = int(e.code)
-				ev.Reason = payload
-				ev.Payload = nil
-			case EventError:
-				ev.Code = int(e.code)
-				ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
-				ev.Payload = nil
-			}
-			fe(c, ev)
+		} else if kind == EventText || kind == EventBinary {
+			fe(c, Event{Kind: kind, Payload: payload})
+			n++
+		} else if pool == nil || !pool.quietEvent(e, kind) {
+			fe(c, r.event(e, kind, payload))
 			n++
 		}
 		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
@@ -99,6 +98,45 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 	r.pos = tail
 	atomic.StoreUint64(r.head, tail)
 	return n
+}
+
+// event builds the Event of a non-data record (the cold path: an
+// EventError's Err is built here).
+func (r *evConsumer) event(e *C.struct_tl_event, kind EventKind, payload []byte) Event {
+	ev := Event{Kind: kind, Payload: payload}
+	switch kind {
+	case EventClose:
+		ev.Code = int(e.code)
+		ev.Reason = payload
+		ev.Payload = nil
+	case EventError:
+		ev.Code = int(e.code)
+		ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
+		if r.pool != nil && int32(e.err) == cErrHTTP {
+			ev.Err = r.pool.handshakeErr(uint32(e.slot), uint32(e.gen), ev.Err)
+		}
+		ev.Payload = nil
+	}
+	return ev
+}
+
+// quietEvent reports whether a non-data event belongs to a synchronous
+// Dial's connection that never opened: its final event frees the slot
+// without a callback, since Dial returned the error and the caller never
+// had the Conn. EventOpen ends the quiet period (Dial returns that Conn).
+func (p *Pool) quietEvent(e *C.struct_tl_event, kind EventKind) bool {
+	q := &p.quiet[e.slot]
+	if q.Load() != uint32(e.gen) {
+		return false
+	}
+	if kind == EventOpen {
+		q.Store(0)
+		return false
+	}
+	if e.flags&C.TL_EVF_FINAL != 0 {
+		q.Store(0)
+	}
+	return true
 }
 
 // noteEnd records a Decoder's sticky error from an EventError (the latest
@@ -144,6 +182,15 @@ func (p *Pool) leavePump() {
 	}
 }
 
+// closedErr is ErrPoolClosed once Close ran (a callback may have called
+// it: the pump returns what it delivered and this error), else nil.
+func (p *Pool) closedErr() error {
+	if p.closed.Load() {
+		return ErrPoolClosed
+	}
+	return nil
+}
+
 // pumpBlocking dispatches at least one callback-worthy batch, sleeping
 // when the ring is empty.
 func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
@@ -162,10 +209,16 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
 			tail := p.ev.loadTail()
 			if tail != p.ev.pos {
 				if n := p.dispatch(tail, fe, fd); n > 0 {
-					return n, nil
+					return n, p.closedErr()
 				}
 				i = 0
 				continue
+			}
+			if fd != nil && p.nconns.Load() == 0 {
+				// Nothing pending and no connection left to deliver
+				// anything: the last final event was just consumed (it
+				// woke us), or there never was one.
+				return 0, ErrNoConns
 			}
 			if p.cfg.ConsumerWait == WaitSpin {
 				if i&255 == 255 {
@@ -206,7 +259,7 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	for i := 0; i < iters; i++ {
 		tail := p.ev.loadTail()
 		if tail != p.ev.pos {
-			return p.dispatch(tail, fe, fd), nil
+			return p.dispatch(tail, fe, fd), p.closedErr()
 		}
 		if p.closed.Load() {
 			return 0, ErrPoolClosed

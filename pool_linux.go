@@ -13,7 +13,9 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +59,41 @@ type pool struct {
 	stopped atomic.Bool // tl_loop_stop returned (set by Close)
 	freed   atomic.Bool
 	closeMu sync.Mutex
+
+	// Close safety. Every method that reads the loop's shared memory (the
+	// public blocks, the stats, the command ring) runs between enter and
+	// exit; Close adds closingBias, which refuses new entries, and waits
+	// for the calls inside to leave before the loop may be freed. The
+	// pump has its own claim (pumping). No lock: one atomic add each way.
+	inflight  atomic.Int64
+	drained   chan struct{} // closed once inflight reaches closingBias
+	drainOnce sync.Once
+	// quiet[slot] is the generation of a synchronous Dial's connection
+	// that has not opened: if it ends without opening, its final event
+	// is consumed without a callback (the caller never got the Conn; Dial
+	// returned the error). EventOpen clears it.
+	quiet []atomic.Uint32
+}
+
+// closingBias is added to inflight by Close: far above any real count.
+const closingBias = 1 << 40
+
+// enter admits a call that reads the loop's shared memory; false once
+// Close started. A true enter must be paired with exit.
+func (p *Pool) enter() bool {
+	if p.inflight.Add(1) >= closingBias {
+		p.exit()
+		return false
+	}
+	return true
+}
+
+// exit ends a call admitted by enter; the last one out after Close
+// started lets Close go on.
+func (p *Pool) exit() {
+	if p.inflight.Add(-1) == closingBias {
+		p.drainOnce.Do(func() { close(p.drained) })
+	}
 }
 
 func newPool(cfg Config) (*Pool, error) {
@@ -97,6 +134,7 @@ func newPool(cfg Config) (*Pool, error) {
 	p := &Pool{}
 	p.loop, p.cfg = loop, d
 	p.ev = newEvConsumer(loop, p)
+	p.ev.onEvent = d.OnEvent
 	evr := C.tl_loop_evring(loop)
 	p.consSleeping = (*uint32)(unsafe.Pointer(&evr.cons_sleeping))
 	p.wakeSeq = (*uint32)(unsafe.Pointer(&evr.wake_seq))
@@ -116,6 +154,8 @@ func newPool(cfg Config) (*Pool, error) {
 	}
 	p.gens = make([]uint32, d.MaxConns)
 	p.refs = make([]int32, d.MaxConns)
+	p.quiet = make([]atomic.Uint32, d.MaxConns)
+	p.drained = make(chan struct{})
 	return p, nil
 }
 
@@ -125,22 +165,35 @@ func (p *Pool) close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
+	// Refuse new calls; the ones inside see closed and leave promptly (a
+	// Dial's wait, a Send waiting for ring room).
+	if p.inflight.Add(closingBias) == closingBias {
+		p.drainOnce.Do(func() { close(p.drained) })
+	}
 	p.sendMu.Lock() // no producer may be writing to the ring now
 	C.tl_loop_stop(p.loop)
 	p.sendMu.Unlock()
+	// Dials waiting on a slot the loop never started (its command was
+	// still in the ring) are woken here; the others were woken by their
+	// connection's end.
+	p.slotMu.Lock()
+	for s, r := range p.refs {
+		if r > 1 {
+			futexWake((*uint32)(unsafe.Pointer(&p.pub[s].state)))
+		}
+	}
+	p.slotMu.Unlock()
+	<-p.drained
 	// Only now may release free the loop: a pumper that saw closed and
 	// left early must not run tl_loop_free (and a second pthread_join)
-	// while tl_loop_stop above is still joining the thread.
+	// while tl_loop_stop above is still joining the thread, nor while a
+	// call above still read the loop's memory.
 	p.stopped.Store(true)
-	// Wake a sleeping pumper so it sees closed.
+	// Wake a sleeping pumper so it sees closed. A pumper inside a
+	// callback (Close may be called from one) frees the loop on its way
+	// out: Close does not wait for it.
 	atomic.AddUint32(p.wakeSeq, 1)
 	futexWake(p.wakeSeq)
-	// Free C memory once nobody pumps; a pumper that is inside a callback
-	// frees on its way out.
-	// (pumping is 2 once a pumper leaving after Close has freed it.)
-	for i := 0; i < 2000 && p.pumping.Load() == 1; i++ {
-		time.Sleep(time.Millisecond)
-	}
 	p.release()
 	return nil
 }
@@ -157,12 +210,18 @@ func (p *Pool) release() {
 	}
 }
 
-func (p *Pool) connCount() int { return int(p.nconns.Load()) }
+func (p *Pool) connCount() int {
+	if p.closed.Load() {
+		return 0 // every connection ended with the loop; their events were dropped
+	}
+	return int(p.nconns.Load())
+}
 
 func (p *Pool) poolStats() PoolStats {
-	if p.freed.Load() {
+	if !p.enter() {
 		return PoolStats{}
 	}
+	defer p.exit()
 	s := p.cstats
 	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
 	return PoolStats{
@@ -194,6 +253,9 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	// reset what Go reads of it before the dial command goes out.
 	p.pub[s] = C.struct_tl_conn_pub{}
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].gen)), p.gens[s])
+	// A new handle reports StateConnecting at once, before the loop has
+	// taken the dial command (StateIdle means a dead handle).
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].state)), uint32(StateConnecting))
 	return s, p.gens[s], nil
 }
 
@@ -215,6 +277,24 @@ func cstr(s string) (*C.char, C.size_t) {
 	return C.CString(s), C.size_t(len(s))
 }
 
+// putSockaddr writes ap as a sockaddr_in or sockaddr_in6 into ss and
+// returns its length.
+func putSockaddr(ss *C.struct_sockaddr_storage, ap netip.AddrPort) int {
+	port := ap.Port()
+	if a := ap.Addr(); a.Is4() {
+		raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(ss))
+		raw.Family = unix.AF_INET
+		raw.Port = port>>8 | port<<8 // network byte order
+		raw.Addr = a.As4()
+		return unix.SizeofSockaddrInet4
+	}
+	raw := (*unix.RawSockaddrInet6)(unsafe.Pointer(ss))
+	raw.Family = unix.AF_INET6
+	raw.Port = port>>8 | port<<8
+	raw.Addr = ap.Addr().As16()
+	return unix.SizeofSockaddrInet6
+}
+
 // prepare validates a dial, takes a slot for it and hands its parameters
 // to the C core; the caller then sends cmdDial.
 func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (uint32, uint32, error) {
@@ -229,19 +309,21 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 		return 0, 0, err
 	}
 	var dp C.struct_tl_dial_params
-	port := t.addr.Port()
-	if a := t.addr.Addr(); a.Is4() {
-		raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(&dp.addr))
-		raw.Family = unix.AF_INET
-		raw.Port = port>>8 | port<<8 // network byte order
-		raw.Addr = a.As4()
-		dp.addr_len = C.uint32_t(unix.SizeofSockaddrInet4)
-	} else {
-		raw := (*unix.RawSockaddrInet6)(unsafe.Pointer(&dp.addr))
-		raw.Family = unix.AF_INET6
-		raw.Port = port>>8 | port<<8
-		raw.Addr = a.As16()
-		dp.addr_len = C.uint32_t(unix.SizeofSockaddrInet6)
+	dp.addr_len = C.uint32_t(putSockaddr(&dp.addr, t.addrs[0]))
+	if t.local.IsValid() {
+		dp.local_len = C.uint32_t(putSockaddr(&dp.local, t.local))
+	}
+	if more := t.addrs[1:]; len(more) > 0 {
+		alt := (*C.struct_sockaddr_storage)(C.calloc(C.size_t(len(more)), C.size_t(unsafe.Sizeof(dp.addr))))
+		if alt == nil {
+			return 0, 0, fmt.Errorf("%w: preparing the dial: %w", ErrDial, unix.ENOMEM)
+		}
+		defer C.free(unsafe.Pointer(alt))
+		alts := unsafe.Slice(alt, len(more))
+		for i := range more {
+			putSockaddr(&alts[i], more[i])
+		}
+		dp.alt, dp.nalt = alt, C.uint32_t(len(more))
 	}
 	if t.tls {
 		dp.tls = 1
@@ -285,6 +367,10 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if !p.enter() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.exit()
 	slot, gen, err := p.prepare(ctx, rawURL, opts)
 	if err != nil {
 		return Conn{}, err
@@ -293,12 +379,20 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	p.refs[slot]++ // the dialer reads the slot's public state below
 	p.slotMu.Unlock()
 	defer p.unref(slot)
+	// Until it opens, the connection is the dialer's alone: a failure is
+	// Dial's error, not an event (see quiet).
+	p.quiet[slot].Store(gen)
 	c := Conn{p: p, slot: slot, gen: gen}
 	if err := p.command(cmdDial, 0, 0, slot, gen, nil); err != nil {
 		return Conn{}, err
 	}
-	st := &p.pub[slot].state
-	stp := (*uint32)(unsafe.Pointer(st))
+	pb := &p.pub[slot]
+	stp := (*uint32)(unsafe.Pointer(&pb.state))
+	var cancelled error
+	// ctx's end wakes the wait below (a futex wake on a freed page after a
+	// late run is harmless: the kernel answers EFAULT).
+	stop := context.AfterFunc(ctx, func() { futexWake(stp) })
+	defer stop()
 	for {
 		s := atomic.LoadUint32(stp)
 		if s == uint32(StateOpen) || s >= uint32(StateClosing) {
@@ -306,26 +400,41 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			// stream, a drop) is still a successful dial: its events,
 			// EventOpen first, are in the ring.
 			if s == uint32(StateOpen) || s == uint32(StateClosing) ||
-				atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[slot].opened))) != 0 {
+				atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) != 0 {
 				return c, nil
 			}
-			if err := p.connErr(slot); err != nil {
-				return Conn{}, err
+			if cancelled != nil {
+				return Conn{}, fmt.Errorf("%w: %w", ErrTimeout, cancelled)
 			}
-			return Conn{}, ErrClosed // not reached: a failed dial records why
-		}
-		if err := ctx.Err(); err != nil {
-			p.command(cmdClose, 0, 1000, slot, gen, nil)
-			return Conn{}, fmt.Errorf("%w: %w", ErrTimeout, err)
+			return Conn{}, p.connErr(slot, gen)
 		}
 		if p.closed.Load() {
 			return Conn{}, ErrPoolClosed
 		}
-		futexWait(stp, s, 20*time.Millisecond)
+		if cancelled == nil {
+			if err := ctx.Err(); err != nil {
+				// Abort the dial unless it opened meanwhile (then the loop
+				// ignores this and Dial returns the open connection: the
+				// caller must not miss a Conn whose events it will see).
+				// Either way the state moves on at once, and wakes us.
+				cancelled = err
+				if err := p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil); err != nil {
+					return Conn{}, err
+				}
+				continue
+			}
+		}
+		// Woken by the loop's state change, by Close or by ctx; the
+		// timeout is only a defence.
+		futexWait(stp, s, 100*time.Millisecond)
 	}
 }
 
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
+	if !p.enter() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.exit()
 	slot, gen, err := p.prepare(context.Background(), rawURL, opts)
 	if err != nil {
 		return Conn{}, err
@@ -337,6 +446,10 @@ func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 }
 
 func (p *Pool) dialMemory() (Conn, error) {
+	if !p.enter() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.exit()
 	slot, gen, err := p.allocSlot(1)
 	if err != nil {
 		return Conn{}, err
@@ -347,12 +460,34 @@ func (p *Pool) dialMemory() (Conn, error) {
 	return Conn{p: p, slot: slot, gen: gen}, nil
 }
 
-// connErr builds the error a failed connection reported.
-func (p *Pool) connErr(slot uint32) error {
+// connErr builds the error a failed connection reported (a
+// *HandshakeError for a refused upgrade). The caller owns the ended slot.
+func (p *Pool) connErr(slot, gen uint32) error {
 	pb := &p.pub[slot]
 	e := int32(atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err))))
 	aux := int32(pb.aux)
 	code := int(pb.code)
 	detail := C.GoString(&pb.detail[0])
-	return makeErr(e, aux, code, detail)
+	err := makeErr(e, aux, code, detail)
+	if e == cErrHTTP {
+		err = p.handshakeErr(slot, gen, err)
+	}
+	return err
+}
+
+// handshakeErr wraps the ConnError of a refused upgrade in a
+// HandshakeError built from the response the loop kept. Cold path: one
+// cgo call. The caller owns the ended slot.
+func (p *Pool) handshakeErr(slot, gen uint32, err error) error {
+	ce, ok := err.(*ConnError)
+	if !ok {
+		return err
+	}
+	buf := make([]byte, C.TL_FAIL_HEAD_MAX)
+	n := C.tl_loop_fail_head(p.loop, C.uint32_t(slot), C.uint32_t(gen), (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	code := 0
+	if errors.Is(ce, ErrBadStatus) {
+		code = ce.Code
+	}
+	return newHandshakeError(ce, code, buf[:n], time.Now())
 }

@@ -45,6 +45,10 @@ struct tl_dial {
 	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
 	int insecure;
 	uint64_t handshake_timeout_ns;
+	struct sockaddr_storage *alt; /* further addresses, tried in order when a connect fails */
+	uint32_t nalt, next_alt;      /* next_alt: the next one to try */
+	struct sockaddr_storage local; /* bound before connect when local_len != 0 */
+	uint32_t local_len;
 };
 
 /* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
@@ -116,6 +120,10 @@ struct tl_conn {
 
 	struct tl_conn *stall_next; /* on loop->stalled while stalled */
 	uint8_t on_stall_list;
+	/* the response head (and first body bytes) of a refused upgrade, kept
+	 * for Go (tl_loop_fail_head) until the slot's next dial */
+	char *fail_head;
+	size_t fail_head_len;
 };
 
 /* tl_conn_shared is conn.c's state shared by every connection of a loop
@@ -131,7 +139,8 @@ struct tl_conn_shared {
 void tl_conn_shared_free(struct tl_conn_shared *cs);
 
 /* tl_conn_reset clears c for a new dial on its slot, keeping the message
- * and out buffers' allocations for reuse. */
+ * and out buffers' allocations for reuse; the previous connection's
+ * fail_head is freed. */
 void tl_conn_reset(struct tl_conn *c);
 
 /* tl_conn_start_upgrade writes the HTTP upgrade request (through TLS when
