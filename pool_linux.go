@@ -176,10 +176,17 @@ func (p *Pool) close() error {
 	// Dials waiting on a slot the loop never started (its command was
 	// still in the ring) are woken here; the others were woken by their
 	// connection's end.
+	// The loop is gone, so Go may write the public blocks: a dialer's
+	// slot is marked closed (a wake without a change could be lost
+	// between its check and its sleep).
 	p.slotMu.Lock()
 	for s, r := range p.refs {
 		if r > 1 {
-			futexWake((*uint32)(unsafe.Pointer(&p.pub[s].state)))
+			st := (*uint32)(unsafe.Pointer(&p.pub[s].state))
+			if atomic.LoadUint32(st) < uint32(StateClosed) {
+				atomic.StoreUint32(st, uint32(StateClosed))
+			}
+			futexWake(st)
 		}
 	}
 	p.slotMu.Unlock()
@@ -406,7 +413,13 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			if cancelled != nil {
 				return Conn{}, fmt.Errorf("%w: %w", ErrTimeout, cancelled)
 			}
-			return Conn{}, p.connErr(slot, gen)
+			if p.closed.Load() {
+				return Conn{}, ErrPoolClosed
+			}
+			if err := p.connErr(slot, gen); err != nil {
+				return Conn{}, err
+			}
+			return Conn{}, ErrClosed // not reached: a failed dial records why
 		}
 		if p.closed.Load() {
 			return Conn{}, ErrPoolClosed
