@@ -288,11 +288,28 @@ static void test_socket(void)
 	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
 	CHECK(pthread_create(&th, NULL, serve, &s) == 0);
 
+	/* The first address refuses (bound, not listening): the loop goes on
+	 * to the alternative, from a socket bound to the local address. */
+	struct sockaddr_in r = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t rl = sizeof(r);
+	int rfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(rfd >= 0);
+	CHECK(bind(rfd, (struct sockaddr *)&r, sizeof(r)) == 0);
+	CHECK(getsockname(rfd, (struct sockaddr *)&r, &rl) == 0);
+	struct sockaddr_storage alt[1];
+	memset(alt, 0, sizeof(alt));
+	memcpy(&alt[0], &a, sizeof(a));
+	struct sockaddr_in local = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
 	start(&h, 1024);
 	struct tl_dial_params p;
 	memset(&p, 0, sizeof(p));
-	memcpy(&p.addr, &a, sizeof(a));
-	p.addr_len = sizeof(a);
+	memcpy(&p.addr, &r, sizeof(r));
+	p.addr_len = sizeof(r);
+	p.alt = alt;
+	p.nalt = 1;
+	memcpy(&p.local, &local, sizeof(local));
+	p.local_len = sizeof(local);
 	p.host = "127.0.0.1";
 	p.host_len = 9;
 	p.path = "/";
@@ -309,6 +326,18 @@ static void test_socket(void)
 	CHECK(ev.flags & TL_EVF_FINAL);
 	pthread_join(th, NULL);
 	close(s.lfd);
+	/* Only the refusing address: the final error carries the errno. */
+	p.nalt = 0;
+	p.alt = NULL;
+	CHECK(tl_dial_prepare(h.l, 6, &p) == 0);
+	push(&h, TL_CMD_DIAL, 0, 0, 6, 3, NULL, 0);
+	CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+	CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_DIAL && ev.aux == ECONNREFUSED && (ev.flags & TL_EVF_FINAL));
+	CHECK(tl_loop_fail_head(h.l, 6, 3, (char *)pl, sizeof(pl)) == 0);
+	p.nalt = 65; /* too many alternatives */
+	p.alt = alt;
+	CHECK(tl_dial_prepare(h.l, 7, &p) == -EINVAL);
+	close(rfd);
 	tl_loop_stop(h.l);
 	tl_loop_free(h.l);
 }
