@@ -408,6 +408,9 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			// EventOpen first, are in the ring.
 			if s == uint32(StateOpen) || s == uint32(StateClosing) ||
 				atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) != 0 {
+				// The caller has the Conn now: none of its events is
+				// quiet (a pump without OnEvent does not clear it).
+				p.quiet[slot].CompareAndSwap(gen, 0)
 				return c, nil
 			}
 			if cancelled != nil {

@@ -3,9 +3,12 @@
 package talaris_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -109,6 +112,50 @@ func TestHandshakeError(t *testing.T) {
 		}
 		if he.RetryAfter != 2*time.Second {
 			t.Errorf("RetryAfter %v", he.RetryAfter)
+		}
+	})
+	t.Run("wss", func(t *testing.T) {
+		// The same refusal over TLS (run with -tags talaris_openssl for the
+		// other backend).
+		ln, err := tls.Listen("tcp4", "127.0.0.1:0", serverTLS(t, testCertFile, testKeyFile, 0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				nc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer nc.Close()
+					if _, err := http.ReadRequest(bufio.NewReader(nc)); err != nil {
+						return
+					}
+					io.WriteString(nc, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 7\r\nX-Venue: test\r\n"+
+						"Content-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+				}()
+			}
+		}()
+		url := "wss://" + ln.Addr().String() + "/"
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err = p.Dial(ctx, url, tlsOpts)
+		var he *HandshakeError
+		if !errors.As(err, &he) || !errors.Is(err, ErrBadStatus) {
+			t.Fatalf("wss 503: %v, want a HandshakeError matching ErrBadStatus", err)
+		}
+		if he.StatusCode != 503 || he.RetryAfter != 7*time.Second || string(he.Body) != body || he.Header.Get("X-Venue") != "test" {
+			t.Errorf("wss 503: status %d retry %v body %q header %v", he.StatusCode, he.RetryAfter, he.Body, he.Header)
+		}
+		c, err := p.DialAsync(url, tlsOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := pumpOne(t, p, c, nil)
+		if !errors.As(ev.Err, &he) || he.StatusCode != 503 || he.RetryAfter != 7*time.Second {
+			t.Errorf("wss 503 through the pump: %v", ev.Err)
 		}
 	})
 	t.Run("bad-accept", func(t *testing.T) {

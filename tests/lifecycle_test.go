@@ -420,7 +420,10 @@ func allowedAfterClose(err error) bool {
 }
 
 func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions) {
-	p, err := NewPool(smallPool())
+	cfg := smallPool()
+	var events atomic.Int64
+	cfg.OnEvent = func(Conn, Event) { events.Add(1) } // PumpData's rounds
+	p, err := NewPool(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +442,18 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions) {
 	pumped := make(chan error, 1)
 	go func() {
 		for {
-			if _, err := p.Pump(func(Conn, Event) {}); err != nil {
+			var err error
+			if round%2 == 0 {
+				_, err = p.Pump(func(Conn, Event) {})
+			} else {
+				_, err = p.PumpData(func(Conn, Opcode, []byte) {})
+				if errors.Is(err, ErrNoConns) {
+					// every connection so far ended; more may be dialed
+					time.Sleep(50 * time.Microsecond)
+					continue
+				}
+			}
+			if err != nil {
 				pumped <- err
 				return
 			}
