@@ -173,12 +173,10 @@ func (p *Pool) close() error {
 	p.sendMu.Lock() // no producer may be writing to the ring now
 	C.tl_loop_stop(p.loop)
 	p.sendMu.Unlock()
-	// Dials waiting on a slot the loop never started (its command was
-	// still in the ring) are woken here; the others were woken by their
-	// connection's end.
-	// The loop is gone, so Go may write the public blocks: a dialer's
-	// slot is marked closed (a wake without a change could be lost
-	// between its check and its sleep).
+	// Wake the dialers. The loop is gone, so Go may write the public
+	// blocks: a dialer's slot is marked closed first (its command may
+	// still have been in the ring, and a wake without a change could be
+	// lost between its check and its sleep).
 	p.slotMu.Lock()
 	for s, r := range p.refs {
 		if r > 1 {
@@ -396,10 +394,23 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	pb := &p.pub[slot]
 	stp := (*uint32)(unsafe.Pointer(&pb.state))
 	var cancelled error
-	// ctx's end wakes the wait below (a futex wake on a freed page after a
-	// late run is harmless: the kernel answers EFAULT).
-	stop := context.AfterFunc(ctx, func() { futexWake(stp) })
-	defer stop()
+	// ctx's end wakes the wait below; never after Dial returned (the
+	// slot's memory may be gone then).
+	var wakeMu sync.Mutex
+	waiting := true
+	stop := context.AfterFunc(ctx, func() {
+		wakeMu.Lock()
+		if waiting {
+			futexWake(stp)
+		}
+		wakeMu.Unlock()
+	})
+	defer func() {
+		stop()
+		wakeMu.Lock()
+		waiting = false
+		wakeMu.Unlock()
+	}()
 	for {
 		s := atomic.LoadUint32(stp)
 		if s == uint32(StateOpen) || s >= uint32(StateClosing) {
