@@ -300,19 +300,23 @@ func putSockaddr(ss *C.struct_sockaddr_storage, ap netip.AddrPort) int {
 	return unix.SizeofSockaddrInet6
 }
 
-// prepare validates a dial, takes a slot for it and hands its parameters
-// to the C core; the caller then sends cmdDial.
-func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (uint32, uint32, error) {
+// request validates a dial and resolves its host. It reads no pool
+// memory, so it runs before enter: a slow name lookup never holds Close
+// up.
+func (p *Pool) request(ctx context.Context, rawURL string, opts *DialOptions) (*dialRequest, *DialOptions, error) {
 	if p.closed.Load() {
-		return 0, 0, ErrPoolClosed
+		return nil, nil, ErrPoolClosed
 	}
 	if opts == nil {
 		opts = &DialOptions{}
 	}
 	t, err := newDialRequest(ctx, rawURL, opts)
-	if err != nil {
-		return 0, 0, err
-	}
+	return t, opts, err
+}
+
+// prepare takes a slot for a validated dial and hands its parameters to
+// the C core; the caller (inside enter) then sends cmdDial.
+func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error) {
 	var dp C.struct_tl_dial_params
 	dp.addr_len = C.uint32_t(putSockaddr(&dp.addr, t.addrs[0]))
 	if t.local.IsValid() {
@@ -372,11 +376,15 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	req, opts, err := p.request(ctx, rawURL, opts)
+	if err != nil {
+		return Conn{}, err
+	}
 	if !p.enter() {
 		return Conn{}, ErrPoolClosed
 	}
 	defer p.exit()
-	slot, gen, err := p.prepare(ctx, rawURL, opts)
+	slot, gen, err := p.prepare(req, opts)
 	if err != nil {
 		return Conn{}, err
 	}
@@ -458,11 +466,15 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 }
 
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
+	req, opts, err := p.request(context.Background(), rawURL, opts)
+	if err != nil {
+		return Conn{}, err
+	}
 	if !p.enter() {
 		return Conn{}, ErrPoolClosed
 	}
 	defer p.exit()
-	slot, gen, err := p.prepare(context.Background(), rawURL, opts)
+	slot, gen, err := p.prepare(req, opts)
 	if err != nil {
 		return Conn{}, err
 	}

@@ -549,3 +549,37 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions) {
 		t.Errorf("round %d: ConnCount %d after Close", round, n)
 	}
 }
+
+// TestCloseDuringResolve: a Dial stuck in a slow name lookup does not
+// hold Pool.Close up (the lookup reads no pool memory), and returns an
+// error once the lookup ends.
+func TestCloseDuringResolve(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	entered := make(chan struct{}, 16)
+	unblock := make(chan struct{})
+	slow := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		entered <- struct{}{}
+		<-unblock
+		return nil, errors.New("test resolver: no answer")
+	}}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, "ws://slow.talaris.test:1/", &DialOptions{Resolver: slow})
+		done <- err
+	}()
+	<-entered // the lookup is under way
+	start := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	close(unblock)
+	if err := <-done; !errors.Is(err, ErrResolve) && !errors.Is(err, ErrPoolClosed) {
+		t.Errorf("Dial after its lookup ended: %v, want ErrResolve or ErrPoolClosed", err)
+	}
+	if took > time.Second { // generous: it returns in microseconds
+		t.Errorf("Close waited %v for a name lookup", took)
+	}
+}
