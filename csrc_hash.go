@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd248a37d493a934f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xdd888a4297dd267e
 import "C"
 
-const csrcHash = "d248a37d493a934f"
+const csrcHash = "dd888a4297dd267e"
