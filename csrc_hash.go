@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5efe978414850071
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd248a37d493a934f
 import "C"
 
-const csrcHash = "5efe978414850071"
+const csrcHash = "d248a37d493a934f"
