@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5917799ccebf4c8a
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xc9e7f959da976cad
 import "C"
 
-const csrcHash = "5917799ccebf4c8a"
+const csrcHash = "c9e7f959da976cad"

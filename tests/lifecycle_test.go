@@ -384,7 +384,7 @@ func TestPoolCloseRace(t *testing.T) {
 	// 1,000 rounds over ws; the wss rounds run under each TLS backend.
 	// The ws rounds do not depend on the backend: the openssl build runs
 	// fewer of them (CI runs both builds).
-	wsRounds, wssRounds := 1000, 250
+	wsRounds, wssRounds := 1000, 150
 	if TLSBackend() == "openssl" {
 		wsRounds = 100
 	}
