@@ -280,7 +280,15 @@ func TestStates(t *testing.T) {
 		t.Errorf("live Stats %+v, want one message each way", s)
 	}
 	c.Close(CloseNormal, "")
-	pumpUntil(t, p, func(Conn, Event) {}, func() bool { return c.State() == StateClosed }, nil)
+	ended := false
+	pumpUntil(t, p, func(cc Conn, ev Event) {
+		if cc == c && (ev.Kind == EventClose || ev.Kind == EventError) {
+			ended = true
+		}
+	}, func() bool { return ended }, nil)
+	if st := c.State(); st != StateClosed {
+		t.Errorf("ended handle: %v, want closed", st)
+	}
 	if s := c.Stats(); s != (ConnStats{}) {
 		t.Errorf("Stats of an ended handle: %+v, want zero", s)
 	}
