@@ -292,6 +292,12 @@ func TestStates(t *testing.T) {
 	if s := c.Stats(); s != (ConnStats{}) {
 		t.Errorf("Stats of an ended handle: %+v, want zero", s)
 	}
+	if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("SendText on an ended handle: %v, want ErrClosed", err)
+	}
+	if err := c.Close(CloseNormal, ""); !errors.Is(err, ErrClosed) {
+		t.Errorf("Close of an ended handle: %v, want ErrClosed", err)
+	}
 	live := dial(t, p, srv.URL+"/echo")
 	if p.ConnCount() != 21 {
 		t.Errorf("ConnCount %d, want 21", p.ConnCount())
