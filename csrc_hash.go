@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xdd888a4297dd267e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5852f88927dd628a
 import "C"
 
-const csrcHash = "dd888a4297dd267e"
+const csrcHash = "5852f88927dd628a"

@@ -59,6 +59,11 @@ static struct tl_conn *cmd_conn(struct tl_loop *l, const struct tl_cmd *cmd)
 
 static int cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 {
+	/* A dial still in the ring when the pool closes is dropped: started
+	 * after shutdown_all, it would keep the loop (and tl_loop_stop) alive
+	 * for as long as the connection lasts. Go's Close wakes its dialer. */
+	if (l->shutting_down)
+		return CMD_DONE;
 	if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE && !l->conns[cmd->slot].dying) {
 		if (cmd->flags & TL_CMDF_MEMORY)
 			tl_loop_open_memory(l, cmd->slot, cmd->gen);
