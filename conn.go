@@ -111,6 +111,15 @@ func (c Conn) Close(code int, reason string) error {
 	return c.closeConn(code, reason)
 }
 
+// Abort ends the connection at once: no close handshake, output still
+// queued in the loop is dropped and the socket is shut down. The final
+// event is EventError wrapping ErrAborted (Code 1006), whatever the
+// connection was doing (dialing, open, closing). The abort is not held
+// behind queued sends. Safe from any goroutine; on a connection that has
+// already ended it returns ErrClosed, after Pool.Close ErrClosed or
+// ErrPoolClosed.
+func (c Conn) Abort() error { return c.abort() }
+
 // Inject feeds b to a connection made by DialMemory as if its server had
 // sent it: frames are parsed by the C loop and delivered through Pump.
 func (c Conn) Inject(b []byte) error { return c.inject(b) }
@@ -142,4 +151,5 @@ const (
 	cmdPong   = 4
 	cmdClose  = 5
 	cmdInject = 7
+	cmdAbort  = 8
 )

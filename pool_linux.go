@@ -222,7 +222,10 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 		return 0, 0, ErrPoolClosed
 	}
 	if opts == nil {
-		opts = &DialOptions{}
+		opts = &dialDefaults
+	}
+	if err := opts.checkHeartbeat(); err != nil {
+		return 0, 0, err
 	}
 	t, err := newDialRequest(ctx, rawURL, opts)
 	if err != nil {
@@ -250,6 +253,8 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 		dp.insecure = 1
 	}
 	dp.handshake_timeout_ns = C.uint64_t(opts.HandshakeTimeout)
+	dp.ping_interval_ns = C.uint64_t(opts.PingInterval)
+	dp.read_timeout_ns = C.uint64_t(opts.ReadTimeout)
 	var frees []*C.char
 	set := func(dst **C.char, dl *C.size_t, s string) {
 		*dst, *dl = cstr(s)

@@ -402,8 +402,14 @@ static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
 		tl_loop_teardown(l, c);
 		return TL_FEED_DEAD;
 	}
-	/* The server closes TCP first (RFC 6455 7.1.1); bound the wait. */
-	tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+	/* Both close frames are out: the handshake is complete. End our
+	 * sending side (TLS close_notify, then FIN) so the peer, which closes
+	 * TCP first (RFC 6455 7.1.1), is not left waiting for it (Python's
+	 * websockets over TLS waits for our close_notify). Bound the wait for
+	 * its end; a close we started keeps its earlier deadline. */
+	tl_loop_shut_wr(l, c);
+	if (!c->deadline_ns)
+		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 	return TL_FEED_DEAD; /* stop parsing: input is discarded from here */
 }
 

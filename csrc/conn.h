@@ -45,6 +45,7 @@ struct tl_dial {
 	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
 	int insecure;
 	uint64_t handshake_timeout_ns;
+	uint64_t ping_interval_ns, read_timeout_ns; /* heartbeat; 0: off */
 };
 
 /* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
@@ -116,6 +117,13 @@ struct tl_conn {
 
 	struct tl_conn *stall_next; /* on loop->stalled while stalled */
 	uint8_t on_stall_list;
+
+	/* heartbeat (loop.c): read timeout and pings, checked by the timer
+	 * scan, never per message */
+	uint8_t shut_wr;      /* 1: shutdown(SHUT_WR) once the out buffers drain; 2: done */
+	uint64_t hb_ns;       /* next heartbeat check (0: no heartbeat) */
+	uint64_t last_rx_ns;  /* loop's cached clock at the last recv completion */
+	uint64_t last_ping_ns; /* when the loop last sent a heartbeat ping */
 };
 
 /* tl_conn_shared is conn.c's state shared by every connection of a loop

@@ -73,6 +73,8 @@ struct tl_dial_params {
 	const char *ca_pem; size_t ca_pem_len;
 	int32_t insecure;
 	uint64_t handshake_timeout_ns;
+	uint64_t ping_interval_ns;       /* 0: no heartbeat pings */
+	uint64_t read_timeout_ns;        /* 0: no read timeout */
 };
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
@@ -137,6 +139,8 @@ TL_LAYOUT(tl_dial_params, ca_file, 216);
 TL_LAYOUT(tl_dial_params, ca_pem, 232);
 TL_LAYOUT(tl_dial_params, insecure, 248);
 TL_LAYOUT(tl_dial_params, handshake_timeout_ns, 256);
-_Static_assert(sizeof(struct tl_dial_params) == 264, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, ping_interval_ns, 264);
+TL_LAYOUT(tl_dial_params, read_timeout_ns, 272);
+_Static_assert(sizeof(struct tl_dial_params) == 280, "tl_dial_params size");
 
 #endif
