@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xb8196568490752e5
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x104c52cb8d0a5717
 import "C"
 
-const csrcHash = "b8196568490752e5"
+const csrcHash = "104c52cb8d0a5717"

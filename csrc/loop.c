@@ -382,7 +382,7 @@ static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now)
 		c->last_rx_ns = now; /* we stopped reading (back-pressure), not the peer */
 	if (d->read_timeout_ns && now - c->last_rx_ns >= d->read_timeout_ns) {
 		hb_clear(l, c);
-		tl_loop_fail(l, c, TL_E_READ_TIMEOUT, 0, 1006, "nothing received within the read timeout");
+		tl_loop_fail(l, c, TL_E_READ_TIMEOUT, 0, 1006, "no data, ping, pong or close from the peer");
 		return;
 	}
 	if (d->ping_interval_ns && !c->close_sent && !c->send_errno) {
