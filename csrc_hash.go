@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x104c52cb8d0a5717
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5fbcd3c7cb508096
 import "C"
 
-const csrcHash = "104c52cb8d0a5717"
+const csrcHash = "5fbcd3c7cb508096"

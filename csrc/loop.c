@@ -899,6 +899,10 @@ static int space_freed(struct tl_loop *l)
 
 static void shutdown_all(struct tl_loop *l)
 {
+	/* Stalled connections go on (their events are dropped from now on,
+	 * see ring_full in conn.c) so their close handshakes can be read. */
+	if (l->stalled)
+		l->stall_kick = 1; /* (cleared by run_stalled, which runs only when one is) */
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
 		if (c->final_pending) {

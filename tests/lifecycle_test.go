@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -663,6 +664,62 @@ func TestPoolCloseGoingAway(t *testing.T) {
 			t.Errorf("server saw %q, want CLOSED 1001 pool closed", l)
 		}
 		if d > time.Second {
+			t.Errorf("Pool.Close took %v", d)
+		}
+	})
+
+	t.Run("flood_unpumped", func(t *testing.T) {
+		// The server floods (and reads in parallel) and nobody pumps: the
+		// event ring is full and the connection stalled when Close runs.
+		// The close handshake still completes (events are dropped once
+		// the pool closes) well before CloseTimeout.
+		got := make(chan string, 1)
+		srv := wstest.NewRaw(func(c *wstest.RawConn) {
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				msg := make([]byte, 1000)
+				for !stop.Load() {
+					if c.WriteFrame(true, ws.OpBinary, msg) != nil {
+						return
+					}
+				}
+			}()
+			c.SetDeadline(30 * time.Second)
+			code, reason, err := c.ExpectClose()
+			stop.Store(true)
+			wg.Wait()
+			got <- fmt.Sprintf("%d %s %v", code, reason, err)
+			c.WriteClose(code, "")
+			for {
+				if _, _, err := c.ReadFrame(); err != nil {
+					return
+				}
+			}
+		}).Start(t)
+		p, err := NewPool(Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := p.Dial(ctx, srv.URL+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c.Stats().MsgsIn < 512 { // the ring (1024 events) fills (hang guard: the test timeout)
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		t0 := time.Now()
+		p.Close()
+		d := time.Since(t0)
+		g := <-got
+		t.Logf("Pool.Close of a stalled flooded connection took %v (CloseTimeout 5s); server received %q", d, g)
+		if g != "1001 pool closed <nil>" {
+			t.Errorf("server received close %q, want 1001 pool closed", g)
+		}
+		if d > 2*time.Second {
 			t.Errorf("Pool.Close took %v", d)
 		}
 	})
