@@ -74,7 +74,7 @@ type Config struct {
 	MaxConns         uint32        // connections a Pool can hold at once (1024)
 	MaxMessageSize   uint64        // largest message accepted, else close 1009 (16 MiB)
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
-	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN (5s)
+	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN, also in Pool.Close (5s)
 	MaxSendQueue     uint64        // unsent bytes one connection may hold before its commands wait (64 MiB); see above
 }
 
