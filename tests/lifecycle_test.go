@@ -163,11 +163,12 @@ func schemes() []struct {
 // ---- heartbeat ----
 
 // TestReadTimeoutStoppedServer: Python websockets in its own process
-// answers the client's pings (PingInterval 100 ms), so a ReadTimeout of
-// 300 ms never fires on the healthy idle connection (1 s of it, pongs
-// counted); then the server is frozen with SIGSTOP (TCP stays up, nothing
-// flows) and the read timeout fails the connection: EventError wrapping
-// ErrReadTimeout, code 1006, about 300 ms after the last pong.
+// echoes a message; the moment the echo arrives the server is frozen with
+// SIGSTOP (TCP stays up, nothing flows), and a ReadTimeout of 300 ms fails
+// the connection: EventError wrapping ErrReadTimeout, code 1006, about
+// 300 ms after that last receive. (That pongs keep a healthy idle
+// connection within its ReadTimeout is TestPingIntervalKeepsIdleOpen's:
+// a Python process on a loaded machine may well not answer within 300 ms.)
 func TestReadTimeoutStoppedServer(t *testing.T) {
 	for _, sc := range schemes() {
 		t.Run(sc.name, func(t *testing.T) {
@@ -176,39 +177,30 @@ func TestReadTimeoutStoppedServer(t *testing.T) {
 			ctx, cancel := dialCtx(t)
 			defer cancel()
 			opts := sc.opts
-			opts.PingInterval = 100 * time.Millisecond
 			opts.ReadTimeout = 300 * time.Millisecond
 			c, err := p.Dial(ctx, fmt.Sprintf("%s://127.0.0.1:%s/echo", sc.name, pp.port), &opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
-			pongs := 0
-			var lastPong time.Time
-			stopped := false
+			if err := c.SendText([]byte("last words")); err != nil {
+				t.Fatal(err)
+			}
+			var echoAt time.Time
 			f, at := pumpFinal(t, p, c, func(ev Event) {
-				if ev.Kind != EventPong {
-					return
-				}
-				pongs++
-				lastPong = time.Now()
-				if !stopped && time.Since(start) >= time.Second {
+				if ev.Kind == EventText && echoAt.IsZero() {
+					echoAt = time.Now()
 					if err := pp.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 						t.Fatal(err)
 					}
-					stopped = true
 				}
 			})
-			if !stopped {
-				t.Fatalf("connection ended before the server was stopped (%d pongs in %v): %+v", pongs, time.Since(start), f)
+			if echoAt.IsZero() {
+				t.Fatalf("connection ended before the echo (the server was slower than the read timeout): %+v", f)
 			}
-			dt := at.Sub(lastPong)
-			t.Logf("%s %s: %d pongs in the healthy second; read timeout 300ms fired %v after the last pong", TLSBackend(), sc.name, pongs, dt)
+			dt := at.Sub(echoAt)
+			t.Logf("%s %s: read timeout 300ms fired %v after the last receive", TLSBackend(), sc.name, dt)
 			if f.Kind != EventError || !errors.Is(f.Err, ErrReadTimeout) || f.Code != CloseAbnormal {
 				t.Fatalf("final event %+v, want EventError ErrReadTimeout 1006", f)
-			}
-			if pongs < 3 {
-				t.Errorf("%d pongs in a second of 100ms pings", pongs)
 			}
 			if dt < 250*time.Millisecond || dt > 2*time.Second {
 				t.Errorf("read timeout fired %v after the last receive, want about 300ms", dt)
@@ -263,8 +255,8 @@ func newIdleKiller(t *testing.T, idle time.Duration) *idleKiller {
 }
 
 // TestPingIntervalKeepsIdleOpen: a server that drops clients silent for
-// 500 ms drops a client without a heartbeat; with PingInterval 100 ms (and
-// ReadTimeout 300 ms, which the pongs keep from firing) the idle
+// 1 s drops a client without a heartbeat; with PingInterval 100 ms (and
+// ReadTimeout 1 s, which the pongs keep from firing) the idle
 // connection stays open for 10 s (3 s with -short), and the server sees a
 // ping about every 100 ms.
 func TestPingIntervalKeepsIdleOpen(t *testing.T) {
@@ -273,7 +265,7 @@ func TestPingIntervalKeepsIdleOpen(t *testing.T) {
 	defer cancel()
 
 	t.Run("without", func(t *testing.T) {
-		k := newIdleKiller(t, 500*time.Millisecond)
+		k := newIdleKiller(t, time.Second)
 		c, err := p.Dial(ctx, k.URL+"/", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -287,8 +279,8 @@ func TestPingIntervalKeepsIdleOpen(t *testing.T) {
 	})
 
 	t.Run("with", func(t *testing.T) {
-		k := newIdleKiller(t, 500*time.Millisecond)
-		c, err := p.Dial(ctx, k.URL+"/", &DialOptions{PingInterval: 100 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+		k := newIdleKiller(t, time.Second)
+		c, err := p.Dial(ctx, k.URL+"/", &DialOptions{PingInterval: 100 * time.Millisecond, ReadTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

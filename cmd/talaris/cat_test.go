@@ -168,7 +168,7 @@ func TestCatStopsOnIdleStream(t *testing.T) {
 func TestCatHeartbeatFlags(t *testing.T) {
 	t.Run("ping", func(t *testing.T) {
 		srv := newIdleServer(t, false)
-		err, stderr, _ := runCat(t, []string{"--ping", "50ms", "--read-timeout", "200ms", "--duration", "1s", srv.URL + "/"}, nil)
+		err, stderr, _ := runCat(t, []string{"--ping", "50ms", "--read-timeout", "2s", "--duration", "1s", srv.URL + "/"}, nil)
 		if err != nil {
 			t.Fatalf("cat exited with %v; stderr:\n%s", err, stderr)
 		}
