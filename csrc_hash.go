@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5fbcd3c7cb508096
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x2bb22e9f405792a6
 import "C"
 
-const csrcHash = "5fbcd3c7cb508096"
+const csrcHash = "2bb22e9f405792a6"

@@ -105,9 +105,14 @@
 //
 // wss:// uses BoringSSL (Debian's android-libboringssl-dev) by default, or
 // OpenSSL 3 when built with the tag talaris_openssl. Certificates are
-// verified against the system store with SNI and host name checks, and
-// ALPN offers http/1.1; TLSOptions changes the roots or, for tests only,
-// skips verification.
+// verified against the system store with SNI and host name checks (the
+// subjectAltName only, never the subject CN), and ALPN offers http/1.1.
+// TLSOptions changes the roots, presents a client certificate, sets the
+// minimum version and the cipher suites, pins the server's public key
+// (ErrTLSPin), or, for tests only, skips verification. A new Dial to the
+// same address and server name on the same Pool resumes the last TLS
+// session (ConnStats.Resumed). docs/ARCHITECTURE.md has the table of
+// verdicts, the same with either backend.
 //
 // # Platforms
 //

@@ -57,6 +57,7 @@ type pool struct {
 	stopped atomic.Bool // tl_loop_stop returned (set by Close)
 	freed   atomic.Bool
 	closeMu sync.Mutex
+	users   atomic.Int32 // dialers touching the loop's C memory (useC); the last one out after Close frees it
 }
 
 func newPool(cfg Config) (*Pool, error) {
@@ -145,15 +146,42 @@ func (p *Pool) close() error {
 	return nil
 }
 
-// release frees the C loop once Close stopped it and nobody pumps.
+// release frees the C loop once Close stopped it and nobody pumps or
+// dials.
 func (p *Pool) release() {
 	if !p.stopped.Load() {
 		return // Close has not stopped the loop yet; it releases itself
+	}
+	if p.users.Load() != 0 {
+		return // a dialer still reads the slot's public block; it releases on its way out
 	}
 	if p.pumping.CompareAndSwap(0, 2) {
 		if !p.freed.Swap(true) {
 			C.tl_loop_free(p.loop)
 		}
+	}
+}
+
+// useC registers a goroutine that touches the loop's C memory outside the
+// command ring (a dial resets its slot's public block, hands the C core
+// its parameters and waits on the slot's state word), so that a
+// concurrent Close leaves the memory to the last such goroutine to free.
+// It returns false, registering nothing, once the Pool is closed. closed
+// is stored before Close releases, so either release sees this user or
+// this user sees closed.
+func (p *Pool) useC() bool {
+	p.users.Add(1)
+	if p.closed.Load() {
+		p.doneC()
+		return false
+	}
+	return true
+}
+
+// doneC ends a useC section; the last one after Close frees the loop.
+func (p *Pool) doneC() {
+	if p.users.Add(-1) == 0 && p.closed.Load() {
+		p.release()
 	}
 }
 
@@ -231,6 +259,12 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 	if err != nil {
 		return 0, 0, err
 	}
+	// TLS options are checked for ws:// too: a bad value is a bug to hear
+	// about at once, not when the URL changes scheme.
+	tlsPol, err := opts.TLS.policy()
+	if err != nil {
+		return 0, 0, err
+	}
 	var dp C.struct_tl_dial_params
 	port := t.addr.Port()
 	if a := t.addr.Addr(); a.Is4() {
@@ -269,6 +303,17 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 	set(&dp.server_name, &dp.server_name_len, t.serverName)
 	set(&dp.ca_file, &dp.ca_file_len, opts.TLS.RootCAFile)
 	set(&dp.ca_pem, &dp.ca_pem_len, string(opts.TLS.RootCAPEM))
+	if t.tls {
+		set(&dp.client_cert, &dp.client_cert_len, tlsPol.clientCert)
+		set(&dp.client_key, &dp.client_key_len, tlsPol.clientKey)
+		set(&dp.ciphers12, &dp.ciphers12_len, tlsPol.ciphers12)
+		set(&dp.ciphers13, &dp.ciphers13_len, tlsPol.ciphers13)
+		var pins *C.char
+		set(&pins, &dp.pins_len, string(tlsPol.pins))
+		dp.pins = (*C.uint8_t)(unsafe.Pointer(pins))
+		set(&dp.sess_key, &dp.sess_key_len, tlsPol.sessionKey(t.addr.String(), t.serverName))
+		dp.min_version, dp.max_version = C.uint32_t(tlsPol.minVersion), C.uint32_t(tlsPol.maxVersion)
+	}
 	defer func() {
 		for _, f := range frees {
 			C.free(unsafe.Pointer(f))
@@ -290,6 +335,10 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if !p.useC() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.doneC()
 	slot, gen, err := p.prepare(ctx, rawURL, opts)
 	if err != nil {
 		return Conn{}, err
@@ -331,6 +380,10 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 }
 
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
+	if !p.useC() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.doneC()
 	slot, gen, err := p.prepare(context.Background(), rawURL, opts)
 	if err != nil {
 		return Conn{}, err
@@ -342,6 +395,10 @@ func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 }
 
 func (p *Pool) dialMemory() (Conn, error) {
+	if !p.useC() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.doneC()
 	slot, gen, err := p.allocSlot(1)
 	if err != nil {
 		return Conn{}, err

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "http.h"
@@ -16,6 +18,7 @@
 
 struct tl_loop;
 struct tl_tls;
+struct tl_tls_dial;
 
 /* Results of tl_conn_feed (and of the transports that feed it). The
  * numeric values are tl_decoder_feed's documented returns. */
@@ -45,8 +48,22 @@ struct tl_dial {
 	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
 	int insecure;
 	uint64_t handshake_timeout_ns;
+	struct tl_tls_dial *tlsx; /* TLS policy (tls_verify.c), NULL for ws:// */
 	uint64_t ping_interval_ns, read_timeout_ns; /* heartbeat; 0: off */
 };
+
+/* tl_dupn returns a malloced copy of s[0..n) plus a NUL (NULL on no
+ * memory): the dial copies' strings. */
+static inline char *tl_dupn(const void *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (!d)
+		return NULL;
+	if (n)
+		memcpy(d, s, n);
+	d[n] = 0;
+	return d;
+}
 
 /* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
 struct tl_outbuf {

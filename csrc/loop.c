@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "loop.h"
+#include "tls_verify.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -419,6 +420,7 @@ static void free_dial(struct tl_dial *d)
 	free(d->server_name);
 	free(d->ca_file);
 	free(d->ca_pem);
+	tl_tlsv_dial_free(d->tlsx);
 	free(d);
 }
 
@@ -1238,17 +1240,6 @@ struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmdq.r; }
 struct tl_conn_pub *tl_loop_conns(struct tl_loop *l) { return l->pub; }
 struct tl_pool_stats *tl_loop_stats(struct tl_loop *l) { return l->stats; }
 
-static char *dupn(const char *s, size_t n)
-{
-	char *d = malloc(n + 1);
-	if (!d)
-		return NULL;
-	if (n)
-		memcpy(d, s, n);
-	d[n] = 0;
-	return d;
-}
-
 int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p)
 {
 	struct tl_dial *d;
@@ -1267,7 +1258,7 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	d->read_timeout_ns = p->read_timeout_ns;
 #define DUP(f)                                              \
 	do {                                                \
-		d->f = dupn(p->f ? p->f : "", p->f##_len); \
+		d->f = tl_dupn(p->f ? p->f : "", p->f##_len); \
 		d->f##_len = p->f##_len;                    \
 		if (!d->f)                                  \
 			goto fail;                          \
@@ -1280,6 +1271,8 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	DUP(ca_file);
 	DUP(ca_pem);
 #undef DUP
+	if (p->tls && !(d->tlsx = tl_tlsv_dial_copy(p)))
+		goto fail;
 	free_dial(l->dials[slot]);
 	l->dials[slot] = d;
 	return 0;

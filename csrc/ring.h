@@ -65,6 +65,7 @@ enum {
 	TL_TLS_ALPN = 4,
 	TL_TLS_NOT_TLS = 5,
 	TL_TLS_CONFIG = 6, /* CA file unreadable and the like */
+	TL_TLS_PIN = 7,    /* the server's public key matches no pin */
 };
 
 /* Event flag bits */
@@ -156,6 +157,8 @@ struct tl_conn_pub {
 	uint64_t pings_in, pongs_in, wire_in, wire_out;
 	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */
 	char proto[64];   /* agreed subprotocol, NUL-terminated */
+	uint32_t resumed; /* 1: the TLS handshake resumed a cached session */
+	uint32_t pad_;
 };
 
 /* Layouts Go reads and writes through cgo and sync/atomic: a field moved
@@ -205,6 +208,7 @@ TL_LAYOUT(tl_conn_pub, msgs_in, 24);
 TL_LAYOUT(tl_conn_pub, wire_out, 80);
 TL_LAYOUT(tl_conn_pub, detail, 88);
 TL_LAYOUT(tl_conn_pub, proto, 176);
-_Static_assert(sizeof(struct tl_conn_pub) == 240, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, resumed, 240);
+_Static_assert(sizeof(struct tl_conn_pub) == 248, "tl_conn_pub size");
 
 #endif

@@ -73,6 +73,14 @@ struct tl_dial_params {
 	const char *ca_pem; size_t ca_pem_len;
 	int32_t insecure;
 	uint64_t handshake_timeout_ns;
+	/* TLS policy (tls_verify.c); Go checks every value first */
+	const char *client_cert; size_t client_cert_len; /* PEM, leaf first, chain after */
+	const char *client_key; size_t client_key_len;   /* PEM private key */
+	uint32_t min_version, max_version;               /* 0x0303/0x0304; 0: default */
+	const char *ciphers12; size_t ciphers12_len;     /* TLS 1.2 cipher list (library names) */
+	const char *ciphers13; size_t ciphers13_len;     /* TLS 1.3 suites (OpenSSL only) */
+	const uint8_t *pins; size_t pins_len;            /* n x SHA-256 of the server's SPKI */
+	const char *sess_key; size_t sess_key_len;       /* session cache key; empty: no resumption */
 	uint64_t ping_interval_ns;       /* 0: no heartbeat pings */
 	uint64_t read_timeout_ns;        /* 0: no read timeout */
 };
@@ -139,8 +147,15 @@ TL_LAYOUT(tl_dial_params, ca_file, 216);
 TL_LAYOUT(tl_dial_params, ca_pem, 232);
 TL_LAYOUT(tl_dial_params, insecure, 248);
 TL_LAYOUT(tl_dial_params, handshake_timeout_ns, 256);
-TL_LAYOUT(tl_dial_params, ping_interval_ns, 264);
-TL_LAYOUT(tl_dial_params, read_timeout_ns, 272);
-_Static_assert(sizeof(struct tl_dial_params) == 280, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, client_cert, 264);
+TL_LAYOUT(tl_dial_params, client_key, 280);
+TL_LAYOUT(tl_dial_params, min_version, 296);
+TL_LAYOUT(tl_dial_params, ciphers12, 304);
+TL_LAYOUT(tl_dial_params, ciphers13, 320);
+TL_LAYOUT(tl_dial_params, pins, 336);
+TL_LAYOUT(tl_dial_params, sess_key, 352);
+TL_LAYOUT(tl_dial_params, ping_interval_ns, 368);
+TL_LAYOUT(tl_dial_params, read_timeout_ns, 376);
+_Static_assert(sizeof(struct tl_dial_params) == 384, "tl_dial_params size");
 
 #endif

@@ -13,6 +13,7 @@ struct tl_conn;
 /* tl_tls_shared is tls.c's state shared by every connection of a loop. */
 struct tl_tls_shared {
 	void *ctx_default;      /* SSL_CTX for the system store, made on first use */
+	void *sess_cache;       /* tls_verify.c: client TLS sessions, made on first use */
 };
 
 /* tl_tls_start creates c's SSL (verification per its dial parameters) and
@@ -36,7 +37,7 @@ void tl_tls_close_notify(struct tl_conn *c);
 /* tl_tls_free releases c's TLS state (no-op without one). */
 void tl_tls_free(struct tl_conn *c);
 
-/* tl_tls_shared_free releases ts's shared SSL_CTX. */
+/* tl_tls_shared_free releases ts's shared SSL_CTX and session cache. */
 void tl_tls_shared_free(struct tl_tls_shared *ts);
 
 #endif

@@ -35,6 +35,7 @@ func catMain(args []string) error {
 	ca := fs.String("ca", "", "PEM file of trusted root CAs (replaces the system store)")
 	insecure := fs.Bool("insecure", false, "do not verify the server certificate")
 	serverName := fs.String("servername", "", "TLS server name (SNI and certificate check); default: the URL host")
+	tlsf := addTLSFlags(fs)
 	count := fs.Int("count", 0, "stop after this many messages (0: no limit)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: no limit)")
 	timeout := fs.Duration("timeout", 10*time.Second, "connect + TLS + upgrade timeout")
@@ -58,6 +59,9 @@ func catMain(args []string) error {
 		TLS:          talaris.TLSOptions{RootCAFile: *ca, InsecureSkipVerify: *insecure, ServerName: *serverName},
 		PingInterval: *ping,
 		ReadTimeout:  *readTimeout,
+	}
+	if err := tlsf.apply(&opts.TLS); err != nil {
+		return err
 	}
 	for _, h := range headers {
 		k, v, ok := strings.Cut(h, ":")
@@ -288,6 +292,10 @@ func describeDialErr(err error) error {
 		stage, hint = "TLS", "certificate is for another name: check the URL host or --servername"
 	case errors.Is(err, talaris.ErrTLSExpired):
 		stage = "TLS"
+	case errors.Is(err, talaris.ErrTLSPin):
+		stage, hint = "TLS", "the server's public key matches no --pin"
+	case errors.Is(err, talaris.ErrInvalidConfig):
+		stage = "options"
 	case errors.Is(err, talaris.ErrTLSNotTLS):
 		stage, hint = "TLS", "the server does not speak TLS on that port: try ws://"
 	case errors.Is(err, talaris.ErrTLS):
