@@ -26,7 +26,7 @@ var (
 	ErrConnectionLost   = errors.New("talaris: connection lost without a close frame")
 	ErrCloseTimeout     = errors.New("talaris: close handshake timed out")
 	ErrReadTimeout      = errors.New("talaris: nothing received within DialOptions.ReadTimeout")
-	ErrAborted          = errors.New("talaris: connection aborted")
+	ErrAborted          = errors.New("talaris: connection aborted") // by Conn.Abort, or Close while dialing; also matches ErrClosed
 	ErrTLS              = errors.New("talaris: TLS failure")
 	ErrTLSUnknownCA     = errors.New("talaris: TLS certificate signed by an unknown authority")
 	ErrTLSHostname      = errors.New("talaris: TLS certificate does not match the host name")
@@ -155,6 +155,11 @@ func makeErr(e, aux int32, code int, detail string) error {
 	}
 	if c, ok := sub[aux]; ok {
 		cause, parent = c, cause
+	}
+	if e == cErrAborted {
+		// Ended by the user (Abort, or Close while dialing): before
+		// ErrAborted existed this was ErrClosed, and it still matches.
+		parent = ErrClosed
 	}
 	return &ConnError{Cause: cause, Parent: parent, Code: code, Detail: detail}
 }

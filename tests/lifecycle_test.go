@@ -385,8 +385,8 @@ func TestAbort(t *testing.T) {
 		}
 		f, at := pumpFinal(t, p, c, nil)
 		t.Logf("%s: aborted in %v", what, at.Sub(t0))
-		if f.Kind != EventError || !errors.Is(f.Err, ErrAborted) || f.Code != CloseAbnormal {
-			t.Fatalf("%s: final %+v, want EventError ErrAborted 1006", what, f)
+		if f.Kind != EventError || !errors.Is(f.Err, ErrAborted) || !errors.Is(f.Err, ErrClosed) || f.Code != CloseAbnormal {
+			t.Fatalf("%s: final %+v, want EventError ErrAborted (matching ErrClosed too) 1006", what, f)
 		}
 		if d := at.Sub(t0); d > 2*time.Second {
 			t.Errorf("%s: abort took %v", what, d)
