@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5852f88927dd628a
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6d369f33f7d19a6c
 import "C"
 
-const csrcHash = "5852f88927dd628a"
+const csrcHash = "6d369f33f7d19a6c"

@@ -86,6 +86,34 @@
 // pump callback: calls racing it return ErrPoolClosed (Conn.State
 // StateClosed, Stats zero) and never read freed memory, the pump returns
 // ErrPoolClosed, ConnCount is 0 and every handle is StateClosed.
+// # Heartbeat, read timeout and abort
+//
+// DialOptions.PingInterval makes the loop send a ping whenever nothing has
+// arrived on an open connection for that long; DialOptions.ReadTimeout
+// fails a connection on which nothing at all (data, ping, pong) has
+// arrived for that long, with EventError wrapping ErrReadTimeout (code
+// 1006, no close handshake). Both are timers in the C loop: no goroutine
+// per connection, and nothing is done per message (the loop stamps the
+// time of each receive completion and checks lazily when the timer is
+// due). Use a PingInterval below the ReadTimeout so a quiet but healthy
+// peer answers in time; a frozen peer (TCP up, nothing flowing) is then
+// detected within ReadTimeout.
+//
+// Conn.Abort ends a connection at once, without a close handshake and
+// without waiting for queued output: the final event is EventError
+// wrapping ErrAborted.
+//
+// # Closing
+//
+// Conn.Close starts the close handshake. Once both close frames have
+// crossed, the client ends its side of the connection (over TLS with a
+// close_notify, then a TCP FIN), so servers that wait for it (Python's
+// websockets over TLS) close at once; the final EventClose follows when
+// the server has closed TCP. A close that does not complete within
+// Config.CloseTimeout ends with EventError wrapping ErrCloseTimeout.
+// Pool.Close sends 1001 (going away) to every open connection and waits,
+// bounded by CloseTimeout, for their close handshakes before it frees the
+// loop.
 //
 // # Errors
 //

@@ -360,7 +360,11 @@ func (p *Pool) request(ctx context.Context, rawURL string, opts *DialOptions) (*
 		return nil, nil, ErrPoolClosed
 	}
 	if opts == nil {
-		opts = &DialOptions{}
+		d := dialDefaults // a copy: nothing may write the table
+		opts = &d
+	}
+	if err := opts.checkHeartbeat(); err != nil {
+		return nil, nil, err
 	}
 	// TLS options are checked for ws:// too: a bad value is a bug to hear
 	// about at once, not when the URL changes scheme.
@@ -415,6 +419,8 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 		dp.insecure = 1
 	}
 	dp.handshake_timeout_ns = C.uint64_t(opts.HandshakeTimeout)
+	dp.ping_interval_ns = C.uint64_t(opts.PingInterval)
+	dp.read_timeout_ns = C.uint64_t(opts.ReadTimeout)
 	var frees []*C.char
 	set := func(dst **C.char, dl *C.size_t, s string) {
 		*dst, *dl = cstr(s)

@@ -156,6 +156,12 @@ static int cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *p
 	case TL_CMD_CLOSE:
 		c = cmd_conn(l, cmd);
 		return c ? cmd_close(l, c, cmd, payload) : CMD_DONE;
+	case TL_CMD_ABORT:
+		/* At once: nothing queued for the connection is waited for. */
+		c = cmd_conn(l, cmd);
+		if (c)
+			tl_loop_abort(l, c);
+		return CMD_DONE;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
 	case TL_CMD_PONG:

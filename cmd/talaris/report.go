@@ -128,8 +128,8 @@ func isTalaris(r Result) bool { return strings.HasPrefix(r.Client, "talaris") }
 // isTalarisUnsampled: a talaris row without stage sampling (the targets
 // compare those; the +sampleN rows measure what sampling costs).
 func isTalarisUnsampled(r Result) bool { return isTalaris(r) && !strings.Contains(r.Client, "+sample") }
-func isRust(r Result) bool    { return strings.HasPrefix(r.Client, "rust-talaris") }
-func isGoPeer(r Result) bool  { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
+func isRust(r Result) bool             { return strings.HasPrefix(r.Client, "rust-talaris") }
+func isGoPeer(r Result) bool           { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
 
 // targets checks the ratios of issue 5 on this run's numbers.
 func (b *bench) targets() string {
