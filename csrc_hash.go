@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc9e7f959da976cad
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5852f88927dd628a
 import "C"
 
-const csrcHash = "c9e7f959da976cad"
+const csrcHash = "5852f88927dd628a"

@@ -1,6 +1,12 @@
 package talaris
 
-import "context"
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+var errNilWriter = errors.New("talaris: WritePrometheus: nil io.Writer")
 
 // Pool owns one C loop thread, its io_uring, its rings and a set of
 // connections. Create it with NewPool; one goroutine pumps it. Without
@@ -30,8 +36,10 @@ func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
 // did: Close may be called from a pump callback and returns promptly).
 // Close is idempotent and safe against every concurrent call: a method
 // racing it, or called after it, returns ErrPoolClosed (Conn.State:
-// StateClosed, Stats: zero); it never reads freed memory. After Close
-// ConnCount is 0 and every handle reports StateClosed.
+// StateClosed, Conn.Stats: zero); it never reads freed memory. After Close
+// ConnCount is 0 and every handle reports StateClosed; Pool.Stats and
+// Pool.Metrics keep reporting the counters as they were when the loop
+// stopped.
 func (p *Pool) Close() error { return p.close() }
 
 // ConnCount returns the number of connections of the pool that have not
@@ -77,7 +85,7 @@ func (p *Pool) DialMemory() (Conn, error) { return p.dialMemory() }
 // batch. It blocks until at least one event was delivered and returns how
 // many were. Only one goroutine may pump a Pool at a time; a second gets
 // ErrConcurrentPump. After Close it returns ErrPoolClosed.
-func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil) }
+func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, nil) }
 
 // PumpData is Pump for data messages: open, ping, pong, close and error
 // events go to Config.OnEvent, in order with the data, or are consumed
@@ -90,7 +98,7 @@ func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil) 
 // the last one's final event was just consumed (that event wakes a
 // sleeping PumpData). A Dial or DialAsync counts from the moment it is
 // called. Pump, by contrast, blocks until Close.
-func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn) }
+func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn, nil) }
 
 // PumpSpin busy-polls the ring up to iters times and delivers the first
 // batch it finds (non-data events to Config.OnEvent, as PumpData); it
@@ -103,3 +111,35 @@ func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil,
 
 // PumpEventsNowait is PumpNowait for every event kind.
 func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn, 1) }
+
+// PumpStamped is PumpData whose callback also gets the message's stage
+// stamps: zero unless the message was sampled (Config.SampleEvery), so a
+// caller can relate its own clock (an exchange timestamp, say) to the
+// moment the kernel handed over the bytes. It blocks until at least one
+// message was delivered, allocates nothing per message, and records the
+// sampled messages in Metrics like the other pumps.
+func (p *Pool) PumpStamped(fn StampedFunc) (int, error) { return p.pumpStamped(fn) }
+
+// Metrics returns the pool's stage latency histograms, cumulative since
+// NewPool, and its counters. The histograms hold the sampled messages
+// (Config.SampleEvery; empty when sampling is off) that a pump has passed;
+// samples a pump call is still working on appear when it returns. Safe
+// from any goroutine, also during and after Close (the counters then keep
+// their final values).
+func (p *Pool) Metrics() Metrics { return p.metrics(false) }
+
+// MetricsInterval is Metrics with the histograms of the interval since the
+// previous MetricsInterval call (or NewPool), for dashboards that want
+// per-interval latency; it starts a new interval. The counters stay
+// cumulative, and Metrics (and WritePrometheus) are not affected.
+func (p *Pool) MetricsInterval() Metrics { return p.metrics(true) }
+
+// WritePrometheus writes Metrics in the Prometheus text format with the
+// label pool="<Config.Name>": see WriteMetricsPrometheus for the families.
+func (p *Pool) WritePrometheus(w io.Writer) error {
+	if w == nil {
+		return errNilWriter
+	}
+	m := p.Metrics()
+	return writePrometheus(w, p.name(), &m)
+}

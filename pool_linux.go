@@ -73,6 +73,16 @@ type pool struct {
 	// is consumed without a callback (the caller never got the Conn; Dial
 	// returned the error). EventOpen clears it.
 	quiet []atomic.Uint32
+
+	// rec folds the stamps of sampled messages into Metrics' histograms
+	// (nil when Config.SampleEvery is 0). Written only by the pumper.
+	rec   *metricsRecorder
+	start time.Time
+	// freeMu keeps tl_loop_free from running while a reader of the C
+	// counters (Stats, Metrics) is between its freed check and its loads;
+	// final holds the counters as they were when the loop was freed.
+	freeMu sync.RWMutex
+	final  C.struct_tl_pool_stats
 }
 
 // closingBias is added to inflight by Close: far above any real count.
@@ -124,6 +134,7 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.handshake_timeout_ns = C.uint64_t(d.HandshakeTimeout)
 	cc.close_timeout_ns = C.uint64_t(d.CloseTimeout)
 	cc.max_send_queue = C.uint64_t(d.MaxSendQueue)
+	cc.sample_every = C.uint32_t(d.SampleEvery)
 
 	var cerr C.int
 	var msg [160]C.char
@@ -133,7 +144,12 @@ func newPool(cfg Config) (*Pool, error) {
 	}
 	p := &Pool{}
 	p.loop, p.cfg = loop, d
+	p.start = time.Now()
+	if d.SampleEvery != 0 {
+		p.rec = newMetricsRecorder()
+	}
 	p.ev = newEvConsumer(loop, p)
+	p.ev.rec = p.rec
 	p.ev.onEvent = d.OnEvent
 	evr := C.tl_loop_evring(loop)
 	p.consSleeping = (*uint32)(unsafe.Pointer(&evr.cons_sleeping))
@@ -209,9 +225,13 @@ func (p *Pool) release() {
 		return // Close has not stopped the loop yet; it releases itself
 	}
 	if p.pumping.CompareAndSwap(0, 2) {
-		if !p.freed.Swap(true) {
+		p.freeMu.Lock()
+		if !p.freed.Load() {
+			p.final = *p.cstats // the loop thread has exited: plain reads are fine
+			p.freed.Store(true)
 			C.tl_loop_free(p.loop)
 		}
+		p.freeMu.Unlock()
 	}
 }
 
@@ -222,18 +242,50 @@ func (p *Pool) connCount() int {
 	return int(p.nconns.Load())
 }
 
-func (p *Pool) poolStats() PoolStats {
-	if !p.enter() {
-		return PoolStats{}
+// loadStats copies the loop's counters: live ones with atomic loads, the
+// final copy once the loop is freed.
+func (p *Pool) loadStats() C.struct_tl_pool_stats {
+	p.freeMu.RLock()
+	defer p.freeMu.RUnlock()
+	if p.freed.Load() {
+		return p.final
 	}
-	defer p.exit()
-	s := p.cstats
-	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
+	var out C.struct_tl_pool_stats
+	src := unsafe.Slice((*uint64)(unsafe.Pointer(p.cstats)), unsafe.Sizeof(out)/8)
+	dst := unsafe.Slice((*uint64)(unsafe.Pointer(&out)), unsafe.Sizeof(out)/8)
+	for i := range src {
+		dst[i] = atomic.LoadUint64(&src[i])
+	}
+	return out
+}
+
+func (p *Pool) poolStats() PoolStats {
+	s := p.loadStats()
 	return PoolStats{
-		Events: ld(&s.events), Batches: ld(&s.batches), CQEs: ld(&s.cqes), Rearms: ld(&s.rearms),
-		NoBufs: ld(&s.nobufs), Stalls: ld(&s.stalls), LoopWakes: ld(&s.loop_wakes), PumpSleeps: ld(&s.pump_sleeps),
+		Events: uint64(s.events), Batches: uint64(s.batches), CQEs: uint64(s.cqes), Rearms: uint64(s.rearms),
+		NoBufs: uint64(s.nobufs), Stalls: uint64(s.stalls), LoopWakes: uint64(s.loop_wakes),
+		PumpSleeps: uint64(s.pump_sleeps),
 	}
 }
+
+// metrics is Metrics (reset false) or MetricsInterval (reset true).
+func (p *Pool) metrics(reset bool) Metrics {
+	var m Metrics
+	if p.rec != nil {
+		m = p.rec.snapshot(reset)
+	} else {
+		m.Elapsed = time.Since(p.start)
+	}
+	s := p.loadStats()
+	m.Messages, m.Bytes, m.WireBytes = uint64(s.msgs), uint64(s.bytes), uint64(s.wire_bytes)
+	m.Events, m.Completions, m.Rearms = uint64(s.events), uint64(s.cqes), uint64(s.rearms)
+	m.NoBufs, m.Stalls, m.Batches = uint64(s.nobufs), uint64(s.stalls), uint64(s.batches)
+	m.PumpSleeps, m.LoopWakes = uint64(s.pump_sleeps), uint64(s.loop_wakes)
+	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full), uint64(s.reconnects)
+	return m
+}
+
+func (p *Pool) name() string { return p.cfg.Name }
 
 // allocSlot takes a free connection slot with refs references and a new
 // generation.
@@ -310,8 +362,30 @@ func (p *Pool) request(ctx context.Context, rawURL string, opts *DialOptions) (*
 	if opts == nil {
 		opts = &DialOptions{}
 	}
+	// TLS options are checked for ws:// too: a bad value is a bug to hear
+	// about at once, not when the URL changes scheme.
+	pol, err := opts.TLS.policy()
+	if err != nil {
+		return nil, nil, err
+	}
 	t, err := newDialRequest(ctx, rawURL, opts)
-	return t, opts, err
+	if err != nil {
+		return nil, nil, err
+	}
+	t.pol = pol
+	return t, opts, nil
+}
+
+// logDial logs a dial that starts (err nil) or could not start to
+// Config.Logger.
+func (p *Pool) logDial(rawURL string, slot, gen uint32, err error) {
+	if l := p.cfg.Logger; l != nil {
+		if err != nil {
+			logDialFailed(l, p.cfg.Name, rawURL, err)
+		} else {
+			logDialing(l, p.cfg.Name, Conn{p: p, slot: slot, gen: gen}, rawURL)
+		}
+	}
 }
 
 // prepare takes a slot for a validated dial and hands its parameters to
@@ -355,6 +429,18 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 	set(&dp.server_name, &dp.server_name_len, t.serverName)
 	set(&dp.ca_file, &dp.ca_file_len, opts.TLS.RootCAFile)
 	set(&dp.ca_pem, &dp.ca_pem_len, string(opts.TLS.RootCAPEM))
+	if t.tls {
+		pol := t.pol
+		set(&dp.client_cert, &dp.client_cert_len, pol.clientCert)
+		set(&dp.client_key, &dp.client_key_len, pol.clientKey)
+		set(&dp.ciphers12, &dp.ciphers12_len, pol.ciphers12)
+		set(&dp.ciphers13, &dp.ciphers13_len, pol.ciphers13)
+		var pins *C.char
+		set(&pins, &dp.pins_len, string(pol.pins))
+		dp.pins = (*C.uint8_t)(unsafe.Pointer(pins))
+		set(&dp.sess_key, &dp.sess_key_len, pol.sessionKey(t.addrs[0].String(), t.serverName))
+		dp.min_version, dp.max_version = C.uint32_t(pol.minVersion), C.uint32_t(pol.maxVersion)
+	}
 	defer func() {
 		for _, f := range frees {
 			C.free(unsafe.Pointer(f))
@@ -378,6 +464,7 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	}
 	req, opts, err := p.request(ctx, rawURL, opts)
 	if err != nil {
+		p.logDial(rawURL, 0, 0, err)
 		return Conn{}, err
 	}
 	if !p.enter() {
@@ -385,6 +472,7 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	}
 	defer p.exit()
 	slot, gen, err := p.prepare(req, opts)
+	p.logDial(rawURL, slot, gen, err)
 	if err != nil {
 		return Conn{}, err
 	}
@@ -423,8 +511,16 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 		waiting = false
 		abortMu.Unlock()
 	}()
+	// wss: log "TLS done" once the state passed the TLS handshake (the
+	// upgrade started; a later state may be all Dial sees).
+	tlsPending := p.cfg.Logger != nil && req.tls
 	for {
 		s := atomic.LoadUint32(stp)
+		if tlsPending && (s == uint32(StateUpgrading) || s == uint32(StateOpen) ||
+			atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) != 0) {
+			tlsPending = false
+			logTLSDone(p.cfg.Logger, p.cfg.Name, c)
+		}
 		if s == uint32(StateOpen) || s >= uint32(StateClosing) {
 			// A connection that opened and then already ended (a short
 			// stream, a drop) is still a successful dial: its events,
@@ -440,7 +536,9 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 				cancelled = ctx.Err() // aborted by the context before Dial looked
 			}
 			if cancelled != nil {
-				return Conn{}, fmt.Errorf("%w: %w", ErrTimeout, cancelled)
+				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
+				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
+				return Conn{}, err
 			}
 			if p.closed.Load() {
 				return Conn{}, ErrPoolClosed
@@ -465,6 +563,7 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 	req, opts, err := p.request(context.Background(), rawURL, opts)
 	if err != nil {
+		p.logDial(rawURL, 0, 0, err)
 		return Conn{}, err
 	}
 	if !p.enter() {
@@ -472,6 +571,7 @@ func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 	}
 	defer p.exit()
 	slot, gen, err := p.prepare(req, opts)
+	p.logDial(rawURL, slot, gen, err)
 	if err != nil {
 		return Conn{}, err
 	}

@@ -191,6 +191,7 @@ type dialRequest struct {
 	*target
 	headers   string
 	protocols string
+	pol       *tlsPolicy // TLSOptions, checked and translated
 }
 
 // newDialRequest validates a Dial's URL and options (nil opts: defaults).
