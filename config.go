@@ -21,6 +21,15 @@ const (
 	WaitSpin
 	// WaitSpinThenBlock spins for SpinTime, then sleeps.
 	WaitSpinThenBlock
+	// WaitAdaptive spins only while traffic is recent, then sleeps. The
+	// pump spins up to SpinTime for events when its previous wait for
+	// events ended within SpinTime, and sleeps at once otherwise. The loop
+	// spins up to SpinTime after publishing events when the previous
+	// command (a send, say from a callback answering a message) followed
+	// its publish within SpinTime, and sleeps otherwise; it never spins
+	// waiting for the network. An idle pool, or one that only reads a
+	// slow feed, spins not at all.
+	WaitAdaptive
 )
 
 // Setup flags for the io_uring instance (Config.RingFlags). They map to the

@@ -57,6 +57,10 @@ type pool struct {
 	stopped atomic.Bool // tl_loop_stop returned (set by Close)
 	freed   atomic.Bool
 	closeMu sync.Mutex
+
+	// lastWait is how long the pump's previous wait for events lasted
+	// (WaitAdaptive spins only while it is short); owned by the pumper.
+	lastWait time.Duration
 }
 
 func newPool(cfg Config) (*Pool, error) {

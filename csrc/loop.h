@@ -92,6 +92,10 @@ struct tl_loop {
 
 	struct tl_conn_shared cs; /* conn.c's state shared by all connections */
 	struct tl_tls_shared ts;  /* tls.c's state shared by all connections */
+
+	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
+	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
+	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */
 };
 
 /* loop.c */

@@ -100,23 +100,58 @@ func histInto(r *Result, h *hdrhistogram.Histogram) {
 type talVariant struct {
 	name       string
 	loop, cons talaris.WaitStrategy
-	spin       bool
+	spin       bool          // pump with PumpSpin instead of PumpData
 	spinTime   time.Duration // Config.SpinTime (0: the default)
+	ringFlags  uint32        // Config.RingFlags (0: the default)
 }
 
+// talVariants are the talaris configurations the bench can run (--variants).
+// "default" is the zero Config: whatever WaitDefault means on this machine.
 var talVariants = []talVariant{
-	{"block", talaris.WaitBlock, talaris.WaitBlock, false, 0},
-	{"spin", talaris.WaitSpin, talaris.WaitSpin, true, 0},
-	{"spin-then-block", talaris.WaitSpinThenBlock, talaris.WaitSpinThenBlock, false, 0},
+	{name: "default"},
+	{name: "block", loop: talaris.WaitBlock, cons: talaris.WaitBlock},
+	{name: "spin", loop: talaris.WaitSpin, cons: talaris.WaitSpin, spin: true},
+	{name: "spin-then-block", loop: talaris.WaitSpinThenBlock, cons: talaris.WaitSpinThenBlock},
+	{name: "adaptive", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive},
 	// The loop blocks; the pump spins 5us before it sleeps, so a flood's next
 	// batch usually finds it awake (no futex wake-up per batch).
-	{"block+pumpspin", talaris.WaitBlock, talaris.WaitSpinThenBlock, false, 5 * time.Microsecond},
+	{name: "block+pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock, spinTime: 5 * time.Microsecond},
+	// Variants measured while choosing the default (issue 9).
+	{name: "adaptive20", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 20 * time.Microsecond},
+	{name: "adaptive100", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 100 * time.Microsecond},
+	{name: "adaptive200", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 200 * time.Microsecond},
+	{name: "adaptive-pump", loop: talaris.WaitBlock, cons: talaris.WaitAdaptive},
+	{name: "adaptive-loop", loop: talaris.WaitAdaptive, cons: talaris.WaitBlock},
+	{name: "loopspin", loop: talaris.WaitSpinThenBlock, cons: talaris.WaitBlock},
+	{name: "pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock},
+	{name: "sqpoll", ringFlags: talaris.RingSQPoll | talaris.RingSingleIssuer},
+}
+
+// variantNames lists the variants for --help.
+func variantNames() string {
+	var n []string
+	for _, v := range talVariants {
+		n = append(n, v.name)
+	}
+	return strings.Join(n, ",")
+}
+
+// variant returns the talVariant called name.
+func variant(name string) talVariant {
+	for _, v := range talVariants {
+		if v.name == name {
+			return v
+		}
+	}
+	panic("no talaris variant " + name)
 }
 
 type bench struct {
 	workloads, clients, variants  map[string]bool
 	conns                         []int
 	warm, dur, latDur, rttDur     time.Duration
+	idleDur, ordersDur            time.Duration
+	stallBytes                    int64
 	rate, decodeN, decodeRounds   int
 	clientCPU, serverCPU, loopCPU int
 	tlsMode                       string
@@ -151,15 +186,18 @@ func benchMain(args []string) error {
 		fs.PrintDefaults()
 	}
 	b := &bench{}
-	workloads := fs.String("workloads", "decode,ingress,latency,rtt", "workloads to run (floor runs with plain ingress)")
+	workloads := fs.String("workloads", "decode,ingress,latency,rtt,orders,idle", "workloads to run (floor runs with plain ingress)")
 	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
-	variants := fs.String("variants", "block,spin,spin-then-block", "talaris wait strategies to run")
+	variants := fs.String("variants", "default,block,spin,spin-then-block,adaptive", "talaris configurations to run: "+variantNames())
 	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
 	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
 	fs.DurationVar(&b.warm, "warmup", 300*time.Millisecond, "warm-up before each measurement")
 	fs.DurationVar(&b.dur, "duration", 2*time.Second, "measurement time per ingress run")
 	fs.DurationVar(&b.latDur, "lat-duration", 10*time.Second, "measurement time per latency run")
 	fs.DurationVar(&b.rttDur, "rtt-duration", 3*time.Second, "measurement time per rtt run")
+	fs.DurationVar(&b.ordersDur, "orders-duration", 3*time.Second, "measurement time per orders run")
+	fs.DurationVar(&b.idleDur, "idle-duration", 10*time.Second, "idle workload: process CPU measured over this long")
+	fs.Int64Var(&b.stallBytes, "stall-bytes", 8<<20, "orders workload: bytes at most sent to the connection whose peer stopped reading (keep it under Config.MaxSendQueue while sends to a full queue block)")
 	fs.IntVar(&b.rate, "rate", 20000, "latency workload: messages per second")
 	fs.IntVar(&b.decodeN, "decode-n", 100000, "decode workload: messages per round")
 	fs.IntVar(&b.decodeRounds, "decode-rounds", 5, "decode workload: rounds (best is reported)")
@@ -188,6 +226,8 @@ func benchMain(args []string) error {
 		def("duration", func() { b.dur = 500 * time.Millisecond })
 		def("lat-duration", func() { b.latDur = 3 * time.Second })
 		def("rtt-duration", func() { b.rttDur = time.Second })
+		def("orders-duration", func() { b.ordersDur = time.Second })
+		def("idle-duration", func() { b.idleDur = 3 * time.Second })
 		def("decode-rounds", func() { b.decodeRounds = 3 })
 	}
 	b.workloads, b.clients, b.variants = splitSet(*workloads), splitSet(*clients), splitSet(*variants)
@@ -289,8 +329,10 @@ func summaryOf(r *Result) string {
 		return fmt.Sprintf("%8.1f ns/msg", r.NsPerMsg)
 	case "ingress":
 		return fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.2f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
+	case "idle":
+		return fmt.Sprintf("CPU %.2f %% of one core (%.1f ms in %.1f s)", idlePct(*r), r.CPUSecs*1e3, r.Secs)
 	default:
-		return fmt.Sprintf("p50 %7.1f  p99 %8.1f  p99.9 %8.1f  max %8.1f us (n=%d)", r.P50, r.P99, r.P999, r.Max, r.Count)
+		return fmt.Sprintf("p50 %7.1f  p99 %8.1f  p99.9 %8.1f  max %8.1f us (n=%d) CPU %.1f us/sample", r.P50, r.P99, r.P999, r.Max, r.Count, cpuPerSample(*r))
 	}
 }
 
@@ -485,6 +527,44 @@ func (b *bench) plan() []job {
 			}
 		}
 	}
+	if b.workloads["orders"] {
+		base := job{workload: "orders", transport: "ws", size: 64, conns: 3}
+		if want("talaris") {
+			for _, v := range tvs {
+				j := base
+				j.label, j.client = "orders talaris/"+v.name, "talaris/"+v.name
+				j.run = func() (Result, error) { return b.talOrders(v) }
+				add(j)
+			}
+		}
+		for _, p := range goPeers {
+			if want(p.name) {
+				j := base
+				j.label, j.client = "orders "+p.name, p.name
+				j.run = func() (Result, error) { return b.peerOrders(p) }
+				add(j)
+			}
+		}
+	}
+	if b.workloads["idle"] {
+		base := job{workload: "idle", transport: "ws", conns: 1}
+		if want("talaris") {
+			for _, v := range tvs {
+				j := base
+				j.label, j.client = "idle talaris/"+v.name, "talaris/"+v.name
+				j.run = func() (Result, error) { return b.talIdle(v) }
+				add(j)
+			}
+		}
+		for _, p := range goPeers {
+			if want(p.name) {
+				j := base
+				j.label, j.client = "idle "+p.name, p.name
+				j.run = func() (Result, error) { return b.peerIdle(p) }
+				add(j)
+			}
+		}
+	}
 	return jobs
 }
 
@@ -647,7 +727,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 // ---- ingress ----
 
 func (b *bench) talPool(v talVariant) (*talaris.Pool, error) {
-	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime}
+	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
@@ -967,6 +1047,8 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	recording := false
 	got := false
 	var frames uint64
+	var c0 float64
+	var t0rec time.Time
 	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) {
 		got = true
 		if recording && wl == "latency" && len(pl) >= 16 {
@@ -982,7 +1064,9 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	msg := make([]byte, 64)
 	for {
 		now := time.Now()
-		recording = now.After(warmEnd)
+		if !recording && now.After(warmEnd) {
+			recording, c0, t0rec = true, cpuSeconds(), now
+		}
 		if now.After(end) {
 			break
 		}
@@ -1008,6 +1092,9 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 		}
 	}
 	r := Result{Frames: frames, Bytes: frames * 64}
+	if recording {
+		r.Secs, r.CPUSecs = time.Since(t0rec).Seconds(), cpuSeconds()-c0
+	}
 	histInto(&r, h)
 	return r, nil
 }
@@ -1021,6 +1108,8 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 	}
 	defer pc.close()
 	h := newHist()
+	var c0, c1 float64
+	var t0, t1 time.Time
 	if wl == "latency" {
 		var rec atomic.Bool
 		done := make(chan struct{})
@@ -1033,9 +1122,11 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 			})
 		}()
 		time.Sleep(b.warm)
+		c0, t0 = cpuSeconds(), time.Now()
 		rec.Store(true)
 		time.Sleep(b.latDur)
 		rec.Store(false)
+		c1, t1 = cpuSeconds(), time.Now()
 		pc.close()
 		<-done
 	} else {
@@ -1043,7 +1134,7 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 		start := time.Now()
 		for i := uint64(0); time.Since(start) < b.warm+b.rttDur; i++ {
 			binary.LittleEndian.PutUint64(msg, i)
-			t0 := time.Now()
+			t := time.Now()
 			if err := pc.write(msg); err != nil {
 				return Result{}, err
 			}
@@ -1051,11 +1142,18 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 				return Result{}, err
 			}
 			if time.Since(start) > b.warm {
-				h.RecordValue(max(int64(time.Since(t0)), 1))
+				if t0.IsZero() {
+					c0, t0 = cpuSeconds(), t
+				}
+				h.RecordValue(max(int64(time.Since(t)), 1))
 			}
 		}
+		c1, t1 = cpuSeconds(), time.Now()
 	}
 	r := Result{Frames: uint64(h.TotalCount()), Bytes: uint64(h.TotalCount()) * 64}
+	if !t0.IsZero() {
+		r.Secs, r.CPUSecs = t1.Sub(t0).Seconds(), c1-c0
+	}
 	histInto(&r, h)
 	return r, nil
 }

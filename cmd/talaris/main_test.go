@@ -106,7 +106,7 @@ func TestBenchHarness(t *testing.T) {
 			t.Fatalf("%s: %d bytes for %d frames of 64 B", name, r.Bytes, r.Frames)
 		}
 	}
-	r, err := b.talIngress(talVariants[2], flood, 2, nil)
+	r, err := b.talIngress(variant("spin-then-block"), flood, 2, nil)
 	r.Workload = "ingress"
 	check("talaris ingress", r, err)
 	r, err = b.peerIngress(goPeers[1], flood, 2, false)
@@ -115,9 +115,9 @@ func TestBenchHarness(t *testing.T) {
 	r, err = b.floor(addr, "/flood?size=64", 64, 1)
 	r.Workload = "ingress"
 	check("floor", r, err)
-	r, err = b.talLatency("latency", talVariants[0], "ws://"+addr+"/paced?size=64&rate=5000")
+	r, err = b.talLatency("latency", variant("block"), "ws://"+addr+"/paced?size=64&rate=5000")
 	check("talaris latency", r, err)
-	r, err = b.talLatency("rtt", talVariants[0], "ws://"+addr+"/echo")
+	r, err = b.talLatency("rtt", variant("block"), "ws://"+addr+"/echo")
 	check("talaris rtt", r, err)
 	r, err = b.peerLatency("rtt", goPeers[2], "ws://"+addr+"/echo")
 	check("gws rtt", r, err)

@@ -91,17 +91,62 @@ func (b *bench) markdownTables() string {
 		} else {
 			fmt.Fprintf(&s, "### rtt: echo round trip, 64 B, one message outstanding, %v per run (microseconds)\n\n", b.rttDur)
 		}
-		s.WriteString("| client | p50 | p99 | p99.9 | max | samples |\n|---|---:|---:|---:|---:|---:|\n")
+		latencyTable(&s, rs, errCell)
+	}
+	if rs := by("orders"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### orders: echo round trip of 64 B orders on connection O while the same client reads a flood on F and keeps sending %d KiB messages to S, whose peer stopped reading (at most %d MiB); %v per run (microseconds)\n\n", stuckMsg>>10, b.stallBytes>>20, b.ordersDur)
+		latencyTable(&s, rs, errCell)
+		for _, r := range rs {
+			if r.Note != "" && r.Err == "" {
+				fmt.Fprintf(&s, "- %s: %s\n", r.Client, r.Note)
+			}
+		}
+		s.WriteString("\n")
+	}
+	if rs := by("idle"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### idle: process CPU (getrusage) with one open, quiet connection and a goroutine waiting in the pump (Go peers: in a read), over %v\n\n", b.idleDur)
+		s.WriteString("| client | CPU % of one core | CPU ms |\n|---|---:|---:|\n")
 		for _, r := range rs {
 			if r.Err != "" {
-				fmt.Fprintf(&s, "| %s | %s | | | | |\n", r.Client, errCell(r))
+				fmt.Fprintf(&s, "| %s | %s | |\n", r.Client, errCell(r))
 				continue
 			}
-			fmt.Fprintf(&s, "| %s | %.1f | %.1f | %.1f | %.1f | %d |\n", r.Client, r.P50, r.P99, r.P999, r.Max, r.Count)
+			fmt.Fprintf(&s, "| %s | %.2f | %.1f |\n", r.Client, idlePct(r), r.CPUSecs*1e3)
 		}
 		s.WriteString("\n")
 	}
 	return s.String()
+}
+
+// latencyTable writes the percentile table of latency, rtt or orders
+// results, with the process CPU time per sample where it was measured.
+func latencyTable(s *strings.Builder, rs []Result, errCell func(Result) string) {
+	s.WriteString("| client | p50 | p99 | p99.9 | max | samples | CPU us / sample |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		if r.Err != "" {
+			fmt.Fprintf(s, "| %s | %s | | | | | |\n", r.Client, errCell(r))
+			continue
+		}
+		fmt.Fprintf(s, "| %s | %.1f | %.1f | %.1f | %.1f | %d | %s |\n", r.Client, r.P50, r.P99, r.P999, r.Max, r.Count, fmtF(cpuPerSample(r), 1))
+	}
+	s.WriteString("\n")
+}
+
+// cpuPerSample is the process CPU time per latency sample in microseconds
+// (0 when not measured).
+func cpuPerSample(r Result) float64 {
+	if r.Count == 0 || r.CPUSecs == 0 {
+		return 0
+	}
+	return r.CPUSecs * 1e6 / float64(r.Count)
+}
+
+// idlePct is an idle result's CPU time as a percentage of one core.
+func idlePct(r Result) float64 {
+	if r.Secs == 0 {
+		return 0
+	}
+	return 100 * r.CPUSecs / r.Secs
 }
 
 // bestOf returns the best value of metric among results of a workload
