@@ -194,6 +194,11 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
 				if time.Since(start) >= spinFor {
 					break
 				}
+				if i != 0 && p.cfg.ConsumerWait == WaitAdaptive {
+					// Let the loop thread run if it waits for this CPU
+					// (a busy machine): it is what we spin for.
+					osYield()
+				}
 			}
 		}
 		// Sleep: announce, recheck, then wait on the futex word.

@@ -188,7 +188,7 @@ func benchMain(args []string) error {
 	b := &bench{}
 	workloads := fs.String("workloads", "decode,ingress,latency,rtt,orders,idle", "workloads to run (floor runs with plain ingress)")
 	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
-	variants := fs.String("variants", "default,block,spin,spin-then-block,adaptive", "talaris configurations to run: "+variantNames())
+	variants := fs.String("variants", "default,block,spin,spin-then-block", "talaris configurations to run: "+variantNames())
 	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
 	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
 	fs.DurationVar(&b.warm, "warmup", 300*time.Millisecond, "warm-up before each measurement")
