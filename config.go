@@ -10,7 +10,7 @@ import (
 type WaitStrategy uint8
 
 const (
-	// WaitDefault is WaitAdaptive on both sides, with SpinTime 50us.
+	// WaitDefault is WaitAdaptive on both sides, with SpinTime 20us.
 	// Chosen with `talaris bench` on a 2-CPU machine with the peer on the
 	// same box (docs/ARCHITECTURE.md, "Wait strategies", has the numbers):
 	// WaitBlock there wakes a sleeping thread three times per order round
@@ -89,7 +89,7 @@ type Config struct {
 	LoopCPUSet   bool          // LoopCPU is meaningful (so CPU 0 can be chosen)
 	LoopWait     WaitStrategy  // how the loop thread waits for work
 	ConsumerWait WaitStrategy  // how Pump waits for events
-	SpinTime     time.Duration // spin period for WaitSpinThenBlock, most WaitAdaptive spins (50us)
+	SpinTime     time.Duration // spin period for WaitSpinThenBlock, most WaitAdaptive spins (20us)
 
 	EventRingSize uint32 // events in the C->Go ring, a power of two (65536)
 	ArenaSize     uint64 // bytes of payload arena shared by all connections (64 MiB, or more for 2 x MaxMessageSize)
@@ -114,7 +114,7 @@ var defaults = Config{
 	SQPollIdle:       time.Millisecond,
 	BufSize:          16 << 10,
 	BufCount:         1024,
-	SpinTime:         50 * time.Microsecond,
+	SpinTime:         20 * time.Microsecond,
 	EventRingSize:    1 << 16,
 	ArenaSize:        64 << 20,
 	CmdRingSize:      4 << 20,

@@ -103,6 +103,7 @@ type talVariant struct {
 	spin       bool          // pump with PumpSpin instead of PumpData
 	spinTime   time.Duration // Config.SpinTime (0: the default)
 	ringFlags  uint32        // Config.RingFlags (0: the default)
+	evRing     uint32        // Config.EventRingSize (0: the default)
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -117,7 +118,8 @@ var talVariants = []talVariant{
 	// batch usually finds it awake (no futex wake-up per batch).
 	{name: "block+pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock, spinTime: 5 * time.Microsecond},
 	// Variants measured while choosing the default (issue 9).
-	{name: "adaptive20", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 20 * time.Microsecond},
+	{name: "adaptive50", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 50 * time.Microsecond},
+	{name: "adaptive35", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 35 * time.Microsecond},
 	{name: "adaptive100", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 100 * time.Microsecond},
 	{name: "adaptive200", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 200 * time.Microsecond},
 	{name: "adaptive-pump", loop: talaris.WaitBlock, cons: talaris.WaitAdaptive},
@@ -125,6 +127,9 @@ var talVariants = []talVariant{
 	{name: "loopspin", loop: talaris.WaitSpinThenBlock, cons: talaris.WaitBlock},
 	{name: "pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock},
 	{name: "sqpoll", ringFlags: talaris.RingSQPoll | talaris.RingSingleIssuer},
+	// The default with a 4096-event ring: how much of the orders
+	// workload's round trip is the flood queued ahead of the echo.
+	{name: "default-ring4k", evRing: 4096},
 }
 
 // variantNames lists the variants for --help.
@@ -727,7 +732,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 // ---- ingress ----
 
 func (b *bench) talPool(v talVariant) (*talaris.Pool, error) {
-	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags}
+	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
