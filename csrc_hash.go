@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6578c29d36fc5ed6
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xdb08666457db6751
 import "C"
 
-const csrcHash = "6578c29d36fc5ed6"
+const csrcHash = "db08666457db6751"

@@ -14,8 +14,8 @@ type Stage uint8
 // The stages of Metrics.Stages.
 const (
 	// StageCQEToPlaintext: the loop saw the receive completion -> the
-	// message's bytes were plaintext (after TLS; about zero on plain
-	// connections).
+	// message's bytes reached the parser as plaintext (after TLS; on plain
+	// connections 0 unless the bytes waited behind a stall).
 	StageCQEToPlaintext Stage = iota
 	// StagePlaintextToPublish: plaintext ready -> the event was published
 	// to the ring (frame parsing, reassembly, the batch's tail store).
@@ -130,7 +130,7 @@ type Metrics struct {
 	PumpSleeps    uint64 // times the pump slept waiting for events
 	LoopWakes     uint64 // times Go woke the sleeping loop
 	SendQueueFull uint64 // times a connection's unsent bytes passed Config.MaxSendQueue and its reads stopped
-	Reconnects    uint64 // reconnect attempts
+	Reconnects    uint64 // successful re-opens by reconnect policies (the loop's counter; 0 until reconnects land)
 }
 
 // EachCounter calls fn for every counter of m in a fixed order with its

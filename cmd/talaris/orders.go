@@ -36,7 +36,7 @@ func (b *bench) ordersURLs() (o, f, s string) {
 // queue is full) waits 200us and tries again.
 func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 	oURL, fURL, sURL := b.ordersURLs()
-	p, err := b.talPool(v)
+	p, err := b.talPool(v, 0)
 	if err != nil {
 		return Result{}, err
 	}
@@ -231,7 +231,7 @@ func (b *bench) peerOrders(gp goPeer) (Result, error) {
 // talIdle measures the process's CPU time while a Pool holds one open,
 // quiet connection and a goroutine waits in the variant's pump.
 func (b *bench) talIdle(v talVariant) (Result, error) {
-	p, err := b.talPool(v)
+	p, err := b.talPool(v, 0)
 	if err != nil {
 		return Result{}, err
 	}
