@@ -231,6 +231,21 @@ func (b *bench) targets() string {
 	if rv > 0 {
 		row("latency p99.9 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
 	}
+	// Issue 9: the default configuration against the best Go peer.
+	isDefault := func(r Result) bool { return r.Client == "talaris/default" }
+	for _, t := range []struct {
+		w, name string
+		metric  func(Result) float64
+	}{{"rtt", "p50", p50}, {"rtt", "p99.9", p999}, {"latency", "p50", p50}, {"orders", "p50", p50}, {"orders", "p99.9", p999}} {
+		dv, _ := b.bestOf(wl(t.w, isDefault), t.metric, true)
+		gv, gw := b.bestOf(wl(t.w, isGoPeer), t.metric, true)
+		if gv > 0 {
+			row(fmt.Sprintf("%s %s talaris/default <= best Go peer", t.w, t.name), fmt.Sprintf("%.1f us / %s %.1f us = %.2fx", dv, gw, gv, dv/gv), dv <= gv, dv > 0)
+		}
+	}
+	if iv, _ := b.bestOf(wl("idle", isDefault), idlePct, true); iv > 0 {
+		row("idle talaris/default < 1 % of a CPU", fmt.Sprintf("%.2f %%", iv), iv < 1, true)
+	}
 	return s.String()
 }
 
@@ -253,13 +268,13 @@ func (b *bench) markdownReport(mdPath string, plots []string) string {
 	fmt.Fprintf(&s, "- load average when the run started (other processes on the machine): %s\n", b.loadAvg)
 	fmt.Fprintf(&s, "- pinning: client %s, feed server %s, talaris loop thread %s\n", pin(b.clientCPU), pin(b.serverCPU), pin(b.loopCPU))
 	s.WriteString("- feed server: `talaris feed-server` in a child process (pre-built frames in 256 KiB writes; crypto/tls for wss); Go peers use their fastest read API, crypto/tls for wss\n")
-	s.WriteString("- talaris variants: wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`)\n")
+	s.WriteString("- talaris variants: `default` is the zero Config (WaitDefault, i.e. WaitAdaptive); the others set the wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`, ...; see `talaris bench -h`)\n")
 	for _, n := range b.notes() {
 		fmt.Fprintf(&s, "- note: %s\n", n)
 	}
 	s.WriteString("\n")
 	s.WriteString(b.markdownTables())
-	s.WriteString("### targets (issue 5), computed from the tables above\n\n")
+	s.WriteString("### targets (issues 5 and 9), computed from the tables above\n\n")
 	s.WriteString(b.targets())
 	s.WriteString("\n")
 	if len(plots) > 0 {
