@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,6 +122,23 @@ func TestBenchHarness(t *testing.T) {
 	check("talaris rtt", r, err)
 	r, err = b.peerLatency("rtt", goPeers[2], "ws://"+addr+"/echo")
 	check("gws rtt", r, err)
+	// orders and idle (issue 9): the accounting, on the in-process feed.
+	b.feed = &feedProc{WS: addr}
+	b.ordersDur, b.idleDur, b.stallBytes = 200*time.Millisecond, 200*time.Millisecond, 1<<20
+	r, err = b.talOrders(variant("default"))
+	check("talaris orders", r, err)
+	if r.Count == 0 || !strings.Contains(r.Note, "S accepted 1.0 MiB") {
+		t.Fatalf("talaris orders: %d samples, note %q", r.Count, r.Note)
+	}
+	r, err = b.peerOrders(goPeers[0])
+	check("gorilla orders", r, err)
+	for _, v := range []string{"default", "spin"} {
+		r, err = b.talIdle(variant(v))
+		if err != nil || r.Secs < 0.19 {
+			t.Fatalf("idle %s: %v, %v s", v, err, r.Secs)
+		}
+		t.Logf("idle %s: %.2f %% of a CPU", v, idlePct(r))
+	}
 	r, err = b.talDecode(0)
 	check("talaris decode", r, err)
 	for _, p := range goPeers {
