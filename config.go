@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"time"
 	"unicode/utf8"
 )
@@ -14,9 +13,13 @@ import (
 type WaitStrategy uint8
 
 const (
-	// WaitDefault is WaitBlock on machines with 2 or fewer CPUs, where a
-	// spinning loop or pump steals the core the feed (or the other side of
-	// the ring) needs, and WaitSpinThenBlock elsewhere.
+	// WaitDefault is WaitAdaptive on both sides, with SpinTime 20us.
+	// Chosen with `talaris bench` on a 2-CPU machine with the peer on the
+	// same box (docs/ARCHITECTURE.md, "Wait strategies", has the numbers):
+	// WaitBlock there wakes a sleeping thread three times per order round
+	// trip, while WaitSpin and WaitSpinThenBlock keep threads spinning
+	// that the peer or the feed needs the CPU of; WaitAdaptive spins only
+	// while traffic is recent and costs an idle Pool nothing.
 	WaitDefault WaitStrategy = iota
 	// WaitBlock sleeps in the kernel at once.
 	WaitBlock
@@ -24,10 +27,31 @@ const (
 	WaitSpin
 	// WaitSpinThenBlock spins for SpinTime, then sleeps.
 	WaitSpinThenBlock
+	// WaitAdaptive spins only while traffic is recent, then sleeps. The
+	// pump spins up to SpinTime for events when its previous wait for
+	// events ended within SpinTime, and sleeps at once otherwise. The loop
+	// spins up to SpinTime after publishing events to a pump that is
+	// awake, for the command a callback may send in answer (an order
+	// acknowledged, the next order), while the previous answer came
+	// within SpinTime; so such a send finds the loop awake and needs no
+	// eventfd write. It never spins waiting for the network. Both spins
+	// yield the CPU (sched_yield) as they go, so on a busy machine they do
+	// not hold off the thread they wait for. An idle Pool, or one that
+	// only reads a feed slower than one message per SpinTime, does not
+	// spin at all.
+	WaitAdaptive
 )
 
 // Setup flags for the io_uring instance (Config.RingFlags). They map to the
 // kernel's IORING_SETUP_* flags of the same names.
+//
+// RingSQPoll is the option of a kernel thread that polls the submission
+// queue (for SQPollIdle after the last submission, on SQPollCPU with
+// RingSQAff), so the loop submits sends without a syscall. It cannot be
+// combined with RingDeferTaskrun: use e.g. RingSQPoll|RingSingleIssuer.
+// It is not the default: that thread is one more spinner, and on a 2-CPU
+// machine `talaris bench` measured it slower than the default at both the
+// round trip and the one-way latency (the "sqpoll" variant).
 const (
 	RingSQPoll       uint32 = 1 << 1
 	RingSQAff        uint32 = 1 << 2
@@ -58,7 +82,7 @@ type Config struct {
 	SQEntries  uint32        // io_uring submission queue entries (256)
 	CQEntries  uint32        // completion queue entries (4 x SQEntries)
 	RingFlags  uint32        // Ring* setup flags (RingSingleIssuer|RingDeferTaskrun)
-	SQPollIdle time.Duration // SQPOLL kernel thread idle time before it sleeps (1ms)
+	SQPollIdle time.Duration // SQPOLL kernel thread idle time before it sleeps (1ms); see RingSQPoll
 	SQPollCPU  int           // CPU for the SQPOLL thread when RingSQAff is set (-1: unpinned)
 
 	BufSize  uint32 // bytes per provided receive buffer (16 KiB); a power of two
@@ -68,7 +92,7 @@ type Config struct {
 	LoopCPUSet   bool          // LoopCPU is meaningful (so CPU 0 can be chosen)
 	LoopWait     WaitStrategy  // how the loop thread waits for work
 	ConsumerWait WaitStrategy  // how Pump waits for events
-	SpinTime     time.Duration // spin period for WaitSpinThenBlock (50us)
+	SpinTime     time.Duration // spin period for WaitSpinThenBlock, most WaitAdaptive spins (20us)
 
 	EventRingSize uint32 // events in the C->Go ring, a power of two (65536)
 	ArenaSize     uint64 // bytes of payload arena shared by all connections (64 MiB, or more for 2 x MaxMessageSize)
@@ -116,7 +140,7 @@ var defaults = Config{
 	SQPollIdle:       time.Millisecond,
 	BufSize:          16 << 10,
 	BufCount:         1024,
-	SpinTime:         50 * time.Microsecond,
+	SpinTime:         20 * time.Microsecond,
 	EventRingSize:    1 << 16,
 	ArenaSize:        64 << 20,
 	CmdRingSize:      4 << 20,
@@ -210,14 +234,8 @@ func (c *Config) withDefaults() (Config, error) {
 	return d, nil
 }
 
-// defaultWait picks the wait strategy for WaitDefault (measured with
-// `talaris bench` on a 2-core machine: spinning there doubled p50 latency).
-func defaultWait() WaitStrategy {
-	if runtime.NumCPU() <= 2 {
-		return WaitBlock
-	}
-	return WaitSpinThenBlock
-}
+// defaultWait picks the wait strategy for WaitDefault (see there).
+func defaultWait() WaitStrategy { return WaitAdaptive }
 
 // TLSOptions configures certificate verification for wss:// URLs.
 // Verification against the system CA store, with SNI and host name check, is

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6d369f33f7d19a6c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x2d8bd09b67029beb
 import "C"
 
-const csrcHash = "6d369f33f7d19a6c"
+const csrcHash = "2d8bd09b67029beb"

@@ -40,6 +40,17 @@
 // including from inside a pump callback; they copy their data into a
 // command ring the loop drains.
 //
+// # Waiting
+//
+// When there is nothing to do, the loop and the pump wait as
+// Config.LoopWait and Config.ConsumerWait say. The default, WaitAdaptive,
+// spins (yielding the CPU as it goes) only while traffic is recent: the
+// pump while events have been arriving within Config.SpinTime of each
+// other, the loop for the answer a callback sends to what it just
+// delivered while such answers have come within SpinTime; a send made
+// then needs no wake-up of the loop. An idle Pool sleeps on both sides.
+// WaitSpin never sleeps (one core each), WaitBlock never spins.
+//
 // # Memory lifetime
 //
 // A payload slice given to a callback points into a C arena, not the Go

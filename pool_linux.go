@@ -83,6 +83,10 @@ type pool struct {
 	// final holds the counters as they were when the loop was freed.
 	freeMu sync.RWMutex
 	final  C.struct_tl_pool_stats
+
+	// lastWait is how long the pump's previous wait for events lasted
+	// (WaitAdaptive spins only while it is short); owned by the pumper.
+	lastWait time.Duration
 }
 
 // closingBias is added to inflight by Close: far above any real count.

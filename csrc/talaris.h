@@ -17,6 +17,7 @@ enum {
 	TL_WAIT_BLOCK = 1,
 	TL_WAIT_SPIN = 2,
 	TL_WAIT_SPIN_THEN_BLOCK = 3,
+	TL_WAIT_ADAPTIVE = 4, /* spin up to spin_ns after publishing, while replies come fast */
 };
 
 /* tl_config carries Config after Go filled in its defaults. */

@@ -91,17 +91,62 @@ func (b *bench) markdownTables() string {
 		} else {
 			fmt.Fprintf(&s, "### rtt: echo round trip, 64 B, one message outstanding, %v per run (microseconds)\n\n", b.rttDur)
 		}
-		s.WriteString("| client | p50 | p99 | p99.9 | max | samples |\n|---|---:|---:|---:|---:|---:|\n")
+		latencyTable(&s, rs, errCell)
+	}
+	if rs := by("orders"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### orders: echo round trip of 64 B orders on connection O while the same client reads a flood on F and keeps sending %d KiB messages to S, whose peer stopped reading (at most %d MiB); %v per run (microseconds)\n\n", stuckMsg>>10, b.stallBytes>>20, b.ordersDur)
+		latencyTable(&s, rs, errCell)
+		for _, r := range rs {
+			if r.Note != "" && r.Err == "" {
+				fmt.Fprintf(&s, "- %s: %s\n", r.Client, r.Note)
+			}
+		}
+		s.WriteString("\n")
+	}
+	if rs := by("idle"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### idle: process CPU (getrusage) with one open, quiet connection and a goroutine waiting in the pump (Go peers: in a read), over %v\n\n", b.idleDur)
+		s.WriteString("| client | CPU % of one core | CPU ms |\n|---|---:|---:|\n")
 		for _, r := range rs {
 			if r.Err != "" {
-				fmt.Fprintf(&s, "| %s | %s | | | | |\n", r.Client, errCell(r))
+				fmt.Fprintf(&s, "| %s | %s | |\n", r.Client, errCell(r))
 				continue
 			}
-			fmt.Fprintf(&s, "| %s | %.1f | %.1f | %.1f | %.1f | %d |\n", r.Client, r.P50, r.P99, r.P999, r.Max, r.Count)
+			fmt.Fprintf(&s, "| %s | %.2f | %.1f |\n", r.Client, idlePct(r), r.CPUSecs*1e3)
 		}
 		s.WriteString("\n")
 	}
 	return s.String()
+}
+
+// latencyTable writes the percentile table of latency, rtt or orders
+// results, with the process CPU time per sample where it was measured.
+func latencyTable(s *strings.Builder, rs []Result, errCell func(Result) string) {
+	s.WriteString("| client | p50 | p99 | p99.9 | max | samples | CPU us / sample |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		if r.Err != "" {
+			fmt.Fprintf(s, "| %s | %s | | | | | |\n", r.Client, errCell(r))
+			continue
+		}
+		fmt.Fprintf(s, "| %s | %.1f | %.1f | %.1f | %.1f | %d | %s |\n", r.Client, r.P50, r.P99, r.P999, r.Max, r.Count, fmtF(cpuPerSample(r), 1))
+	}
+	s.WriteString("\n")
+}
+
+// cpuPerSample is the process CPU time per latency sample in microseconds
+// (0 when not measured).
+func cpuPerSample(r Result) float64 {
+	if r.Count == 0 || r.CPUSecs == 0 {
+		return 0
+	}
+	return r.CPUSecs * 1e6 / float64(r.Count)
+}
+
+// idlePct is an idle result's CPU time as a percentage of one core.
+func idlePct(r Result) float64 {
+	if r.Secs == 0 {
+		return 0
+	}
+	return 100 * r.CPUSecs / r.Secs
 }
 
 // bestOf returns the best value of metric among results of a workload
@@ -190,6 +235,21 @@ func (b *bench) targets() string {
 	if rv > 0 {
 		row("latency p99.9 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
 	}
+	// Issue 9: the default configuration against the best Go peer.
+	isDefault := func(r Result) bool { return r.Client == "talaris/default" }
+	for _, t := range []struct {
+		w, name string
+		metric  func(Result) float64
+	}{{"rtt", "p50", p50}, {"rtt", "p99.9", p999}, {"latency", "p50", p50}, {"orders", "p50", p50}, {"orders", "p99.9", p999}} {
+		dv, _ := b.bestOf(wl(t.w, isDefault), t.metric, true)
+		gv, gw := b.bestOf(wl(t.w, isGoPeer), t.metric, true)
+		if gv > 0 {
+			row(fmt.Sprintf("%s %s talaris/default <= best Go peer", t.w, t.name), fmt.Sprintf("%.1f us / %s %.1f us = %.2fx", dv, gw, gv, dv/gv), dv <= gv, dv > 0)
+		}
+	}
+	if iv, _ := b.bestOf(wl("idle", isDefault), idlePct, true); iv > 0 {
+		row("idle talaris/default < 1 % of a CPU", fmt.Sprintf("%.2f %%", iv), iv < 1, true)
+	}
 	b.samplingTargets(row)
 	return s.String()
 }
@@ -248,13 +308,13 @@ func (b *bench) markdownReport(mdPath string, plots []string) string {
 	fmt.Fprintf(&s, "- load average when the run started (other processes on the machine): %s\n", b.loadAvg)
 	fmt.Fprintf(&s, "- pinning: client %s, feed server %s, talaris loop thread %s\n", pin(b.clientCPU), pin(b.serverCPU), pin(b.loopCPU))
 	s.WriteString("- feed server: `talaris feed-server` in a child process (pre-built frames in 256 KiB writes; crypto/tls for wss); Go peers use their fastest read API, crypto/tls for wss\n")
-	s.WriteString("- talaris variants: wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`)\n")
+	s.WriteString("- talaris variants: `default` is the zero Config (WaitDefault, i.e. WaitAdaptive); the others set the wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`, ...; see `talaris bench -h`)\n")
 	for _, n := range b.notes() {
 		fmt.Fprintf(&s, "- note: %s\n", n)
 	}
 	s.WriteString("\n")
 	s.WriteString(b.markdownTables())
-	s.WriteString("### targets (issue 5), computed from the tables above\n\n")
+	s.WriteString("### targets (issues 5 and 9), computed from the tables above\n\n")
 	s.WriteString(b.targets())
 	s.WriteString("\n")
 	if len(plots) > 0 {
