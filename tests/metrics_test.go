@@ -416,7 +416,10 @@ func TestMetricsRaceClose(t *testing.T) {
 			for round := range 4 {
 				// Rounds 0 and 2 without sampling: Metrics then reads only
 				// the loop's counters, which Close frees.
-				p := newTestPool(t, Config{SampleEvery: uint32(round % 2 * 3), Name: "race"}, hangGuard)
+				// A short CloseTimeout: Pool.Close waits for the flooding
+				// server's close echo, which nobody pumps once it closed.
+				p := newTestPool(t, Config{SampleEvery: uint32(round % 2 * 3), Name: "race",
+					CloseTimeout: 250 * time.Millisecond}, hangGuard)
 				ctx, cancel := dialCtx(t)
 				c, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=32&op=binary", opts)
 				cancel()
