@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x1437bc773f865324
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xe88d9e1d6312c756
 import "C"
 
-const csrcHash = "1437bc773f865324"
+const csrcHash = "e88d9e1d6312c756"

@@ -42,6 +42,15 @@ type pool struct {
 	efd          int
 	tail         uint64 // local copy of *cmdTail
 	headCache    uint64
+	spaceSeq     *uint32 // futex word the loop bumps after a drain while prodWaiting
+	prodWaiting  *uint32
+
+	// per slot send admission (cmdring_linux.go): units accepted (updated
+	// under sendMu), refused sends, and the generation Conn.Close ended
+	txAcc      []atomic.Uint64
+	txFull     []atomic.Uint64
+	userClosed []atomic.Uint32
+	waiters    atomic.Int32 // SendContext calls that may touch pub; Close waits for 0 before freeing
 
 	pub    []C.struct_tl_conn_pub
 	cstats *C.struct_tl_pool_stats
@@ -108,6 +117,11 @@ func newPool(cfg Config) (*Pool, error) {
 	p.cmdHead = (*uint64)(unsafe.Pointer(&cmr.head))
 	p.loopSleeping = (*uint32)(unsafe.Pointer(&cmr.loop_sleeping))
 	p.efd = int(cmr.efd)
+	p.spaceSeq = (*uint32)(unsafe.Pointer(&cmr.space_seq))
+	p.prodWaiting = (*uint32)(unsafe.Pointer(&cmr.prod_waiting))
+	p.txAcc = make([]atomic.Uint64, d.MaxConns)
+	p.txFull = make([]atomic.Uint64, d.MaxConns)
+	p.userClosed = make([]atomic.Uint32, d.MaxConns)
 	p.pub = unsafe.Slice(C.tl_loop_conns(loop), int(d.MaxConns))
 	p.cstats = C.tl_loop_stats(loop)
 	p.free = make([]uint32, 0, d.MaxConns)
@@ -125,9 +139,23 @@ func (p *Pool) close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
+	// A producer asleep waiting for ring room holds sendMu: wake it (it
+	// sees closed and lets go).
+	atomic.AddUint32(p.spaceSeq, 1)
+	futexWake(p.spaceSeq)
 	p.sendMu.Lock() // no producer may be writing to the ring now
 	C.tl_loop_stop(p.loop)
 	p.sendMu.Unlock()
+	// Wake every SendContext (each sees closed and returns), and free
+	// nothing before the last has stopped touching pub.
+	for i := range p.pub {
+		seq := (*uint32)(unsafe.Pointer(&p.pub[i].tx_seq))
+		atomic.AddUint32(seq, 1)
+		futexWake(seq)
+	}
+	for p.waiters.Load() > 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
 	// Only now may release free the loop: a pumper that saw closed and
 	// left early must not run tl_loop_free (and a second pthread_join)
 	// while tl_loop_stop above is still joining the thread.
@@ -194,6 +222,12 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	// reset what Go reads of it before the dial command goes out.
 	p.pub[s] = C.struct_tl_conn_pub{}
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].gen)), p.gens[s])
+	// Send admission starts over; sendMu orders it against senders that
+	// still hold the slot's previous Conn (they fail its live check).
+	p.sendMu.Lock()
+	p.txAcc[s].Store(0)
+	p.txFull[s].Store(0)
+	p.sendMu.Unlock()
 	return s, p.gens[s], nil
 }
 

@@ -1,16 +1,22 @@
-/* cmdq.c - runs the commands Go sends: one handler per op. A handler
- * returns CMD_DONE when the record may be dropped, or CMD_WAIT to leave it
- * at the head of the ring and stop draining (it runs again on a later
- * iteration, once what it waits for - send queue or event ring room - has
- * come back). */
+/* cmdq.c - runs the commands Go sends: one handler per op. Every command
+ * leaves the ring when it runs: sends go to their connection's own queue
+ * (Go admits them against MaxSendQueue before they enter the ring), so
+ * one connection whose peer does not read never holds up another's
+ * commands. The one exception is INJECT, for socketless connections:
+ * its handler returns CMD_WAIT to leave it at the head and stop draining
+ * until the pump has made event ring room (it stands for server input,
+ * which waits for the pump on every connection). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "loop.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 enum { CMD_DONE = 0, CMD_WAIT = 1 };
 
@@ -107,25 +113,33 @@ static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *
 	return CMD_DONE;
 }
 
-/* cmd_frame queues a SEND, PING or PONG. A frame that would push the
- * connection past max_send_queue waits at the head of the ring until that
- * connection's sends complete. */
+/* cmd_frame queues a SEND, PING or PONG on its connection; it never
+ * waits. Go counted its units against the connection's queue, so a frame
+ * the connection will not send (closing, failed) retires them at once. */
 static int cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
-	size_t queued = c->out[0].len + c->out[1].len;
+	uint32_t units = cmd->op == TL_CMD_SEND ? cmd->len : cmd->len + TL_CTRL_UNITS;
 
-	if (c->state != TL_ST_OPEN || c->close_sent || c->discard)
+	if (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno) {
+		tl_loop_tx_retire(l, c, units);
 		return CMD_DONE;
-	if (queued + cmd->len > l->cfg.max_send_queue && queued > 0)
-		return CMD_WAIT;
+	}
 	if (cmd->op == TL_CMD_SEND) {
 		int op = (cmd->flags & TL_CMDF_CONT) ? TL_OP_CONT : (cmd->flags & 0xf);
-		tl_conn_send_frame(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len);
+		if (tl_conn_send_data(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len, units) < 0)
+			return CMD_DONE;
 		if (cmd->flags & TL_CMDF_FIN)
 			PUB_ADD(&l->pub[c->slot], msgs_out, 1);
 		PUB_ADD(&l->pub[c->slot], bytes_out, cmd->len);
 	} else {
-		tl_conn_send_frame(l, c, cmd->op == TL_CMD_PING ? TL_OP_PING : TL_OP_PONG, 1, payload, cmd->len);
+		/* Control frames go straight to the out buffer, between two data
+		 * frames: a heartbeat does not wait behind queued data. */
+		if (tl_conn_send_frame(l, c, cmd->op == TL_CMD_PING ? TL_OP_PING : TL_OP_PONG, 1, payload, cmd->len) < 0)
+			return CMD_DONE;
+		if (c->fd < 0)
+			tl_loop_tx_retire(l, c, units);
+		else
+			c->out[c->cur].units += units;
 	}
 	tl_loop_flush(l, c);
 	return CMD_DONE;
@@ -166,6 +180,7 @@ int tl_cmdq_drain(struct tl_loop *l)
 		if (q->head == q->tail_cache)
 			return 0;
 	}
+	q->parked = 0;
 	while (q->head != q->tail_cache) {
 		const struct tl_cmd *cmd = (const struct tl_cmd *)(r->buf + (q->head & (r->size - 1)));
 		size_t rec;
@@ -173,8 +188,10 @@ int tl_cmdq_drain(struct tl_loop *l)
 		if (cmd->op == TL_CMD_PAD) {
 			rec = sizeof(*cmd) + cmd->len; /* to the end of the ring */
 		} else {
-			if (cmd_run(l, cmd, (const uint8_t *)(cmd + 1)) == CMD_WAIT)
+			if (cmd_run(l, cmd, (const uint8_t *)(cmd + 1)) == CMD_WAIT) {
+				q->parked = 1;
 				break;
+			}
 			rec = sizeof(*cmd) + ((cmd->len + TL_CMD_ALIGN - 1) & ~(size_t)(TL_CMD_ALIGN - 1));
 		}
 		q->head += rec;
@@ -182,9 +199,17 @@ int tl_cmdq_drain(struct tl_loop *l)
 		if (q->head == q->tail_cache)
 			q->tail_cache = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 	}
-	/* Release: Go may overwrite the records only after we are done with
-	 * them. */
-	__atomic_store_n(&r->head, q->head, __ATOMIC_RELEASE);
+	if (!did)
+		return 0;
+	/* Go may overwrite the records only after we are done with them
+	 * (release). seq_cst: a producer waiting for room sets prod_waiting
+	 * and then reads head; we store head and then read prod_waiting
+	 * (Dekker), so one of us sees the other. */
+	__atomic_store_n(&r->head, q->head, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->prod_waiting, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&r->space_seq, 1, __ATOMIC_SEQ_CST);
+		syscall(SYS_futex, &r->space_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+	}
 	return did;
 }
 

@@ -102,12 +102,17 @@ enum {
 	TL_CMD_PAD = 0,      /* skip to the end of the ring */
 	TL_CMD_DIAL = 1,     /* start slot/gen with the params from tl_dial_prepare */
 	TL_CMD_SEND = 2,     /* flags: opcode in bits 0-3, TL_CMDF_FIN, TL_CMDF_CONT */
+	/* Send units: Go admits a SEND, PING or PONG against MaxSendQueue by
+	 * its units (a SEND: its payload length; a PING or PONG: payload
+	 * length + TL_CTRL_UNITS), and the loop adds the same units to
+	 * tl_conn_pub.tx_done once the frame's bytes are written (or dropped). */
 	TL_CMD_PING = 3,
 	TL_CMD_PONG = 4,
 	TL_CMD_CLOSE = 5,    /* code + reason payload */
 	/* 6 was a shutdown command; tl_loop_stop does that. Not reused. */
 	TL_CMD_INJECT = 7,   /* feed payload to a memory connection as if the server sent it */
 };
+#define TL_CTRL_UNITS 14     /* a control frame's header counted as send units */
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
 #define TL_CMDF_FIN 0x10
 #define TL_CMDF_CONT 0x20 /* continuation of a message started by an earlier record */
@@ -136,7 +141,9 @@ struct tl_cmdring {
 	uint8_t pad2[TL_LINE - 8];
 	uint64_t size;          /* bytes, a power of two */
 	uint8_t *buf;
-	uint8_t pad3[TL_LINE - 16];
+	uint32_t space_seq;     /* futex word: C bumps it (and wakes) after a drain while prod_waiting */
+	uint32_t prod_waiting;  /* Go sets 1 before sleeping on space_seq for ring room */
+	uint8_t pad3[TL_LINE - 24];
 };
 
 /* tl_conn_pub is what Go may read of a connection at any time (C writes
@@ -152,6 +159,10 @@ struct tl_conn_pub {
 	uint64_t pings_in, pongs_in, wire_in, wire_out;
 	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */
 	char proto[64];   /* agreed subprotocol, NUL-terminated */
+	/* Send back-pressure (Go's admission control, SendContext): */
+	uint64_t tx_done;    /* send units (see TL_CMD_SEND) retired: written to the socket or dropped */
+	uint32_t tx_seq;     /* futex word: bumped when tx_done advances or the state changes */
+	uint32_t tx_waiters; /* Go goroutines sleeping on tx_seq; C wakes only when not 0 */
 };
 
 /* Layouts Go reads and writes through cgo and sync/atomic: a field moved
@@ -190,6 +201,8 @@ TL_LAYOUT(tl_cmdring, loop_sleeping, 2 * TL_LINE);
 TL_LAYOUT(tl_cmdring, efd, 2 * TL_LINE + 4);
 TL_LAYOUT(tl_cmdring, size, 3 * TL_LINE);
 TL_LAYOUT(tl_cmdring, buf, 3 * TL_LINE + 8);
+TL_LAYOUT(tl_cmdring, space_seq, 3 * TL_LINE + 16);
+TL_LAYOUT(tl_cmdring, prod_waiting, 3 * TL_LINE + 20);
 _Static_assert(sizeof(struct tl_cmdring) == 4 * TL_LINE, "tl_cmdring is four cache lines");
 TL_LAYOUT(tl_conn_pub, state, 0);
 TL_LAYOUT(tl_conn_pub, gen, 4);
@@ -201,6 +214,9 @@ TL_LAYOUT(tl_conn_pub, msgs_in, 24);
 TL_LAYOUT(tl_conn_pub, wire_out, 80);
 TL_LAYOUT(tl_conn_pub, detail, 88);
 TL_LAYOUT(tl_conn_pub, proto, 176);
-_Static_assert(sizeof(struct tl_conn_pub) == 240, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, tx_done, 240);
+TL_LAYOUT(tl_conn_pub, tx_seq, 248);
+TL_LAYOUT(tl_conn_pub, tx_waiters, 252);
+_Static_assert(sizeof(struct tl_conn_pub) == 256, "tl_conn_pub size");
 
 #endif
