@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xe88d9e1d6312c756
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xefb39b62e9a633c2
 import "C"
 
-const csrcHash = "e88d9e1d6312c756"
+const csrcHash = "efb39b62e9a633c2"

@@ -27,6 +27,11 @@ void tl_conn_reset(struct tl_conn *c)
 	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap, sqc = c->sq.cap;
 	uint32_t slot = c->slot;
 
+	if (sqc > (1u << 20)) { /* a send queue cut by a close or teardown: give back a big one */
+		free(sq);
+		sq = NULL;
+		sqc = 0;
+	}
 	memset(c, 0, sizeof(*c));
 	c->slot = slot;
 	c->fd = -1;

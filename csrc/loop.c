@@ -1191,6 +1191,7 @@ void tl_loop_free(struct tl_loop *l)
 			free(c->msg);
 			free(c->out[0].p);
 			free(c->out[1].p);
+			free(c->sq.p);
 		}
 	}
 	if (l->dials)

@@ -837,3 +837,33 @@ func TestSendValidation(t *testing.T) {
 		t.Errorf("final %+v", f)
 	}
 }
+
+// BenchmarkSendTextValidate measures what SendText's UTF-8 check costs per
+// KiB: the message is valid text up to a bad last byte, so the whole of
+// it is validated and then refused (nothing reaches the ring).
+func BenchmarkSendTextValidate(b *testing.B) {
+	p, err := NewPool(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	c, err := p.DialMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range []struct {
+		name string
+		unit string
+	}{{"ascii", "a"}, {"2-byte", "é"}, {"3-byte", "€"}, {"mixed", "price €1.5 ok "}} {
+		msg := bytes.Repeat([]byte(k.unit), 1024/len(k.unit)+1)[:1023]
+		msg = append(msg[:len(msg):len(msg)], 0xff)
+		b.Run(k.name, func(b *testing.B) {
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				if err := c.SendText(msg); !errors.Is(err, ErrInvalidUTF8) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
