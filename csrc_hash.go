@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xefb39b62e9a633c2
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xac2279a59b27c647
 import "C"
 
-const csrcHash = "efb39b62e9a633c2"
+const csrcHash = "ac2279a59b27c647"

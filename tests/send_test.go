@@ -867,3 +867,65 @@ func BenchmarkSendTextValidate(b *testing.B) {
 		})
 	}
 }
+
+// TestSendPongFloodBounded: a peer that sends pings without end and never
+// reads our pongs cannot make the loop queue replies without bound: once
+// the pongs waiting pass MaxSendQueue the loop stops reading the
+// connection, so the peer's writes block long before it has written 64
+// MiB of pings (ws and wss).
+func TestSendPongFloodBounded(t *testing.T) {
+	const limit = 64 << 20
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		written := make(chan int64, 1)
+		srv := wstest.NewRaw(func(c *wstest.RawConn) {
+			var batch []byte
+			for range 512 {
+				batch = ws.AppendFrame(batch, true, ws.OpPing, bytes.Repeat([]byte{'p'}, 125))
+			}
+			var n int64
+			for n < limit {
+				c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+				if err := c.Write(batch); err != nil {
+					break // blocked for a second: the client stopped reading
+				}
+				n += int64(len(batch))
+			}
+			written <- n
+		})
+		opts := (*DialOptions)(nil)
+		if useTLS {
+			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+			opts = tlsOpts
+		} else {
+			srv.Start(t)
+		}
+		p := newTestPool(t, Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		c, err := p.Dial(ctx, srv.URL, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		var pings int
+		pumpUntil(t, p, func(_ Conn, ev Event) {
+			if ev.Kind == EventPing {
+				pings++
+			}
+		}, func() bool {
+			select {
+			case n = <-written:
+				return true
+			default:
+				return false
+			}
+		}, nil)
+		t.Logf("the peer wrote %d KiB of pings before blocking; %d pings delivered, stats %+v", n>>10, pings, c.Stats())
+		if n >= limit {
+			t.Fatalf("the peer wrote %d MiB of pings without blocking: replies are not bounded", n>>20)
+		}
+		if st := c.State(); st != StateOpen {
+			t.Errorf("state %v after the flood, want open", st)
+		}
+	})
+}
