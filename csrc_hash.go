@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xac2279a59b27c647
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x7d7e35e2e2cc3e07
 import "C"
 
-const csrcHash = "ac2279a59b27c647"
+const csrcHash = "7d7e35e2e2cc3e07"

@@ -165,25 +165,34 @@ static inline size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 static inline int sq_empty(const struct tl_sendq *q) { return q->head == q->len; }
 
-/* sq_reserve makes room for n more bytes at q's tail (compacting or
- * growing) and returns where they go, or NULL on no memory. */
+/* sq_reserve makes room for n more bytes at q's tail and returns where
+ * they go, or NULL on no memory. The consumed prefix is reclaimed by
+ * moving the live records down only when it is at least as large as they
+ * are (so every byte is moved O(1) times on average; a queue kept full by
+ * a steady sender would otherwise be moved whole for every frame
+ * appended), else the buffer doubles (keeping only the live records). */
 static uint8_t *sq_reserve(struct tl_sendq *q, size_t n)
 {
-	if (q->len + n > q->cap && q->head) {
-		memmove(q->p, q->p + q->head, q->len - q->head);
-		q->len -= q->head;
-		q->head = 0;
-	}
 	if (q->len + n > q->cap) {
-		size_t cap = q->cap ? q->cap : 65536;
-		uint8_t *np;
-		while (cap < q->len + n)
-			cap *= 2;
-		np = realloc(q->p, cap);
-		if (!np)
-			return NULL;
-		q->p = np;
-		q->cap = cap;
+		size_t live = q->len - q->head;
+		if (q->head >= live && live + n <= q->cap) {
+			memmove(q->p, q->p + q->head, live);
+		} else {
+			size_t cap = q->cap ? q->cap * 2 : 65536;
+			uint8_t *np;
+			while (cap < live + n)
+				cap *= 2;
+			np = malloc(cap);
+			if (!np)
+				return NULL;
+			if (live)
+				memcpy(np, q->p + q->head, live);
+			free(q->p);
+			q->p = np;
+			q->cap = cap;
+		}
+		q->len = live;
+		q->head = 0;
 	}
 	q->len += n;
 	return q->p + q->len - n;

@@ -929,3 +929,48 @@ func TestSendPongFloodBounded(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkSendThroughput: 16 KiB messages with SendContext to a sink on
+// loopback that reads and checks everything, by MaxSendQueue (the sink's
+// checking is part of every figure).
+func BenchmarkSendThroughput(b *testing.B) {
+	for _, q := range []uint64{64 << 10, 1 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("queue=%dKiB", q>>10), func(b *testing.B) {
+			s := &sink{gate: make(chan struct{}), stop: make(chan struct{}), progress: make(chan struct{}, 1)}
+			close(s.gate)
+			s.srv = wstest.NewRaw(s.handle).Start(b)
+			defer close(s.stop)
+			p, err := NewPool(Config{MaxSendQueue: q})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			ctx := context.Background()
+			c, err := p.Dial(ctx, s.srv.URL, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			const size = 16 << 10
+			buf := make([]byte, size)
+			b.SetBytes(size)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := c.SendContext(ctx, OpBinary, seqMsg(buf, i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for {
+				n, _, err := s.state()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n >= b.N {
+					break
+				}
+				<-s.progress
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(c.Stats().SendQueueFull)/float64(b.N), "full/op")
+		})
+	}
+}
