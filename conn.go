@@ -101,9 +101,11 @@ func (c Conn) Pool() *Pool { return c.p }
 // ErrWouldBlock at once and queues nothing (a message larger than the
 // whole queue is accepted when the queue is empty). Use SendContext to
 // wait for room instead. After Close, or once the connection has ended,
-// it returns ErrClosed; after Pool.Close, ErrPoolClosed. Messages larger
-// than a quarter of Config.CmdRingSize are sent as several fragments of
-// one message.
+// it returns ErrClosed; after Pool.Close, ErrPoolClosed. A message sent
+// before the connection is open (right after DialAsync) waits in the
+// queue and goes out once the upgrade completes; it is dropped if the
+// dial fails. Messages larger than a quarter of Config.CmdRingSize are
+// sent as several fragments of one message.
 func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }
 
 // SendBinary queues b as one binary message, like SendText.

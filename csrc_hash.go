@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x7d7e35e2e2cc3e07
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xc826f4dc61853e1e
 import "C"
 
-const csrcHash = "7d7e35e2e2cc3e07"
+const csrcHash = "c826f4dc61853e1e"

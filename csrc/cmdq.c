@@ -120,6 +120,16 @@ static int cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *
 {
 	uint32_t units = cmd->op == TL_CMD_SEND ? cmd->len : cmd->len + TL_CTRL_UNITS;
 
+	if (cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying) {
+		/* Sent right after DialAsync: queued until the upgrade completes. */
+		int op = (cmd->flags & TL_CMDF_CONT) ? TL_OP_CONT : (cmd->flags & 0xf);
+		if (tl_conn_send_data(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len, units) == 0) {
+			if (cmd->flags & TL_CMDF_FIN)
+				PUB_ADD(&l->pub[c->slot], msgs_out, 1);
+			PUB_ADD(&l->pub[c->slot], bytes_out, cmd->len);
+		}
+		return CMD_DONE;
+	}
 	if (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno) {
 		tl_loop_tx_retire(l, c, units);
 		return CMD_DONE;

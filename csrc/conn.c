@@ -261,7 +261,7 @@ int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin,
 		tl_loop_tx_retire(l, c, units);
 		return 0;
 	}
-	if (sq_empty(&c->sq) && c->out[c->cur].len < TL_TX_CHUNK) {
+	if (c->state == TL_ST_OPEN && sq_empty(&c->sq) && c->out[c->cur].len < TL_TX_CHUNK) {
 		if (tl_conn_send_frame(l, c, opcode, fin, p, n) < 0)
 			return -1;
 		c->out[c->cur].units += units;
@@ -277,6 +277,8 @@ int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin,
 
 int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c)
 {
+	if (c->state != TL_ST_OPEN && c->state != TL_ST_CLOSING)
+		return 0; /* sends made before the upgrade completed wait for it */
 	while (!sq_empty(&c->sq) && c->out[c->cur].len < TL_TX_CHUNK)
 		if (sq_move(l, c) < 0)
 			return -1;

@@ -192,16 +192,17 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
 
 /* tl_conn_send_data queues one data frame from Go (opcode TL_OP_TEXT,
  * TL_OP_BINARY or TL_OP_CONT) carrying units send units: straight into
- * the collecting out buffer when the send queue is empty and that buffer
- * holds less than TL_TX_CHUNK, else at the send queue's tail. The units
+ * the collecting out buffer when c is open, the send queue is empty and
+ * that buffer holds less than TL_TX_CHUNK, else at the send queue's tail
+ * (before the upgrade completes: it goes out once c is open). The units
  * are retired once the frame is written (at once on a memory connection).
  * Returns 0, or -1 after failing c. */
 int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
 		      uint32_t units);
 
 /* tl_conn_tx_refill moves whole frames from the send queue into the
- * collecting out buffer while it holds less than TL_TX_CHUNK. Returns 0,
- * or -1 after failing c (TLS). */
+ * collecting out buffer while it holds less than TL_TX_CHUNK (nothing
+ * before c is open). Returns 0, or -1 after failing c (TLS). */
 int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_tx_cut prepares c's output for a close frame: the frames of a

@@ -974,3 +974,38 @@ func BenchmarkSendThroughput(b *testing.B) {
 		})
 	}
 }
+
+// TestSendBeforeOpen: messages sent right after DialAsync, before the
+// upgrade completes, are queued and go out in order once it does (ws and
+// wss).
+func TestSendBeforeOpen(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		s := newSink(t, useTLS, true, 0)
+		p := newTestPool(t, Config{}, hangGuard)
+		c, err := p.DialAsync(s.url, s.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 50
+		st := c.State()
+		for i := range n {
+			if err := c.SendBinary(seqMsg(make([]byte, 100+i*300), i)); err != nil {
+				t.Fatalf("SendBinary %d before open: %v", i, err)
+			}
+		}
+		t.Logf("state at the first send: %v", st)
+		opened := false
+		pumpUntil(t, p, func(_ Conn, ev Event) {
+			if ev.Kind == EventOpen {
+				opened = true
+			}
+			if ev.Kind == EventError {
+				t.Fatalf("dial failed: %v", ev.Err)
+			}
+		}, func() bool { return opened }, nil)
+		s.waitCount(t, n)
+		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+	})
+}
