@@ -145,7 +145,7 @@ func (c Conn) admit(units uint64) error {
 	if p.closed.Load() {
 		return ErrPoolClosed
 	}
-	if !c.live() || p.userClosed[c.slot].Load() == c.gen {
+	if !c.sendable() {
 		return ErrClosed
 	}
 	acc := p.txAcc[c.slot].Load()
@@ -267,7 +267,7 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 		if p.closed.Load() {
 			return ErrPoolClosed
 		}
-		if !c.live() || p.userClosed[c.slot].Load() == c.gen {
+		if !c.sendable() {
 			return ErrClosed
 		}
 		if q := c.queued(p.txAcc[c.slot].Load()); q == 0 || q+units <= p.cfg.MaxSendQueue {

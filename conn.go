@@ -100,8 +100,10 @@ func (c Conn) Pool() *Pool { return c.p }
 // plus len(b) would pass Config.MaxSendQueue, SendText returns
 // ErrWouldBlock at once and queues nothing (a message larger than the
 // whole queue is accepted when the queue is empty). Use SendContext to
-// wait for room instead. After Close, or once the connection has ended,
-// it returns ErrClosed; after Pool.Close, ErrPoolClosed. A message sent
+// wait for room instead. After Close, once a close frame was sent or
+// received (StateClosing: nothing more may be sent) and once the
+// connection has ended, it returns ErrClosed; after Pool.Close,
+// ErrPoolClosed. A message sent
 // before the connection is open (right after DialAsync) waits in the
 // queue and goes out once the upgrade completes; it is dropped if the
 // dial fails. Messages larger than a quarter of Config.CmdRingSize are

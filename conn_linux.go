@@ -27,6 +27,16 @@ func (c Conn) live() bool {
 		atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.state))) < uint32(StateClosed)
 }
 
+// sendable reports whether c takes sends: live, not closed with Close, and
+// no close frame sent or received yet (StateClosing: the loop would drop
+// them). Called with sendMu held or from SendContext's wait.
+func (c Conn) sendable() bool {
+	if !c.live() || c.p.userClosed[c.slot].Load() == c.gen {
+		return false
+	}
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.p.pub[c.slot].state))) < uint32(StateClosing)
+}
+
 func (c Conn) state() State {
 	if c.p == nil || c.p.freed.Load() || c.slot >= uint32(len(c.p.pub)) {
 		return StateIdle

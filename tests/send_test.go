@@ -1009,3 +1009,36 @@ func TestSendBeforeOpen(t *testing.T) {
 		}
 	})
 }
+
+// TestSendAfterPeerClose: once the peer's close frame has arrived (the
+// loop answered it; the connection is closing) sends return ErrClosed
+// rather than being accepted and dropped.
+func TestSendAfterPeerClose(t *testing.T) {
+	release := make(chan struct{})
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		c.WriteClose(4001, "bye")
+		c.ExpectClose()
+		<-release // keep TCP open: the client stays in StateClosing
+	}).Start(t)
+	defer close(release)
+	p := newTestPool(t, Config{}, hangGuard)
+	c := dial(t, p, srv.URL)
+	for i := 0; c.State() != StateClosing; i++ {
+		if i > 10000 {
+			t.Fatalf("state %v, want closing", c.State())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("SendText while closing: %v, want ErrClosed", err)
+	}
+	if err := c.SendContext(context.Background(), OpText, []byte("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("SendContext while closing: %v, want ErrClosed", err)
+	}
+	if err := c.Ping(nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ping while closing: %v, want ErrClosed", err)
+	}
+	if st := c.Stats(); st.MsgsOut != 0 || st.SendQueued != 0 {
+		t.Errorf("stats %+v: nothing should have been queued", st)
+	}
+}
