@@ -698,7 +698,7 @@ func TestSendCloseWithQueued(t *testing.T) {
 	}
 }
 
-// TestSendRacingClose: senders (SendBinary, SendContext, Ping) race
+// TestSendRacingClose: senders (SendBinary, SendContext, Ping, Pong) race
 // Conn.Close or Pool.Close from other goroutines. No panic, no hang; every
 // error is ErrClosed, ErrPoolClosed or ErrWouldBlock; after the end every
 // send returns ErrClosed (or ErrPoolClosed after Pool.Close).
@@ -731,20 +731,22 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 	var sent atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	for g := range 6 {
+	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			b := make([]byte, 4096+g*1000)
 			for {
 				var err error
-				switch g % 3 {
+				switch g % 4 {
 				case 0:
 					err = c.SendBinary(b)
 				case 1:
 					err = c.SendContext(ctx, OpBinary, b)
-				default:
+				case 2:
 					err = c.Ping(b[:8])
+				default:
+					err = c.Pong(b[:8])
 				}
 				switch {
 				case err == nil:
