@@ -278,19 +278,37 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 }
 
 // inject queues b for a memory connection in records of at most maxRecord
-// bytes (the loop parses across record boundaries).
+// bytes (the loop parses across record boundaries). The bytes count
+// against MaxSendQueue until the loop has parsed them (it keeps what the
+// event ring cannot take yet in the connection's own queue, so an INJECT
+// never waits in the shared ring); while they would not fit, inject
+// waits like SendContext without a deadline, that is for the pump.
 func (c Conn) inject(b []byte) error {
+	if c.p == nil {
+		return ErrClosed
+	}
 	if len(b) == 0 {
 		if !c.live() {
 			return ErrClosed
 		}
 		return nil
 	}
-	if !c.live() {
-		return ErrClosed
+	err := c.tryInject(b)
+	for err == ErrWouldBlock {
+		if err = c.waitWritable(context.Background(), uint64(len(b))); err == nil {
+			err = c.tryInject(b)
+		}
 	}
-	c.p.sendMu.Lock()
-	defer c.p.sendMu.Unlock()
+	return err
+}
+
+func (c Conn) tryInject(b []byte) error {
+	p := c.p
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if err := c.admit(uint64(len(b))); err != nil {
+		return err
+	}
 	return c.putChunksLocked(cmdInject, 0, b)
 }
 

@@ -159,6 +159,10 @@ func (c Conn) Close(code int, reason string) error {
 
 // Inject feeds b to a connection made by DialMemory as if its server had
 // sent it: frames are parsed by the C loop and delivered through Pump.
+// Bytes not parsed yet (the pump is behind) count in ConnStats.SendQueued;
+// while b would take them past Config.MaxSendQueue, Inject waits for the
+// pump (so do not call it from the pumping goroutine with more than that
+// outstanding).
 func (c Conn) Inject(b []byte) error { return c.inject(b) }
 
 // State returns the connection's current state.

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc826f4dc61853e1e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x9d40971516f1d8bc
 import "C"
 
-const csrcHash = "c826f4dc61853e1e"
+const csrcHash = "9d40971516f1d8bc"

@@ -1,11 +1,9 @@
 /* cmdq.c - runs the commands Go sends: one handler per op. Every command
- * leaves the ring when it runs: sends go to their connection's own queue
- * (Go admits them against MaxSendQueue before they enter the ring), so
- * one connection whose peer does not read never holds up another's
- * commands. The one exception is INJECT, for socketless connections:
- * its handler returns CMD_WAIT to leave it at the head and stop draining
- * until the pump has made event ring room (it stands for server input,
- * which waits for the pump on every connection). */
+ * leaves the ring when it runs: sends (and a memory connection's injected
+ * input) go to their connection's own queue (Go admits them against
+ * MaxSendQueue before they enter the ring), so one connection whose peer
+ * does not read, or whose input waits for the pump, never holds up
+ * another's commands. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,7 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-enum { CMD_DONE = 0, CMD_WAIT = 1 };
+enum { CMD_DONE = 0 };
 
 #define PUB_ADD(p, f, n) __atomic_store_n(&(p)->f, (p)->f + (n), __ATOMIC_RELAXED)
 
@@ -78,17 +76,10 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 {
 	struct tl_conn *c = cmd_conn(l, cmd);
 
-	if (c && c->fd < 0 && !c->dying) {
-		size_t used = 0;
-		int r = tl_conn_feed(l, c, payload + l->cmdq.inject_off, cmd->len - l->cmdq.inject_off, &used);
-		if (r == TL_FEED_STALL) {
-			/* No room: run the rest of this command again once Go has
-			 * pumped. The record stays as Go wrote it. */
-			l->cmdq.inject_off += (uint32_t)used;
-			return CMD_WAIT;
-		}
-	}
-	l->cmdq.inject_off = 0;
+	if (c && c->fd < 0 && !c->dying)
+		tl_conn_inject(l, c, payload, cmd->len);
+	else if (c)
+		tl_loop_tx_retire(l, c, cmd->len);
 	return CMD_DONE;
 }
 
@@ -190,7 +181,6 @@ int tl_cmdq_drain(struct tl_loop *l)
 		if (q->head == q->tail_cache)
 			return 0;
 	}
-	q->parked = 0;
 	while (q->head != q->tail_cache) {
 		const struct tl_cmd *cmd = (const struct tl_cmd *)(r->buf + (q->head & (r->size - 1)));
 		size_t rec;
@@ -198,10 +188,7 @@ int tl_cmdq_drain(struct tl_loop *l)
 		if (cmd->op == TL_CMD_PAD) {
 			rec = sizeof(*cmd) + cmd->len; /* to the end of the ring */
 		} else {
-			if (cmd_run(l, cmd, (const uint8_t *)(cmd + 1)) == CMD_WAIT) {
-				q->parked = 1;
-				break;
-			}
+			cmd_run(l, cmd, (const uint8_t *)(cmd + 1));
 			rec = sizeof(*cmd) + ((cmd->len + TL_CMD_ALIGN - 1) & ~(size_t)(TL_CMD_ALIGN - 1));
 		}
 		q->head += rec;

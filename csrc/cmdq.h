@@ -14,8 +14,6 @@ struct tl_cmdq {
 	struct tl_cmdring *r;  /* shared with Go */
 	uint64_t head;         /* local; published after each drain */
 	uint64_t tail_cache;   /* Go's tail as last read */
-	uint32_t inject_off;   /* bytes of the INJECT at the head already parsed */
-	uint8_t parked;        /* an INJECT at the head waits for event ring room */
 };
 
 /* tl_cmdq_init maps a command ring of size bytes (a power of two),
@@ -25,13 +23,11 @@ int tl_cmdq_init(struct tl_cmdq *q, uint64_t size);
 /* tl_cmdq_free unmaps the ring. Safe on a zeroed or partly set-up queue. */
 void tl_cmdq_free(struct tl_cmdq *q);
 
-/* tl_cmdq_pending reports whether Go has published commands not yet run
- * and runnable: not while an INJECT waits at the head (the loop waits for
- * the pump then, see space_freed). seq_cst: it is the loop's recheck after
- * announcing sleep (Dekker). */
+/* tl_cmdq_pending reports whether Go has published commands not yet run.
+ * seq_cst: it is the loop's recheck after announcing sleep (Dekker). */
 static inline int tl_cmdq_pending(const struct tl_cmdq *q)
 {
-	return !q->parked && q->head != __atomic_load_n(&q->r->tail, __ATOMIC_SEQ_CST);
+	return q->head != __atomic_load_n(&q->r->tail, __ATOMIC_SEQ_CST);
 }
 
 #endif

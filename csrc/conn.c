@@ -330,6 +330,66 @@ void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
 	sq_drop(l, c);
 }
 
+/* ---- injected input (memory connections) ---- */
+
+/* A memory connection never sends (its frames are retired at once), so
+ * its send queue holds the injected bytes the parser could not take yet
+ * (raw bytes from head to len): the INJECT command leaves the command
+ * ring at once, and Go's admission (the same send units) bounds it. */
+
+/* stash_feed offers c's stashed input to the parser. Returns a TL_FEED_*
+ * code; consumed (or dropped) bytes retire their units. */
+static int stash_feed(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_sendq *q = &c->sq;
+	int r = TL_FEED_OK;
+
+	while (!sq_empty(q)) {
+		size_t used = 0;
+		r = tl_conn_feed(l, c, q->p + q->head, q->len - q->head, &used);
+		if (r == TL_FEED_DEAD)
+			used = q->len - q->head; /* closing or failed: the rest does not count */
+		q->head += used;
+		tl_loop_tx_retire(l, c, used);
+		if (r == TL_FEED_STALL || c->dying)
+			break;
+	}
+	if (sq_empty(q))
+		sq_reset(q);
+	return r == TL_FEED_DEAD ? TL_FEED_OK : r;
+}
+
+int tl_conn_inject(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n)
+{
+	size_t used = 0;
+	int r;
+
+	if (sq_empty(&c->sq)) {
+		r = tl_conn_feed(l, c, p, n, &used);
+		if (r == TL_FEED_DEAD)
+			used = n;
+		tl_loop_tx_retire(l, c, used);
+		if (r != TL_FEED_STALL || c->dying)
+			return 0;
+	}
+	/* Behind earlier stashed bytes, or the parser stalled (perhaps with
+	 * every byte taken and only an event pending): keep the rest in order
+	 * until the pump makes room. */
+	if (used == n) {
+		tl_loop_stall(l, c);
+		return 0;
+	}
+	uint8_t *d = sq_reserve(&c->sq, n - used);
+	if (!d) {
+		tl_loop_tx_retire(l, c, n - used);
+		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory keeping injected bytes");
+		return -1;
+	}
+	memcpy(d, p + used, n - used);
+	tl_loop_stall(l, c);
+	return 0;
+}
+
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen)
 {
 	uint8_t pl[125];
@@ -872,6 +932,8 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 		if (c->state == TL_ST_OPEN || c->state == TL_ST_CLOSING) {
 			r = flush_pending(l, c);
 		}
+		if (c->fd < 0 && r == TL_FEED_OK && !sq_empty(&c->sq))
+			r = stash_feed(l, c); /* a memory connection's injected backlog */
 		while (r != TL_FEED_STALL && !tl_rxq_empty(&c->rxq) && !c->dying) {
 			if (tl_conn_replies(c) > l->cfg.max_send_queue) {
 				/* Replies (pongs) pile up: the peer does not read. Stop

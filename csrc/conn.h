@@ -216,6 +216,14 @@ void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c);
  * units: the socket refused a send, nobody will read them. */
 void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c);
 
+/* tl_conn_inject feeds p[0..n) to memory connection c as if its server
+ * had sent it. What the parser cannot take yet (event ring or arena full)
+ * is kept, in order, in c's send queue (a memory connection never sends)
+ * and c stalls; tl_conn_drive feeds it when room returns. Parsed (or
+ * dropped) bytes retire their units, like sent frames. Returns 0, or -1
+ * after failing c (no memory). */
+int tl_conn_inject(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n);
+
 /* tl_conn_replies reports the bytes of the loop's own replies waiting in
  * c's out buffers (the receive side stops reading past max_send_queue). */
 static inline size_t tl_conn_replies(const struct tl_conn *c) { return c->out[0].replies + c->out[1].replies; }

@@ -781,7 +781,7 @@ static int space_freed(struct tl_loop *l)
 {
 	if (l->stall_kick)
 		return 1;
-	return (l->stalled || l->cmdq.parked || tl_slots_deferred(&l->slots)) && tl_evq_head_moved(&l->evq);
+	return (l->stalled || tl_slots_deferred(&l->slots)) && tl_evq_head_moved(&l->evq);
 }
 
 static void shutdown_all(struct tl_loop *l)
@@ -838,7 +838,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * for it: a stalled connection, or a recv starved of slots that are
 	 * held by unconsumed in-place payloads. Otherwise deferred slots go
 	 * back on the next natural wake-up, without an extra syscall. */
-	if (l->stalled || l->cmdq.parked || (tl_slots_deferred(&l->slots) && l->rx_want))
+	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rx_want))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
 	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) || l->shutting_down ||
 	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
