@@ -1044,3 +1044,53 @@ func TestSendAfterPeerClose(t *testing.T) {
 		t.Errorf("stats %+v: nothing should have been queued", st)
 	}
 }
+
+// TestSendInjectBacklogDoesNotBlock: a memory connection's injected input
+// that waits for the pump (the event ring is full, nobody pumps) does not
+// hold up another connection's dial and sends; once pumped, every
+// injected message arrives in order.
+func TestSendInjectBacklogDoesNotBlock(t *testing.T) {
+	srv := wstest.NewGorilla()
+	got := make(chan []byte, 4)
+	srv.OnMessage = func(op ws.Opcode, b []byte) { got <- b }
+	srv.Start(t)
+	p := newTestPool(t, Config{EventRingSize: 256}, hangGuard)
+	m, err := p.DialMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	var stream []byte
+	for i := range n {
+		stream = ws.AppendFrame(stream, true, ws.OpBinary, wstest.Payload(i, 16))
+	}
+	if err := m.Inject(stream); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p, srv.URL+"/collect") // its DIAL follows the INJECT in the ring
+	if err := c.SendText([]byte("through")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-got:
+		if string(b) != "through" {
+			t.Fatalf("server got %q", b)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("a send waited behind another connection's injected backlog")
+	}
+	t.Logf("memory connection backlog while unpumped: SendQueued %d", m.Stats().SendQueued)
+	chk := wstest.NewChecker(16)
+	count := 0
+	pumpUntil(t, p, func(cc Conn, ev Event) {
+		if cc == m && ev.Kind == EventBinary {
+			if err := chk.Check(ev.Payload); err != nil && count < 3 {
+				t.Errorf("message %d: %v", count, err)
+			}
+			count++
+		}
+	}, func() bool { return count == n }, nil)
+	if q := m.Stats().SendQueued; q != 0 {
+		t.Errorf("SendQueued %d after everything was pumped", q)
+	}
+}
