@@ -47,8 +47,8 @@ func (p *Pool) maxRecord() int {
 
 // reserve waits until n bytes (a whole record) fit contiguously and
 // returns the offset to write at. Called with sendMu held. The loop takes
-// every command off the ring as soon as it runs (only an INJECT can wait
-// there, for the pump), so a full ring is momentary: reserve spins
+// every command off the ring as soon as it runs (nothing waits there), so
+// a full ring is momentary: reserve spins
 // briefly, then sleeps on the ring's space_seq futex, which the loop bumps
 // and wakes after a drain while prod_waiting is set (and Close does too).
 // It returns ErrPoolClosed once the pool closes.
