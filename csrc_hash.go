@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x9d40971516f1d8bc
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x22bd071626149d02
 import "C"
 
-const csrcHash = "9d40971516f1d8bc"
+const csrcHash = "22bd071626149d02"

@@ -16,8 +16,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-enum { CMD_DONE = 0 };
-
 #define PUB_ADD(p, f, n) __atomic_store_n(&(p)->f, (p)->f + (n), __ATOMIC_RELAXED)
 
 int tl_cmdq_init(struct tl_cmdq *q, uint64_t size)
@@ -61,7 +59,7 @@ static struct tl_conn *cmd_conn(struct tl_loop *l, const struct tl_cmd *cmd)
 	return c;
 }
 
-static int cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
+static void cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 {
 	if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE && !l->conns[cmd->slot].dying) {
 		if (cmd->flags & TL_CMDF_MEMORY)
@@ -69,10 +67,9 @@ static int cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 		else
 			tl_loop_dial(l, cmd->slot, cmd->gen);
 	}
-	return CMD_DONE;
 }
 
-static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
+static void cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	struct tl_conn *c = cmd_conn(l, cmd);
 
@@ -80,10 +77,9 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 		tl_conn_inject(l, c, payload, cmd->len);
 	else if (c)
 		tl_loop_tx_retire(l, c, cmd->len);
-	return CMD_DONE;
 }
 
-static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
+static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
@@ -101,34 +97,27 @@ static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *
 	} else if (c->state < TL_ST_OPEN) {
 		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
 	}
-	return CMD_DONE;
 }
 
 /* cmd_frame queues a SEND, PING or PONG on its connection; it never
- * waits. Go counted its units against the connection's queue, so a frame
- * the connection will not send (closing, failed) retires them at once. */
-static int cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
+ * waits. A SEND that arrives before the upgrade completed (right after
+ * DialAsync) waits in the connection's send queue for it. Go counted the
+ * frame's units against the connection's queue, so a frame the connection
+ * will not send (a ping before it is open, closing, failed) retires them
+ * at once. */
+static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	uint32_t units = cmd->op == TL_CMD_SEND ? cmd->len : cmd->len + TL_CTRL_UNITS;
+	int early = cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying;
 
-	if (cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying) {
-		/* Sent right after DialAsync: queued until the upgrade completes. */
-		int op = (cmd->flags & TL_CMDF_CONT) ? TL_OP_CONT : (cmd->flags & 0xf);
-		if (tl_conn_send_data(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len, units) == 0) {
-			if (cmd->flags & TL_CMDF_FIN)
-				PUB_ADD(&l->pub[c->slot], msgs_out, 1);
-			PUB_ADD(&l->pub[c->slot], bytes_out, cmd->len);
-		}
-		return CMD_DONE;
-	}
-	if (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno) {
+	if (!early && (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno)) {
 		tl_loop_tx_retire(l, c, units);
-		return CMD_DONE;
+		return;
 	}
 	if (cmd->op == TL_CMD_SEND) {
 		int op = (cmd->flags & TL_CMDF_CONT) ? TL_OP_CONT : (cmd->flags & 0xf);
 		if (tl_conn_send_data(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len, units) < 0)
-			return CMD_DONE;
+			return;
 		if (cmd->flags & TL_CMDF_FIN)
 			PUB_ADD(&l->pub[c->slot], msgs_out, 1);
 		PUB_ADD(&l->pub[c->slot], bytes_out, cmd->len);
@@ -136,36 +125,39 @@ static int cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *
 		/* Control frames go straight to the out buffer, between two data
 		 * frames: a heartbeat does not wait behind queued data. */
 		if (tl_conn_send_frame(l, c, cmd->op == TL_CMD_PING ? TL_OP_PING : TL_OP_PONG, 1, payload, cmd->len) < 0)
-			return CMD_DONE;
+			return;
 		if (c->fd < 0)
 			tl_loop_tx_retire(l, c, units);
 		else
 			c->out[c->cur].units += units;
 	}
 	tl_loop_flush(l, c);
-	return CMD_DONE;
 }
 
 /* cmd_run dispatches one record. */
-static int cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
+static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	struct tl_conn *c;
 
 	switch (cmd->op) {
 	case TL_CMD_DIAL:
-		return cmd_dial(l, cmd);
+		cmd_dial(l, cmd);
+		break;
 	case TL_CMD_INJECT:
-		return cmd_inject(l, cmd, payload);
+		cmd_inject(l, cmd, payload);
+		break;
 	case TL_CMD_CLOSE:
-		c = cmd_conn(l, cmd);
-		return c ? cmd_close(l, c, cmd, payload) : CMD_DONE;
+		if ((c = cmd_conn(l, cmd)) != NULL)
+			cmd_close(l, c, cmd, payload);
+		break;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
 	case TL_CMD_PONG:
-		c = cmd_conn(l, cmd);
-		return c ? cmd_frame(l, c, cmd, payload) : CMD_DONE;
+		if ((c = cmd_conn(l, cmd)) != NULL)
+			cmd_frame(l, c, cmd, payload);
+		break;
 	}
-	return CMD_DONE; /* unknown ops are skipped */
+	/* unknown ops are skipped */
 }
 
 int tl_cmdq_drain(struct tl_loop *l)
