@@ -27,6 +27,9 @@ const (
 	cmdfFin    = 0x10 // with cmdSend: the last fragment of a message
 	cmdfCont   = 0x20 // with cmdSend: a continuation fragment
 	cmdfMemory = 0x1  // with cmdDial: a socketless connection fed by cmdInject
+	// with cmdClose: abort the connection only if it has not opened yet
+	// (Dial's context ended; an open connection is Dial's result).
+	cmdfIfDialing = 0x2
 
 	cmdHdr = 16
 )
@@ -156,6 +159,12 @@ func (c Conn) admit(units uint64) error {
 	return nil
 }
 
+// countFull counts a send refused (or made to wait) by a full queue.
+func (p *Pool) countFull(slot uint32) {
+	p.txFull[slot].Add(1)
+	p.txFullTotal.Add(1)
+}
+
 // queued returns the send units accepted for c (acc) that the loop has
 // not yet written or dropped.
 func (c Conn) queued(acc uint64) uint64 {
@@ -177,19 +186,29 @@ func (c Conn) send(op Opcode, b []byte) error {
 }
 
 func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
-	p := c.p
-	if p == nil {
-		return ErrClosed
+	if !c.enter() {
+		return c.endedErr()
 	}
+	p := c.p
+	defer p.exit()
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
 		if err == ErrWouldBlock && countFull {
-			p.txFull[c.slot].Add(1)
+			p.countFull(c.slot)
 		}
 		return err
 	}
 	return c.putChunksLocked(cmdSend, op, b)
+}
+
+// endedErr is the error of a call refused by enter: the zero Conn's is
+// ErrClosed, a closing pool's ErrPoolClosed.
+func (c Conn) endedErr() error {
+	if c.p == nil {
+		return ErrClosed
+	}
+	return ErrPoolClosed
 }
 
 // sendContext is SendContext: trySend, and while the queue is full, sleep
@@ -210,6 +229,12 @@ func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("talaris: send: %w", err)
 	}
+	// Inside enter for the whole call: Close wakes the wait and frees
+	// the loop's memory only once every such call has left.
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
 	err := c.trySend(op, b, true)
 	for err == ErrWouldBlock {
 		if err = c.waitWritable(ctx, uint64(len(b))); err == nil {
@@ -220,13 +245,10 @@ func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
 }
 
 // waitWritable sleeps until units send units may fit c's queue, c ends,
-// the pool closes or ctx is done.
+// the pool closes or ctx is done. The caller is inside p.enter (Close
+// wakes every waiter, then waits for them to leave before it frees pub).
 func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 	p := c.p
-	// Close frees pub only once no waiter is left (it wakes them first):
-	// announce ourselves before touching it, then check closed.
-	p.waiters.Add(1)
-	defer p.waiters.Add(-1)
 	if p.closed.Load() {
 		return ErrPoolClosed
 	}
@@ -284,9 +306,10 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 // never waits in the shared ring); while they would not fit, inject
 // waits like SendContext without a deadline, that is for the pump.
 func (c Conn) inject(b []byte) error {
-	if c.p == nil {
-		return ErrClosed
+	if !c.enter() {
+		return c.endedErr()
 	}
+	defer c.p.exit()
 	if len(b) == 0 {
 		if !c.live() {
 			return ErrClosed
@@ -303,7 +326,7 @@ func (c Conn) inject(b []byte) error {
 }
 
 func (c Conn) tryInject(b []byte) error {
-	p := c.p
+	p := c.p // the caller is inside p.enter
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
@@ -354,15 +377,16 @@ func (c Conn) control(op uint8, b []byte) error {
 	if len(b) > 125 {
 		return ErrControlTooLong
 	}
-	p := c.p
-	if p == nil {
-		return ErrClosed
+	if !c.enter() {
+		return c.endedErr()
 	}
+	p := c.p
+	defer p.exit()
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	if err := c.admit(uint64(len(b)) + ctrlUnits); err != nil {
 		if err == ErrWouldBlock {
-			p.txFull[c.slot].Add(1)
+			p.countFull(c.slot)
 		}
 		return err
 	}
@@ -377,10 +401,11 @@ func (c Conn) control(op uint8, b []byte) error {
 // ErrClosed (the loop would drop what follows the close frame) and a
 // SendContext waiting on c returns.
 func (c Conn) closeConn(code int, reason string) error {
-	p := c.p
-	if p == nil {
-		return ErrClosed
+	if !c.enter() {
+		return c.endedErr()
 	}
+	p := c.p
+	defer p.exit()
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	if p.closed.Load() {

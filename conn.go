@@ -30,8 +30,8 @@ type State uint32
 
 // Connection states, in order.
 const (
-	StateIdle       State = 0 // not used (a dead or zero handle)
-	StateConnecting State = 1 // TCP connect in progress
+	StateIdle       State = 0 // the zero Conn (a handle from Dial or DialAsync never reports it)
+	StateConnecting State = 1 // TCP connect in progress (from the moment DialAsync returns)
 	StateTLS        State = 2 // TLS handshake in progress
 	StateUpgrading  State = 3 // HTTP upgrade in progress
 	StateOpen       State = 4
@@ -56,6 +56,7 @@ type ConnStats struct {
 	MsgsOut, BytesOut uint64 // data messages and payload bytes sent by Send*
 	PingsIn, PongsIn  uint64
 	WireIn, WireOut   uint64 // bytes read from and written to the socket
+	Resumed           bool   // the TLS handshake resumed a session of an earlier dial
 
 	// SendQueued is the payload bytes Send*, Ping and Pong accepted that
 	// are not written to the socket yet (a ping or pong counts 14 bytes
@@ -70,8 +71,10 @@ type ConnStats struct {
 // Conn is a handle to one connection of a Pool. It is a small value: copy
 // it, compare it, use it as a map key. A handle whose connection has ended
 // (after its EventClose or EventError) is dead: its methods return
-// ErrClosed and State returns StateClosed, even if the Pool reuses the
-// underlying slot for a new connection.
+// ErrClosed, State returns StateClosed and Stats zero, even if the Pool
+// reuses the underlying slot for a new connection. Once the Pool is
+// closed (also while Close runs) they return ErrPoolClosed, StateClosed
+// and zero.
 type Conn struct {
 	p    *Pool
 	slot uint32

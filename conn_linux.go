@@ -15,9 +15,10 @@ import (
 	"unsafe"
 )
 
-// live reports whether c's connection has not ended.
+// live reports whether c's connection has not ended. The caller is
+// inside p.enter.
 func (c Conn) live() bool {
-	if c.p == nil || c.p.closed.Load() || c.slot >= uint32(len(c.p.pub)) {
+	if c.slot >= uint32(len(c.p.pub)) {
 		return false
 	}
 	pb := &c.p.pub[c.slot]
@@ -37,8 +38,19 @@ func (c Conn) sendable() bool {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.p.pub[c.slot].state))) < uint32(StateClosing)
 }
 
+// enter admits a call on c that reads the pool's shared memory (see
+// Pool.enter); false for the zero Conn and once the pool is closing.
+func (c Conn) enter() bool { return c.p != nil && c.p.enter() }
+
 func (c Conn) state() State {
-	if c.p == nil || c.p.freed.Load() || c.slot >= uint32(len(c.p.pub)) {
+	if c.p == nil {
+		return StateIdle
+	}
+	if !c.p.enter() {
+		return StateClosed // the pool closed: every connection ended with it
+	}
+	defer c.p.exit()
+	if c.slot >= uint32(len(c.p.pub)) {
 		return StateIdle
 	}
 	pb := &c.p.pub[c.slot]
@@ -49,22 +61,28 @@ func (c Conn) state() State {
 }
 
 func (c Conn) stats() ConnStats {
-	if c.p == nil || c.p.freed.Load() || c.slot >= uint32(len(c.p.pub)) {
+	if !c.enter() {
 		return ConnStats{}
+	}
+	defer c.p.exit()
+	if !c.live() {
+		return ConnStats{} // ended: zero, as documented
 	}
 	pb := &c.p.pub[c.slot]
-	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) != c.gen {
-		return ConnStats{}
-	}
 	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
 	return ConnStats{
 		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in), MsgsOut: ld(&pb.msgs_out), BytesOut: ld(&pb.bytes_out),
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out),
+		Resumed:    atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.resumed))) != 0,
 		SendQueued: c.queued(c.p.txAcc[c.slot].Load()), SendQueueFull: c.p.txFull[c.slot].Load(),
 	}
 }
 
 func (c Conn) subprotocol() string {
+	if !c.enter() {
+		return ""
+	}
+	defer c.p.exit()
 	if !c.live() {
 		return ""
 	}

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x22bd071626149d02
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3f3f4024a7153d4b
 import "C"
 
-const csrcHash = "22bd071626149d02"
+const csrcHash = "3f3f4024a7153d4b"

@@ -34,16 +34,68 @@ type evConsumer struct {
 	// pool is the Pool the ring belongs to, nil for a Decoder: Conn
 	// handles carry it, and a final event frees its connection's slot.
 	pool *Pool
+	// onEvent is the Pool's Config.OnEvent: the non-data events of the
+	// pumps that take a DataFunc go to it (nil: consumed silently).
+	onEvent EventFunc
 	// err is a Decoder's sticky error: the first EventClose, or the
 	// latest EventError, seen by a data consume (pool == nil only).
 	err error
+
+	// stamps parallels events: the stage stamps of events flagged
+	// TL_EVF_STAMPED (nil when sampling is off); rec records them (set
+	// whenever stamps is).
+	stamps []C.struct_tl_stamp
+	rec    *metricsRecorder
 }
 
 // newEvConsumer maps the loop's event ring.
 func newEvConsumer(l *C.struct_tl_loop, pool *Pool) evConsumer {
 	evr := C.tl_loop_evring(l)
-	return evConsumer{events: unsafe.Slice(evr.ev, int(evr.size)), mask: uint64(evr.mask),
+	r := evConsumer{events: unsafe.Slice(evr.ev, int(evr.size)), mask: uint64(evr.mask),
 		tail: (*uint64)(unsafe.Pointer(&evr.tail)), head: (*uint64)(unsafe.Pointer(&evr.head)), pool: pool}
+	if evr.stamps != nil {
+		r.stamps = unsafe.Slice(evr.stamps, int(evr.size))
+	}
+	return r
+}
+
+// nanotime is the runtime's monotonic clock: clock_gettime(CLOCK_MONOTONIC)
+// through the vDSO on Linux, the clock the C loop stamps with. No syscall,
+// no cgo call.
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
+
+// stampsAt returns the loop's stamps of the event at ring index idx with
+// the callback stamp taken now.
+func (r *evConsumer) stampsAt(idx uint64) Stamps {
+	s := &r.stamps[idx]
+	return Stamps{CQE: int64(s.cqe), Plaintext: int64(s.plaintext), Publish: int64(s.publish),
+		Wire: int64(s.wire), Callback: nanotime()}
+}
+
+// record folds a sampled message's stamps into the histograms.
+func (r *evConsumer) record(st *Stamps) {
+	r.rec.record(st.CQE, st.Plaintext, st.Publish, st.Callback, st.Wire)
+}
+
+// dataSampled calls fd for a sampled message and records its stamps. Kept
+// out of consume's loop: sampled messages are the rare case.
+//
+//go:noinline
+func (r *evConsumer) dataSampled(idx uint64, c Conn, op Opcode, payload []byte, fd DataFunc) {
+	st := r.stampsAt(idx)
+	fd(c, op, payload)
+	r.record(&st)
+}
+
+// eventSampled is dataSampled for Pump's EventFunc.
+//
+//go:noinline
+func (r *evConsumer) eventSampled(idx uint64, c Conn, ev Event, fe EventFunc) {
+	st := r.stampsAt(idx)
+	fe(c, ev)
+	r.record(&st)
 }
 
 // loadTail returns the events published so far (acquire).
@@ -52,9 +104,16 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 // consume hands events [pos, tail) to fd (data messages only) or fe (every
 // event), then releases them all with one store of head. It returns the
 // number of callbacks made.
-func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
+//
+// Exactly one of fe, fd and fs is non-nil; fs is PumpStamped's callback.
+// Events flagged TL_EVF_STAMPED (sampled messages) take a cold path that
+// stamps the callback and records the stamps; a pool with a Logger logs
+// its lifecycle events (never a data event).
+func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
 	n := 0
 	events, mask, pool := r.events, r.mask, r.pool // locals: the callbacks could write *r
+	onEv := r.onEvent
+	logged := pool != nil && pool.cfg.Logger != nil
 	for i := r.pos; i != tail; i++ {
 		e := &events[i&mask]
 		var c Conn // a Decoder's callbacks get the zero Conn
@@ -66,30 +125,54 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 			payload = unsafe.Slice((*byte)(unsafe.Pointer(e.ptr)), int(e.len))
 		}
 		kind := EventKind(e.kind)
-		if fd != nil {
-			if kind == EventText {
-				fd(c, OpText, payload)
+		if kind == EventText || kind == EventBinary {
+			switch {
+			case fd != nil:
+				if e.flags&C.TL_EVF_STAMPED == 0 {
+					fd(c, Opcode(kind-EventText)+OpText, payload)
+				} else {
+					r.dataSampled(i&mask, c, Opcode(kind-EventText)+OpText, payload, fd)
+				}
+			case fs != nil:
+				var st Stamps
+				if e.flags&C.TL_EVF_STAMPED != 0 {
+					st = r.stampsAt(i & mask)
+				}
+				fs(c, Opcode(kind-EventText)+OpText, payload, st)
+				if st.CQE != 0 {
+					r.record(&st)
+				}
+			default:
+				ev := Event{Kind: kind, Payload: payload}
+				if e.flags&C.TL_EVF_STAMPED == 0 {
+					fe(c, ev)
+				} else {
+					r.eventSampled(i&mask, c, ev, fe)
+				}
+			}
+			n++
+		} else if pool == nil {
+			if fe != nil {
+				fe(c, r.event(e, kind, payload))
 				n++
-			} else if kind == EventBinary {
-				fd(c, OpBinary, payload)
-				n++
-			} else if pool == nil {
+			} else {
 				r.noteEnd(e, kind, payload)
 			}
-		} else {
-			ev := Event{Kind: kind, Payload: payload}
-			switch kind {
-			case EventClose:
-				ev.Code = int(e.code)
-				ev.Reason = payload
-				ev.Payload = nil
-			case EventError:
-				ev.Code = int(e.code)
-				ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
-				ev.Payload = nil
+		} else if quiet := pool.quietEvent(e, kind); logged || (!quiet && (fe != nil || onEv != nil)) {
+			// A quiet event (a failed synchronous Dial) is still logged.
+			ev := r.event(e, kind, payload)
+			if logged {
+				pool.logEvent(c, &ev)
 			}
-			fe(c, ev)
-			n++
+			switch {
+			case quiet: // Dial returned this error; the caller never had the Conn
+			case fe != nil:
+				fe(c, ev)
+				n++
+			case onEv != nil:
+				onEv(c, ev)
+				n++
+			}
 		}
 		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
 			pool.nconns.Add(-1)
@@ -99,6 +182,56 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 	r.pos = tail
 	atomic.StoreUint64(r.head, tail)
 	return n
+}
+
+// logEvent logs a lifecycle event (Config.Logger). Cold path: non-data
+// events only.
+//
+//go:noinline
+func (p *Pool) logEvent(c Conn, ev *Event) {
+	switch ev.Kind {
+	case EventOpen, EventClose, EventError:
+		logLifecycle(p.cfg.Logger, p.cfg.Name, c, ev)
+	}
+}
+
+// event builds the Event of a non-data record (the cold path: an
+// EventError's Err is built here).
+func (r *evConsumer) event(e *C.struct_tl_event, kind EventKind, payload []byte) Event {
+	ev := Event{Kind: kind, Payload: payload}
+	switch kind {
+	case EventClose:
+		ev.Code = int(e.code)
+		ev.Reason = payload
+		ev.Payload = nil
+	case EventError:
+		ev.Code = int(e.code)
+		ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
+		if r.pool != nil && int32(e.err) == cErrHTTP {
+			ev.Err = r.pool.handshakeErr(uint32(e.slot), uint32(e.gen), ev.Err)
+		}
+		ev.Payload = nil
+	}
+	return ev
+}
+
+// quietEvent reports whether a non-data event belongs to a synchronous
+// Dial's connection that never opened: its final event frees the slot
+// without a callback, since Dial returned the error and the caller never
+// had the Conn. EventOpen ends the quiet period (Dial returns that Conn).
+func (p *Pool) quietEvent(e *C.struct_tl_event, kind EventKind) bool {
+	q := &p.quiet[e.slot]
+	if q.Load() != uint32(e.gen) {
+		return false
+	}
+	if kind == EventOpen {
+		q.Store(0)
+		return false
+	}
+	if e.flags&C.TL_EVF_FINAL != 0 {
+		q.Store(0)
+	}
+	return true
 }
 
 // noteEnd records a Decoder's sticky error from an EventError (the latest
@@ -117,8 +250,8 @@ func (r *evConsumer) noteEnd(e *C.struct_tl_event, kind EventKind, payload []byt
 
 // dispatch consumes events up to tail and wakes the loop if it waits for
 // the room just released.
-func (p *Pool) dispatch(tail uint64, fe EventFunc, fd DataFunc) int {
-	n := p.ev.consume(tail, fe, fd)
+func (p *Pool) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
+	n := p.ev.consume(tail, fe, fd, fs)
 	if atomic.LoadUint32(p.wantsSpace) != 0 && atomic.CompareAndSwapUint32(p.wantsSpace, 1, 0) {
 		p.wakeLoop()
 	}
@@ -136,17 +269,31 @@ func (p *Pool) enterPump() error {
 	return nil
 }
 
-// leavePump gives the claim back and, after Close, frees the loop.
+// leavePump publishes the samples the pump call recorded (so Metrics is
+// exact whenever no pump call runs), gives the claim back and, after
+// Close, frees the loop.
 func (p *Pool) leavePump() {
+	if p.rec != nil {
+		p.rec.flush()
+	}
 	p.pumping.Store(0)
 	if p.closed.Load() {
 		p.release()
 	}
 }
 
+// closedErr is ErrPoolClosed once Close ran (a callback may have called
+// it: the pump returns what it delivered and this error), else nil.
+func (p *Pool) closedErr() error {
+	if p.closed.Load() {
+		return ErrPoolClosed
+	}
+	return nil
+}
+
 // pumpBlocking dispatches at least one callback-worthy batch, sleeping
 // when the ring is empty.
-func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
+func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, error) {
 	if err := p.enterPump(); err != nil {
 		return 0, err
 	}
@@ -161,11 +308,17 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
 			}
 			tail := p.ev.loadTail()
 			if tail != p.ev.pos {
-				if n := p.dispatch(tail, fe, fd); n > 0 {
-					return n, nil
+				if n := p.dispatch(tail, fe, fd, fs); n > 0 {
+					return n, p.closedErr()
 				}
 				i = 0
 				continue
+			}
+			if fd != nil && p.nconns.Load() == 0 {
+				// Nothing pending and no connection left to deliver
+				// anything: the last final event was just consumed (it
+				// woke us), or there never was one.
+				return 0, ErrNoConns
 			}
 			if p.cfg.ConsumerWait == WaitSpin {
 				if i&255 == 255 {
@@ -184,7 +337,11 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
 				}
 			}
 		}
-		// Sleep: announce, recheck, then wait on the futex word.
+		// Sleep: announce, recheck, then wait on the futex word. Samples
+		// go out first: Metrics must not wait for the next message.
+		if p.rec != nil {
+			p.rec.flush()
+		}
 		seq := atomic.LoadUint32(p.wakeSeq)
 		atomic.StoreUint32(p.consSleeping, 1)
 		if p.ev.loadTail() == p.ev.pos && !p.closed.Load() {
@@ -206,7 +363,7 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	for i := 0; i < iters; i++ {
 		tail := p.ev.loadTail()
 		if tail != p.ev.pos {
-			return p.dispatch(tail, fe, fd), nil
+			return p.dispatch(tail, fe, fd, nil), p.closedErr()
 		}
 		if p.closed.Load() {
 			return 0, ErrPoolClosed
@@ -214,6 +371,9 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	}
 	return 0, nil
 }
+
+// pumpStamped is PumpStamped.
+func (p *Pool) pumpStamped(fs StampedFunc) (int, error) { return p.pumpBlocking(nil, nil, fs) }
 
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }

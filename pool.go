@@ -1,6 +1,12 @@
 package talaris
 
-import "context"
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+var errNilWriter = errors.New("talaris: WritePrometheus: nil io.Writer")
 
 // Pool owns one C loop thread, its io_uring, its rings and a set of
 // connections. Create it with NewPool; one goroutine pumps it. Without
@@ -26,7 +32,14 @@ func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
 
 // Close shuts the loop down: open connections get a 1001 close frame and
 // their sockets are closed. Pending events are dropped. A Pump in progress
-// returns ErrPoolClosed. Close is idempotent.
+// returns ErrPoolClosed (after the callback that called Close, when one
+// did: Close may be called from a pump callback and returns promptly).
+// Close is idempotent and safe against every concurrent call: a method
+// racing it, or called after it, returns ErrPoolClosed (Conn.State:
+// StateClosed, Conn.Stats: zero); it never reads freed memory. After Close
+// ConnCount is 0 and every handle reports StateClosed; Pool.Stats and
+// Pool.Metrics keep reporting the counters as they were when the loop
+// stopped.
 func (p *Pool) Close() error { return p.close() }
 
 // ConnCount returns the number of connections of the pool that have not
@@ -37,15 +50,26 @@ func (p *Pool) ConnCount() int { return p.connCount() }
 func (p *Pool) Stats() PoolStats { return p.poolStats() }
 
 // Dial connects, upgrades and returns an open connection, or the reason it
-// could not. The connection's events (EventOpen first) also reach Pump.
-// ctx bounds the whole dial; cancelling it aborts the connection.
+// could not. The connection's events (EventOpen first) also reach Pump; a
+// dial that fails delivers no event at all (the caller never had the
+// Conn). ctx bounds the whole dial, name resolution included; cancelling
+// it aborts the connection (unless it opened first: then Dial returns it).
+//
+// A host name is resolved to all its addresses, tried in turn (IPv4
+// first) until one connects. Errors: ErrDial wrapping the errno of the
+// last connect (errors.Is(err, syscall.ECONNREFUSED)), ErrResolve,
+// ErrTimeout, the TLS causes, and for a refused upgrade a *HandshakeError
+// (errors.As) that also matches ErrHandshake and its cause (ErrBadStatus
+// ...).
 func (p *Pool) Dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn, error) {
 	return p.dial(ctx, rawURL, opts)
 }
 
-// DialAsync starts a dial and returns at once. EventOpen or EventError for
-// the returned Conn follows through Pump. A host name is resolved before
-// it returns; use an IP address to avoid that wait.
+// DialAsync starts a dial and returns at once with a handle in
+// StateConnecting. EventOpen or EventError for the returned Conn follows
+// through the pumps (an EventError's Err is what Dial would have
+// returned). A host name is resolved before it returns; use an IP address
+// to avoid that wait.
 func (p *Pool) DialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 	return p.dialAsync(rawURL, opts)
 }
@@ -61,20 +85,61 @@ func (p *Pool) DialMemory() (Conn, error) { return p.dialMemory() }
 // batch. It blocks until at least one event was delivered and returns how
 // many were. Only one goroutine may pump a Pool at a time; a second gets
 // ErrConcurrentPump. After Close it returns ErrPoolClosed.
-func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil) }
+func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, nil) }
 
-// PumpData is Pump for data messages only: open, ping, pong, close and
-// error events are consumed without a callback (pings were answered by
-// the loop already). It blocks until at least one message was delivered.
-func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn) }
+// PumpData is Pump for data messages: open, ping, pong, close and error
+// events go to Config.OnEvent, in order with the data, or are consumed
+// without a callback when it is nil (pings were answered by the loop
+// already). It blocks until at least one callback ran and returns how
+// many did.
+//
+// It returns ErrNoConns instead of blocking when nothing is pending and
+// the pool has no connection left (ConnCount is 0): none was dialed, or
+// the last one's final event was just consumed (that event wakes a
+// sleeping PumpData). A Dial or DialAsync counts from the moment it is
+// called. Pump, by contrast, blocks until Close.
+func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn, nil) }
 
 // PumpSpin busy-polls the ring up to iters times and delivers the first
-// batch it finds; it never sleeps. n == 0 means nothing arrived yet.
+// batch it finds (non-data events to Config.OnEvent, as PumpData); it
+// never sleeps. n == 0 means nothing arrived yet.
 func (p *Pool) PumpSpin(iters int, fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, iters) }
 
-// PumpNowait makes one non-blocking pass: it delivers what is pending and
-// returns at once.
+// PumpNowait makes one non-blocking pass: it delivers what is pending
+// (non-data events to Config.OnEvent, as PumpData) and returns at once.
 func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, 1) }
 
 // PumpEventsNowait is PumpNowait for every event kind.
 func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn, 1) }
+
+// PumpStamped is PumpData whose callback also gets the message's stage
+// stamps: zero unless the message was sampled (Config.SampleEvery), so a
+// caller can relate its own clock (an exchange timestamp, say) to the
+// moment the kernel handed over the bytes. It blocks until at least one
+// message was delivered, allocates nothing per message, and records the
+// sampled messages in Metrics like the other pumps.
+func (p *Pool) PumpStamped(fn StampedFunc) (int, error) { return p.pumpStamped(fn) }
+
+// Metrics returns the pool's stage latency histograms, cumulative since
+// NewPool, and its counters. The histograms hold the sampled messages
+// (Config.SampleEvery; empty when sampling is off) that a pump has passed;
+// samples a pump call is still working on appear when it returns. Safe
+// from any goroutine, also during and after Close (the counters then keep
+// their final values).
+func (p *Pool) Metrics() Metrics { return p.metrics(false) }
+
+// MetricsInterval is Metrics with the histograms of the interval since the
+// previous MetricsInterval call (or NewPool), for dashboards that want
+// per-interval latency; it starts a new interval. The counters stay
+// cumulative, and Metrics (and WritePrometheus) are not affected.
+func (p *Pool) MetricsInterval() Metrics { return p.metrics(true) }
+
+// WritePrometheus writes Metrics in the Prometheus text format with the
+// label pool="<Config.Name>": see WriteMetricsPrometheus for the families.
+func (p *Pool) WritePrometheus(w io.Writer) error {
+	if w == nil {
+		return errNilWriter
+	}
+	m := p.Metrics()
+	return writePrometheus(w, p.name(), &m)
+}

@@ -73,14 +73,20 @@ static void cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_
 {
 	struct tl_conn *c = cmd_conn(l, cmd);
 
-	if (c && c->fd < 0 && !c->dying)
+	if (c && c->fd < 0 && !c->dying) {
+		/* an INJECT is a memory connection's completion, parsed at once */
+		tl_loop_sample_rx(l, c, 1);
+		tl_loop_sample_pt(c);
 		tl_conn_inject(l, c, payload, cmd->len);
-	else if (c)
+	} else if (c) {
 		tl_loop_tx_retire(l, c, cmd->len);
+	}
 }
 
 static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
+	if ((cmd->flags & TL_CMDF_IF_DIALING) && c->state >= TL_ST_OPEN)
+		return; /* it opened first: Dial returns it after all */
 	if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;

@@ -27,6 +27,7 @@ void tl_conn_reset(struct tl_conn *c)
 	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap, sqc = c->sq.cap;
 	uint32_t slot = c->slot;
 
+	free(c->fail_head);
 	if (sqc > (1u << 20)) { /* a send queue cut by a close or teardown: give back a big one */
 		free(sq);
 		sq = NULL;
@@ -369,8 +370,10 @@ int tl_conn_inject(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_
 		if (r == TL_FEED_DEAD)
 			used = n;
 		tl_loop_tx_retire(l, c, used);
-		if (r != TL_FEED_STALL || c->dying)
+		if (r != TL_FEED_STALL || c->dying) {
+			tl_loop_sample_end(c);
 			return 0;
+		}
 	}
 	/* Behind earlier stashed bytes, or the parser stalled (perhaps with
 	 * every byte taken and only an event pending): keep the rest in order
@@ -482,6 +485,22 @@ static int publish_open(struct tl_loop *l, struct tl_conn *c)
 	return TL_FEED_OK;
 }
 
+/* keep_head moves the refused response (head and the body bytes that came
+ * with it, at most TL_FAIL_HEAD_MAX) to c->fail_head for Go. */
+static void keep_head(struct tl_conn *c)
+{
+	size_t n = c->hs_len < TL_FAIL_HEAD_MAX ? c->hs_len : TL_FAIL_HEAD_MAX;
+	char *h = realloc(c->hs, n ? n : 1);
+
+	if (!h)
+		return; /* c->hs stays and is freed at teardown; Go gets no head */
+	free(c->fail_head);
+	c->fail_head = h;
+	c->fail_head_len = n;
+	c->hs = NULL;
+	c->hs_len = 0;
+}
+
 /* upgrade_feed gathers the response head; on success it reports how many
  * bytes of p belonged to the head so the rest is parsed as frames. */
 static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
@@ -509,6 +528,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		else
 			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
 		*used = n;
+		keep_head(c);
 		tl_loop_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
 		return TL_FEED_DEAD;
 	}
@@ -556,7 +576,8 @@ static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t co
 	return TL_FEED_DEAD;
 }
 
-/* count_in mirrors a delivered message into the public counters. */
+/* count_in mirrors a delivered message into the public counters and hands
+ * it a pending sample's stamps. */
 static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 {
 	struct tl_conn_pub *pub = &l->pub[c->slot];
@@ -564,6 +585,9 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 	c->bytes_in += n;
 	__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
 	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
+	l->evq.msgs++; /* pool-wide, stored to the shared stats once per batch */
+	l->evq.bytes += n;
+	tl_loop_sample_msg(l, c);
 }
 
 /* publish_data publishes a reassembled message, copied into the arena. */
@@ -940,6 +964,8 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 				 * reading too until the socket drains. (Go's own sends
 				 * are bounded by its admission control and do not stop
 				 * reading: a peer that echoes would deadlock with us.) */
+				if (!c->stalled)
+					__atomic_store_n(&l->stats->sendq_full, l->stats->sendq_full + 1, __ATOMIC_RELAXED);
 				r = TL_FEED_STALL;
 				break;
 			}
@@ -948,6 +974,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 			int32_t q = tl_rxq_peek(&l->slots, &c->rxq, &p, &n);
 			if (r == TL_FEED_OK) {
 				c->cur_q = q;
+				tl_loop_sample_pt(c);
 				r = tl_conn_feed(l, c, p, n, &used);
 				c->cur_q = -1;
 			} else
@@ -964,6 +991,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 		tl_loop_flush(l, c);
 		return;
 	}
+	tl_loop_sample_end(c);
 	if (c->eof && tl_rxq_empty(&c->rxq))
 		on_eof(l, c);
 	if (!c->dying)

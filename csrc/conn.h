@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "http.h"
@@ -16,6 +18,7 @@
 
 struct tl_loop;
 struct tl_tls;
+struct tl_tls_dial;
 
 /* Results of tl_conn_feed (and of the transports that feed it). The
  * numeric values are tl_decoder_feed's documented returns. */
@@ -45,7 +48,25 @@ struct tl_dial {
 	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
 	int insecure;
 	uint64_t handshake_timeout_ns;
+	struct tl_tls_dial *tlsx; /* TLS policy (tls_verify.c), NULL for ws:// */
+	struct sockaddr_storage *alt; /* further addresses, tried in order when a connect fails */
+	uint32_t nalt, next_alt;      /* next_alt: the next one to try */
+	struct sockaddr_storage local; /* bound before connect when local_len != 0 */
+	uint32_t local_len;
 };
+
+/* tl_dupn returns a malloced copy of s[0..n) plus a NUL (NULL on no
+ * memory): the dial copies' strings. */
+static inline char *tl_dupn(const void *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (!d)
+		return NULL;
+	if (n)
+		memcpy(d, s, n);
+	d[n] = 0;
+	return d;
+}
 
 /* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
 struct tl_outbuf {
@@ -143,6 +164,15 @@ struct tl_conn {
 	struct tl_conn *stall_next; /* on loop->stalled while stalled */
 	uint8_t on_stall_list;
 
+	/* Sampling (Config.SampleEvery): a sampled completion's stamps wait
+	 * here for the next data message this connection publishes. */
+	uint64_t smp_cqe;     /* CLOCK_MONOTONIC ns the completion was seen; 0: none pending */
+	uint64_t smp_pt;      /* ns its bytes reached the parser (after TLS); 0: not yet */
+	/* the response head (and first body bytes) of a refused upgrade, kept
+	 * for Go (tl_loop_fail_head) until the slot's next dial */
+	char *fail_head;
+	size_t fail_head_len;
+
 	/* send queue (frames waiting for out-buffer room) and accounting */
 	struct tl_sendq sq;
 	uint64_t tx_done;     /* send units retired; mirrored to tl_conn_pub.tx_done */
@@ -162,7 +192,8 @@ struct tl_conn_shared {
 void tl_conn_shared_free(struct tl_conn_shared *cs);
 
 /* tl_conn_reset clears c for a new dial on its slot, keeping the message
- * and out buffers' allocations for reuse. */
+ * and out buffers' allocations for reuse; the previous connection's
+ * fail_head is freed. */
 void tl_conn_reset(struct tl_conn *c);
 
 /* tl_conn_start_upgrade writes the HTTP upgrade request (through TLS when

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "loop.h"
+#include "tls_verify.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -345,6 +346,8 @@ static void free_dial(struct tl_dial *d)
 	free(d->server_name);
 	free(d->ca_file);
 	free(d->ca_pem);
+	tl_tlsv_dial_free(d->tlsx);
+	free(d->alt);
 	free(d);
 }
 
@@ -461,12 +464,47 @@ void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 
 /* tl_loop_dial starts connection slot/gen with the parameters
  * tl_dial_prepare stored: socket, then an asynchronous connect. */
+/* start_connect opens a socket for addr (bound to the dial's local
+ * address, if any) and submits its asynchronous connect. Returns 0, or -1
+ * after failing c. */
+static int start_connect(struct tl_loop *l, struct tl_conn *c, const struct sockaddr_storage *addr)
+{
+	struct tl_dial *d = c->dial;
+	struct io_uring_sqe *sqe;
+	socklen_t alen = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	int one = 1, fd;
+
+	fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		tl_loop_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
+		return -1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->fd = fd;
+	if (d->local_len && bind(fd, (const struct sockaddr *)&d->local, d->local_len) < 0) {
+		char msg[80];
+		int e = errno;
+		snprintf(msg, sizeof(msg), "binding the local address: %s", strerror(e));
+		tl_loop_fail(l, c, TL_E_DIAL, e, 0, msg);
+		return -1;
+	}
+	sqe = tl_loop_sqe(l);
+	if (!sqe) {
+		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
+		return -1;
+	}
+	io_uring_prep_connect(sqe, fd, (const struct sockaddr *)addr, alen);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CONNECT, c->gen, c->slot));
+	c->connect_inflight = 1;
+	return 0;
+}
+
+/* tl_loop_dial starts connection slot/gen with the parameters
+ * tl_dial_prepare stored: socket, then an asynchronous connect. */
 void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
 	struct tl_conn *c = &l->conns[slot];
 	struct tl_dial *d = l->dials[slot];
-	struct io_uring_sqe *sqe;
-	int one = 1, fd;
 
 	l->dials[slot] = NULL;
 	tl_conn_reset(c);
@@ -482,21 +520,7 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 	}
 	c->is_tls = (uint8_t)d->tls;
 	tl_loop_set_deadline(l, c, d->handshake_timeout_ns);
-	fd = socket(d->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		tl_loop_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
-		return;
-	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	c->fd = fd;
-	sqe = tl_loop_sqe(l);
-	if (!sqe) {
-		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
-		return;
-	}
-	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&d->addr, d->addr_len);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CONNECT, gen, slot));
-	c->connect_inflight = 1;
+	start_connect(l, c, &d->addr);
 }
 
 /* tl_loop_open_memory opens a socketless connection: Go feeds it server bytes with
@@ -526,8 +550,10 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		if (cqe->res <= 0 || c->discard) {
 			tl_slots_recycle(&l->slots, q);
 		} else {
+			tl_loop_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
 			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
+			STAT_ADD(l, wire_bytes, (uint64_t)cqe->res);
 		}
 	}
 	if (!more)
@@ -613,6 +639,16 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 		return;
 	}
 	if (res < 0) {
+		struct tl_dial *d = c->dial;
+		if (d && d->next_alt < d->nalt) {
+			/* The name had more addresses: try the next one (the
+			 * handshake deadline bounds them all). Nothing else is in
+			 * flight on this socket. */
+			close(c->fd);
+			c->fd = -1;
+			start_connect(l, c, &d->alt[d->next_alt++]);
+			return;
+		}
 		tl_loop_fail(l, c, TL_E_DIAL, -res, 0, strerror(-res));
 		return;
 	}
@@ -1031,6 +1067,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	if (!l)
 		goto nomem;
 	l->cfg = *cfg;
+	l->sample_left = cfg->sample_every;
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
@@ -1042,7 +1079,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		goto nomem_free;
 	if (tl_slots_alloc(&l->slots, cfg->buf_count) < 0)
 		goto nomem_free;
-	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats) < 0)
+	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats, cfg->sample_every != 0) < 0)
 		goto nomem_free;
 	if (tl_cmdq_init(&l->cmdq, cfg->cmd_ring_size) < 0)
 		goto nomem_free;
@@ -1112,34 +1149,33 @@ struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmdq.r; }
 struct tl_conn_pub *tl_loop_conns(struct tl_loop *l) { return l->pub; }
 struct tl_pool_stats *tl_loop_stats(struct tl_loop *l) { return l->stats; }
 
-static char *dupn(const char *s, size_t n)
-{
-	char *d = malloc(n + 1);
-	if (!d)
-		return NULL;
-	if (n)
-		memcpy(d, s, n);
-	d[n] = 0;
-	return d;
-}
-
 int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p)
 {
 	struct tl_dial *d;
 
-	if (slot >= l->cfg.max_conns || p->addr_len > sizeof(p->addr))
+	if (slot >= l->cfg.max_conns || p->addr_len > sizeof(p->addr) || p->local_len > sizeof(p->local) ||
+	    p->nalt > 64 || (p->nalt && !p->alt))
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	memcpy(&d->addr, &p->addr, sizeof(d->addr));
 	d->addr_len = p->addr_len;
+	memcpy(&d->local, &p->local, sizeof(d->local));
+	d->local_len = p->local_len;
+	if (p->nalt) {
+		d->alt = malloc(p->nalt * sizeof(*d->alt));
+		if (!d->alt)
+			goto fail;
+		memcpy(d->alt, p->alt, p->nalt * sizeof(*d->alt));
+		d->nalt = p->nalt;
+	}
 	d->tls = p->tls;
 	d->insecure = p->insecure;
 	d->handshake_timeout_ns = p->handshake_timeout_ns ? p->handshake_timeout_ns : l->cfg.handshake_timeout_ns;
 #define DUP(f)                                              \
 	do {                                                \
-		d->f = dupn(p->f ? p->f : "", p->f##_len); \
+		d->f = tl_dupn(p->f ? p->f : "", p->f##_len); \
 		d->f##_len = p->f##_len;                    \
 		if (!d->f)                                  \
 			goto fail;                          \
@@ -1152,12 +1188,29 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	DUP(ca_file);
 	DUP(ca_pem);
 #undef DUP
+	if (p->tls && !(d->tlsx = tl_tlsv_dial_copy(p)))
+		goto fail;
 	free_dial(l->dials[slot]);
 	l->dials[slot] = d;
 	return 0;
 fail:
 	free_dial(d);
 	return -ENOMEM;
+}
+
+size_t tl_loop_fail_head(struct tl_loop *l, uint32_t slot, uint32_t gen, char *buf, size_t cap)
+{
+	struct tl_conn *c;
+	size_t n;
+
+	if (!l->conns || slot >= l->cfg.max_conns)
+		return 0;
+	c = &l->conns[slot];
+	if (c->gen != gen || !c->fail_head)
+		return 0;
+	n = c->fail_head_len < cap ? c->fail_head_len : cap;
+	memcpy(buf, c->fail_head, n);
+	return n;
 }
 
 void tl_loop_stop(struct tl_loop *l)
@@ -1188,6 +1241,7 @@ void tl_loop_free(struct tl_loop *l)
 			tl_tls_free(c);
 			free_dial(c->dial);
 			free(c->hs);
+			free(c->fail_head);
 			free(c->msg);
 			free(c->out[0].p);
 			free(c->out[1].p);

@@ -62,10 +62,12 @@ enum {
 	TL_TLS_ALPN = 4,
 	TL_TLS_NOT_TLS = 5,
 	TL_TLS_CONFIG = 6, /* CA file unreadable and the like */
+	TL_TLS_PIN = 7,    /* the server's public key matches no pin */
 };
 
 /* Event flag bits */
 #define TL_EVF_FINAL 0x1 /* last event of this connection: the slot is free */
+#define TL_EVF_STAMPED 0x2 /* a sampled message: tl_evring.stamps[same index] holds its stamps */
 
 /* tl_event is one record of the event ring (32 bytes). */
 struct tl_event {
@@ -78,6 +80,18 @@ struct tl_event {
 	uint8_t flags;  /* TL_EVF_* */
 	int32_t err;    /* TL_E_* for EV_ERROR */
 	int32_t aux;    /* errno or sub-cause */
+};
+
+/* tl_stamp holds the stage stamps of one sampled message (Config.SampleEvery),
+ * CLOCK_MONOTONIC nanoseconds, 0 = not taken. The stamp table runs parallel
+ * to the event ring (same index); only entries whose event carries
+ * TL_EVF_STAMPED are written, all of them before the tail store that
+ * publishes the event, so Go reads them under the same acquire. */
+struct tl_stamp {
+	uint64_t cqe;       /* the loop saw the receive completion (or INJECT) */
+	uint64_t plaintext; /* the bytes were handed to the frame parser (after TLS for wss) */
+	uint64_t publish;   /* just before the tail store that published the event */
+	uint64_t wire;      /* kernel receive timestamp: not taken (multishot recv delivers no cmsg) */
 };
 
 /* tl_evring is the event ring's control block. */
@@ -94,7 +108,8 @@ struct tl_evring {
 	uint32_t size;          /* events, a power of two */
 	uint32_t mask;
 	struct tl_event *ev;
-	uint8_t pad3[TL_LINE - 16];
+	struct tl_stamp *stamps; /* size entries when sampling is on, else NULL */
+	uint8_t pad3[TL_LINE - 24];
 };
 
 /* Command ops */
@@ -114,6 +129,7 @@ enum {
 };
 #define TL_CTRL_UNITS 14     /* a control frame's header counted as send units */
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
+#define TL_CMDF_IF_DIALING 0x2 /* with TL_CMD_CLOSE: abort only a connection not yet open (Dial's context ended) */
 #define TL_CMDF_FIN 0x10
 #define TL_CMDF_CONT 0x20 /* continuation of a message started by an earlier record */
 
@@ -159,6 +175,8 @@ struct tl_conn_pub {
 	uint64_t pings_in, pongs_in, wire_in, wire_out;
 	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */
 	char proto[64];   /* agreed subprotocol, NUL-terminated */
+	uint32_t resumed; /* 1: the TLS handshake resumed a cached session */
+	uint32_t pad_;
 	/* Send back-pressure (Go's admission control, SendContext): */
 	uint64_t tx_done;    /* send units (see TL_CMD_SEND) retired: written to the socket or dropped */
 	uint32_t tx_seq;     /* futex word: bumped when tx_done advances or the state changes */
@@ -187,6 +205,12 @@ TL_LAYOUT(tl_evring, loop_wants_space, 2 * TL_LINE + 8);
 TL_LAYOUT(tl_evring, size, 3 * TL_LINE);
 TL_LAYOUT(tl_evring, mask, 3 * TL_LINE + 4);
 TL_LAYOUT(tl_evring, ev, 3 * TL_LINE + 8);
+TL_LAYOUT(tl_evring, stamps, 3 * TL_LINE + 16);
+_Static_assert(sizeof(struct tl_stamp) == 32, "tl_stamp size");
+TL_LAYOUT(tl_stamp, cqe, 0);
+TL_LAYOUT(tl_stamp, plaintext, 8);
+TL_LAYOUT(tl_stamp, publish, 16);
+TL_LAYOUT(tl_stamp, wire, 24);
 _Static_assert(sizeof(struct tl_evring) == 4 * TL_LINE, "tl_evring is four cache lines");
 _Static_assert(sizeof(struct tl_cmd) == TL_CMD_ALIGN, "the command header is one 16-byte unit");
 TL_LAYOUT(tl_cmd, len, 0);
@@ -214,9 +238,10 @@ TL_LAYOUT(tl_conn_pub, msgs_in, 24);
 TL_LAYOUT(tl_conn_pub, wire_out, 80);
 TL_LAYOUT(tl_conn_pub, detail, 88);
 TL_LAYOUT(tl_conn_pub, proto, 176);
-TL_LAYOUT(tl_conn_pub, tx_done, 240);
-TL_LAYOUT(tl_conn_pub, tx_seq, 248);
-TL_LAYOUT(tl_conn_pub, tx_waiters, 252);
-_Static_assert(sizeof(struct tl_conn_pub) == 256, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, resumed, 240);
+TL_LAYOUT(tl_conn_pub, tx_done, 248);
+TL_LAYOUT(tl_conn_pub, tx_seq, 256);
+TL_LAYOUT(tl_conn_pub, tx_waiters, 260);
+_Static_assert(sizeof(struct tl_conn_pub) == 264, "tl_conn_pub size");
 
 #endif

@@ -2,5 +2,6 @@
 
 package talaris_test
 
-// raceEnabled: the race detector slows everything ~10x; big transfers shrink.
+// raceEnabled: the race detector slows the hammering tests down; they run
+// fewer rounds under it.
 const raceEnabled = true

@@ -62,6 +62,10 @@ static void push(struct harness *h, uint8_t op, uint8_t flags, uint16_t code, ui
 	}
 }
 
+/* last_stamp is the stamp table entry of the event next_event returned
+ * last (zero when the table is off or the event is not stamped). */
+static struct tl_stamp last_stamp;
+
 /* next_event waits (bounded) for one event and copies it out. */
 static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload, size_t cap)
 {
@@ -69,6 +73,9 @@ static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload,
 		uint64_t tail = __atomic_load_n(&h->er->tail, __ATOMIC_ACQUIRE);
 		if (tail != h->head) {
 			*out = h->er->ev[h->head & h->er->mask];
+			memset(&last_stamp, 0, sizeof(last_stamp));
+			if (h->er->stamps && (out->flags & TL_EVF_STAMPED))
+				last_stamp = h->er->stamps[h->head & h->er->mask];
 			if (out->len && payload) {
 				CHECK(out->len <= cap);
 				memcpy(payload, out->ptr, out->len);
@@ -86,14 +93,14 @@ static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload,
 	return 0;
 }
 
-static void start(struct harness *h, uint32_t ev_size)
+static void start_sampled(struct harness *h, uint32_t ev_size, uint32_t sample_every)
 {
 	struct tl_config cfg = {
 		.sq_entries = 64, .cq_entries = 256, .ring_flags = 0, .sq_thread_cpu = -1,
 		.buf_size = 4096, .buf_count = 16, .loop_cpu = -1, .loop_wait = 1,
 		.event_ring_size = ev_size, .arena_size = 1 << 22, .cmd_ring_size = 1 << 16,
 		.max_conns = 8, .max_message = 1 << 20, .handshake_timeout_ns = 5000000000ull,
-		.close_timeout_ns = 200000000ull, .max_send_queue = 1 << 20,
+		.close_timeout_ns = 200000000ull, .max_send_queue = 1 << 20, .sample_every = sample_every,
 	};
 	int err = 0;
 	char msg[160];
@@ -105,6 +112,8 @@ static void start(struct harness *h, uint32_t ev_size)
 	h->er = tl_loop_evring(h->l);
 	h->cr = tl_loop_cmdring(h->l);
 }
+
+static void start(struct harness *h, uint32_t ev_size) { start_sampled(h, ev_size, 0); }
 
 static size_t frame(uint8_t *out, int fin, int op, const void *p, size_t n)
 {
@@ -223,6 +232,7 @@ struct server {
 	int lfd;
 	uint16_t port;
 	int frames;
+	int refuse; /* answer 429 with Retry-After and a body, then close */
 };
 
 static void *serve(void *arg)
@@ -239,6 +249,13 @@ static void *serve(void *arg)
 		req[got] = 0;
 		if (strstr(req, "\r\n\r\n"))
 			break;
+	}
+	if (s->refuse) {
+		static const char no[] = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\n"
+					 "Content-Length: 9\r\n\r\nslow down";
+		CHECK(write(fd, no, sizeof(no) - 1) == (ssize_t)(sizeof(no) - 1));
+		close(fd);
+		return NULL;
 	}
 	char *k = strcasestr(req, "Sec-WebSocket-Key: ");
 	CHECK(k != NULL);
@@ -288,11 +305,28 @@ static void test_socket(void)
 	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
 	CHECK(pthread_create(&th, NULL, serve, &s) == 0);
 
+	/* The first address refuses (bound, not listening): the loop goes on
+	 * to the alternative, from a socket bound to the local address. */
+	struct sockaddr_in r = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t rl = sizeof(r);
+	int rfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(rfd >= 0);
+	CHECK(bind(rfd, (struct sockaddr *)&r, sizeof(r)) == 0);
+	CHECK(getsockname(rfd, (struct sockaddr *)&r, &rl) == 0);
+	struct sockaddr_storage alt[1];
+	memset(alt, 0, sizeof(alt));
+	memcpy(&alt[0], &a, sizeof(a));
+	struct sockaddr_in local = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
 	start(&h, 1024);
 	struct tl_dial_params p;
 	memset(&p, 0, sizeof(p));
-	memcpy(&p.addr, &a, sizeof(a));
-	p.addr_len = sizeof(a);
+	memcpy(&p.addr, &r, sizeof(r));
+	p.addr_len = sizeof(r);
+	p.alt = alt;
+	p.nalt = 1;
+	memcpy(&p.local, &local, sizeof(local));
+	p.local_len = sizeof(local);
 	p.host = "127.0.0.1";
 	p.host_len = 9;
 	p.path = "/";
@@ -309,6 +343,126 @@ static void test_socket(void)
 	CHECK(ev.flags & TL_EVF_FINAL);
 	pthread_join(th, NULL);
 	close(s.lfd);
+	/* Only the refusing address: the final error carries the errno. */
+	p.nalt = 0;
+	p.alt = NULL;
+	CHECK(tl_dial_prepare(h.l, 6, &p) == 0);
+	push(&h, TL_CMD_DIAL, 0, 0, 6, 3, NULL, 0);
+	CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+	CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_DIAL && ev.aux == ECONNREFUSED && (ev.flags & TL_EVF_FINAL));
+	CHECK(tl_loop_fail_head(h.l, 6, 3, (char *)pl, sizeof(pl)) == 0);
+	p.nalt = 65; /* too many alternatives */
+	p.alt = alt;
+	CHECK(tl_dial_prepare(h.l, 7, &p) == -EINVAL);
+	close(rfd);
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
+/* A refused upgrade: the error event carries the status, and the
+ * response (head and body) is kept for tl_loop_fail_head until the slot's
+ * next dial, which frees it. */
+static void test_refused_upgrade(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	struct server s = {.refuse = 1};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	pthread_t th;
+	static uint8_t pl[256];
+	static char head[TL_FAIL_HEAD_MAX];
+
+	s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(s.lfd >= 0);
+	CHECK(bind(s.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(s.lfd, 4) == 0);
+	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
+	start(&h, 1024);
+	struct tl_dial_params p;
+	memset(&p, 0, sizeof(p));
+	memcpy(&p.addr, &a, sizeof(a));
+	p.addr_len = sizeof(a);
+	p.host = "127.0.0.1";
+	p.host_len = 9;
+	p.path = "/";
+	p.path_len = 1;
+	for (uint32_t gen = 1; gen <= 2; gen++) {
+		CHECK(pthread_create(&th, NULL, serve, &s) == 0);
+		CHECK(tl_dial_prepare(h.l, 3, &p) == 0);
+		push(&h, TL_CMD_DIAL, 0, 0, 3, gen, NULL, 0);
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_HTTP && ev.code == 429 && (ev.flags & TL_EVF_FINAL));
+		size_t n = tl_loop_fail_head(h.l, 3, gen, head, sizeof(head));
+		CHECK(n > 0 && n < sizeof(head));
+		head[n] = 0;
+		CHECK(strncmp(head, "HTTP/1.1 429", 12) == 0 && strstr(head, "Retry-After: 1\r\n") != NULL);
+		CHECK(n >= 9 && memcmp(head + n - 9, "slow down", 9) == 0);
+		CHECK(tl_loop_fail_head(h.l, 3, gen + 7, head, sizeof(head)) == 0); /* another generation */
+		CHECK(tl_loop_fail_head(h.l, 3, gen, head, 4) == 4);                /* bounded by cap */
+		pthread_join(th, NULL);
+	}
+	close(s.lfd);
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
+/* Sampling (sample_every 2): every second INJECT (a memory connection's
+ * completion) is stamped; the first data message it yields carries the
+ * stamps (ordered, on CLOCK_MONOTONIC) and the flag; an INJECT that yields
+ * no data message leaves no stamp for a later one; the pool counters count
+ * messages and bytes. */
+static void test_sampling(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	uint8_t wire[256];
+	size_t n;
+	struct timespec ts;
+	uint64_t t0, t1;
+	/* per INJECT: data frames (0 = a ping only), whether it is sampled */
+	static const struct { int frames, sampled; } plan[] = {{3, 0}, {3, 1}, {0, 0}, {0, 1}, {1, 0}, {1, 1}};
+	uint64_t msgs = 0, bytes = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	start_sampled(&h, 64, 2);
+	CHECK(h.er->stamps != NULL);
+	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 2, 9, NULL, 0);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN && !(ev.flags & TL_EVF_STAMPED));
+	for (size_t k = 0; k < sizeof(plan) / sizeof(plan[0]); k++) {
+		n = 0;
+		if (plan[k].frames == 0)
+			n += frame(wire + n, 1, TL_OP_PING, "p", 1);
+		for (int i = 0; i < plan[k].frames; i++)
+			n += frame(wire + n, 1, TL_OP_TEXT, "hello", 5);
+		push(&h, TL_CMD_INJECT, 0, 0, 2, 9, wire, (uint32_t)n);
+		if (plan[k].frames == 0) {
+			CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_PING && !(ev.flags & TL_EVF_STAMPED));
+			continue;
+		}
+		for (int i = 0; i < plan[k].frames; i++) {
+			CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_TEXT && ev.len == 5);
+			msgs++;
+			bytes += 5;
+			int want = plan[k].sampled && i == 0;
+			CHECK(!!(ev.flags & TL_EVF_STAMPED) == want);
+			if (!want)
+				continue;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			t1 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+			CHECK(last_stamp.cqe >= t0);
+			CHECK(last_stamp.cqe <= last_stamp.plaintext);
+			CHECK(last_stamp.plaintext <= last_stamp.publish);
+			CHECK(last_stamp.publish <= t1);
+			CHECK(last_stamp.wire == 0);
+		}
+	}
+	{
+		struct tl_pool_stats *st = tl_loop_stats(h.l);
+		CHECK(__atomic_load_n(&st->msgs, __ATOMIC_RELAXED) == msgs);
+		CHECK(__atomic_load_n(&st->bytes, __ATOMIC_RELAXED) == bytes);
+	}
 	tl_loop_stop(h.l);
 	tl_loop_free(h.l);
 }
@@ -516,6 +670,8 @@ int main(void)
 	test_backpressure();
 	test_socket();
 	test_send_queue();
+	test_sampling();
+	test_refused_upgrade();
 	printf("test_loop: %lu checks passed\n", check_passed);
 	return 0;
 }
