@@ -145,6 +145,9 @@ func (c Conn) putChunks(cmd uint8, op Opcode, b []byte) error {
 	if !c.live() {
 		return ErrClosed
 	}
+	if cmd == cmdSend && c.inGap() {
+		return ErrWouldBlock
+	}
 	p := c.p
 	maxr := p.maxRecord()
 	p.sendMu.Lock()
@@ -182,6 +185,9 @@ func (c Conn) control(op uint8, b []byte) error {
 	}
 	if !c.live() {
 		return ErrClosed
+	}
+	if c.inGap() {
+		return ErrWouldBlock
 	}
 	return c.p.command(op, 0, 0, c.slot, c.gen, b)
 }

@@ -205,6 +205,16 @@ type DialOptions struct {
 	Header       http.Header // extra request headers (not Upgrade, Connection, Sec-WebSocket-*)
 	Subprotocols []string    // offered in Sec-WebSocket-Protocol
 	TLS          TLSOptions
-	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial.
+	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial
+	// (each attempt, under a reconnect policy).
 	HandshakeTimeout time.Duration
+	// Reconnect, when set, makes the loop re-dial after every drop, with
+	// backoff; the Conn handle stays valid (see ReconnectPolicy). Zero
+	// delays take the defaults written beside ReconnectPolicy's fields.
+	Reconnect *ReconnectPolicy
+	// Subscribe holds text messages (valid UTF-8, 1 MiB in all) the loop
+	// sends after every open, the first included, before anything the
+	// application sends: the subscription a feed needs again after each
+	// reconnect. They count in ConnStats.MsgsOut.
+	Subscribe [][]byte
 }

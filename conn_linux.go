@@ -50,7 +50,14 @@ func (c Conn) stats() ConnStats {
 	return ConnStats{
 		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in), MsgsOut: ld(&pb.msgs_out), BytesOut: ld(&pb.bytes_out),
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out),
+		Reconnects: ld(&pb.reconnects),
 	}
+}
+
+// inGap reports whether c waits to reconnect (from its EventReconnecting
+// until the next open): sends then return ErrWouldBlock. Call after live.
+func (c Conn) inGap() bool {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.p.pub[c.slot].gap))) != 0
 }
 
 func (c Conn) subprotocol() string {

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x1437bc773f865324
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x69f260881bc5d972
 import "C"
 
-const csrcHash = "1437bc773f865324"
+const csrcHash = "69f260881bc5d972"

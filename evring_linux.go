@@ -13,6 +13,7 @@ package talaris
 import "C"
 
 import (
+	"encoding/binary"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,10 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 				ev.Code = int(e.code)
 				ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
 				ev.Payload = nil
+			case EventOpen:
+				ev.Reconnects = int(e.aux)
+			case EventReconnecting:
+				reconnectingEvent(&ev, e, payload)
 			}
 			fe(c, ev)
 			n++
@@ -99,6 +104,26 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 	r.pos = tail
 	atomic.StoreUint64(r.head, tail)
 	return n
+}
+
+// reconnectingEvent fills ev from an EventReconnecting record: the
+// payload is the delay (8 bytes, host order) then the error detail or,
+// when the server closed (err 0), its close reason. Cold path.
+func reconnectingEvent(ev *Event, e *C.struct_tl_event, payload []byte) {
+	ev.Payload = nil
+	ev.Code = int(e.code)
+	if len(payload) < 8 {
+		ev.Err = &ConnError{Cause: errInternal, Detail: "short reconnecting event"}
+		return
+	}
+	ev.Delay = time.Duration(binary.NativeEndian.Uint64(payload))
+	rest := payload[8:]
+	if e.err == 0 {
+		ev.Reason = rest
+		ev.Err = &ConnError{Cause: ErrClosed, Code: int(e.code), Detail: "the server closed the connection"}
+		return
+	}
+	ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(rest))
 }
 
 // noteEnd records a Decoder's sticky error from an EventError (the latest

@@ -19,6 +19,7 @@ type PoolStats struct {
 	Stalls     uint64 // times the loop held input back because the ring or arena was full
 	LoopWakes  uint64 // times Go woke a sleeping loop
 	PumpSleeps uint64 // times Pump slept waiting for events
+	Reconnects uint64 // successful re-opens by reconnect policies, all connections
 }
 
 // NewPool starts a C loop thread configured by cfg.

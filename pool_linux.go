@@ -168,6 +168,7 @@ func (p *Pool) poolStats() PoolStats {
 	return PoolStats{
 		Events: ld(&s.events), Batches: ld(&s.batches), CQEs: ld(&s.cqes), Rearms: ld(&s.rearms),
 		NoBufs: ld(&s.nobufs), Stalls: ld(&s.stalls), LoopWakes: ld(&s.loop_wakes), PumpSleeps: ld(&s.pump_sleeps),
+		Reconnects: ld(&s.reconnects),
 	}
 }
 
@@ -250,6 +251,20 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 		dp.insecure = 1
 	}
 	dp.handshake_timeout_ns = C.uint64_t(opts.HandshakeTimeout)
+	if opts.Reconnect != nil {
+		rp, err := opts.Reconnect.withDefaults()
+		if err != nil {
+			return 0, 0, err
+		}
+		dp.rc_enabled = 1
+		dp.rc_min_ns = C.uint64_t(rp.MinDelay)
+		dp.rc_max_ns = C.uint64_t(rp.MaxDelay)
+		dp.rc_max_attempts = C.uint32_t(min(rp.MaxAttempts, 1<<31))
+	}
+	sub, err := subscribeBlob(opts.Subscribe)
+	if err != nil {
+		return 0, 0, err
+	}
 	var frees []*C.char
 	set := func(dst **C.char, dl *C.size_t, s string) {
 		*dst, *dl = cstr(s)
@@ -264,6 +279,7 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 	set(&dp.server_name, &dp.server_name_len, t.serverName)
 	set(&dp.ca_file, &dp.ca_file_len, opts.TLS.RootCAFile)
 	set(&dp.ca_pem, &dp.ca_pem_len, string(opts.TLS.RootCAPEM))
+	set(&dp.subscribe, &dp.subscribe_len, sub)
 	defer func() {
 		for _, f := range frees {
 			C.free(unsafe.Pointer(f))

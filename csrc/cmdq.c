@@ -88,7 +88,10 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 
 static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
-	if (c->fd < 0 && c->state == TL_ST_OPEN) {
+	tl_loop_stop_reconnect(c);
+	if (c->rc_wait) {
+		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed while waiting to reconnect");
+	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;
 		c->close_rcvd = 1;

@@ -45,6 +45,12 @@ struct tl_dial {
 	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
 	int insecure;
 	uint64_t handshake_timeout_ns;
+	/* reconnect policy and subscribe messages (see tl_dial_params) */
+	int rc_enabled;
+	uint32_t rc_max_attempts;
+	uint64_t rc_min_ns, rc_max_ns;
+	char *subscribe;
+	size_t subscribe_len;
 };
 
 /* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
@@ -116,7 +122,22 @@ struct tl_conn {
 
 	struct tl_conn *stall_next; /* on loop->stalled while stalled */
 	uint8_t on_stall_list;
+
+	/* reconnect (loop.c): these survive the reset between attempts */
+	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
+	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */
+	uint8_t rc_wait;       /* waiting for the backoff deadline to re-dial */
+	uint8_t rc_pending;    /* the EventReconnecting waits for ring room */
+	uint32_t rc_attempts;  /* attempts since the last open (the first dial counts) */
+	uint64_t opens;        /* successful opens of this handle */
+	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
+	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
 };
+
+/* tl_conn_send_subscribe queues c's subscribe messages (text frames, in
+ * order) after the upgrade completed, before any user command can run.
+ * Returns 0, or -1 after failing c. */
+int tl_conn_send_subscribe(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_shared is conn.c's state shared by every connection of a loop
  * (the loop thread is its only user). */
@@ -133,6 +154,11 @@ void tl_conn_shared_free(struct tl_conn_shared *cs);
 /* tl_conn_reset clears c for a new dial on its slot, keeping the message
  * and out buffers' allocations for reuse. */
 void tl_conn_reset(struct tl_conn *c);
+
+/* tl_conn_reset_keep is tl_conn_reset between two attempts of one
+ * reconnecting handle: generation, dial parameters, counters and the
+ * reconnect bookkeeping survive. */
+void tl_conn_reset_keep(struct tl_conn *c);
 
 /* tl_conn_start_upgrade writes the HTTP upgrade request (through TLS when
  * c is wss) and prepares to read the response. Returns 0, or -1 after

@@ -32,6 +32,12 @@ enum {
 	TL_EV_PONG = 5,
 	TL_EV_CLOSE = 6,
 	TL_EV_ERROR = 7,
+	/* Not final: a connection with a reconnect policy dropped; the loop
+	 * re-dials the same slot and generation after a delay. code, err and
+	 * aux say why (err 0: the server closed with code); the payload is
+	 * the delay in nanoseconds (8 bytes, host order) followed by the
+	 * error detail or the close reason. */
+	TL_EV_RECONNECTING = 8,
 };
 
 /* Error causes carried in tl_event.err and tl_conn_pub.err; mapped to Go
@@ -152,6 +158,9 @@ struct tl_conn_pub {
 	uint64_t pings_in, pongs_in, wire_in, wire_out;
 	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */
 	char proto[64];   /* agreed subprotocol, NUL-terminated */
+	uint32_t gap;     /* 1 from a reconnecting drop until the next open: Send* refuse */
+	uint32_t pad0;
+	uint64_t reconnects; /* successful re-opens of this handle */
 };
 
 /* Layouts Go reads and writes through cgo and sync/atomic: a field moved
@@ -201,6 +210,8 @@ TL_LAYOUT(tl_conn_pub, msgs_in, 24);
 TL_LAYOUT(tl_conn_pub, wire_out, 80);
 TL_LAYOUT(tl_conn_pub, detail, 88);
 TL_LAYOUT(tl_conn_pub, proto, 176);
-_Static_assert(sizeof(struct tl_conn_pub) == 240, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, gap, 240);
+TL_LAYOUT(tl_conn_pub, reconnects, 248);
+_Static_assert(sizeof(struct tl_conn_pub) == 256, "tl_conn_pub size");
 
 #endif

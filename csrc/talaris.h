@@ -42,6 +42,7 @@ struct tl_config {
 /* tl_pool_stats mirrors talaris.PoolStats (C writes with relaxed atomics). */
 struct tl_pool_stats {
 	uint64_t events, batches, cqes, rearms, nobufs, stalls, loop_wakes, pump_sleeps;
+	uint64_t reconnects; /* successful re-opens by reconnect policies */
 };
 
 struct tl_loop;
@@ -73,6 +74,13 @@ struct tl_dial_params {
 	const char *ca_pem; size_t ca_pem_len;
 	int32_t insecure;
 	uint64_t handshake_timeout_ns;
+	/* Reconnect policy (rc_enabled 0: one attempt, ends are final). */
+	int32_t rc_enabled;
+	uint32_t rc_max_attempts;        /* 0: forever */
+	uint64_t rc_min_ns, rc_max_ns;   /* backoff bounds, 0 < min <= max */
+	/* Text messages the loop sends after every open, before any user
+	 * command: each one a 4-byte host-order length then its bytes. */
+	const char *subscribe; size_t subscribe_len;
 };
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
@@ -122,9 +130,10 @@ TL_LAYOUT(tl_config, max_message, 80);
 TL_LAYOUT(tl_config, handshake_timeout_ns, 88);
 TL_LAYOUT(tl_config, close_timeout_ns, 96);
 TL_LAYOUT(tl_config, max_send_queue, 104);
-_Static_assert(sizeof(struct tl_pool_stats) == 64, "tl_pool_stats size");
+_Static_assert(sizeof(struct tl_pool_stats) == 72, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
+TL_LAYOUT(tl_pool_stats, reconnects, 64);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);
@@ -137,6 +146,11 @@ TL_LAYOUT(tl_dial_params, ca_file, 216);
 TL_LAYOUT(tl_dial_params, ca_pem, 232);
 TL_LAYOUT(tl_dial_params, insecure, 248);
 TL_LAYOUT(tl_dial_params, handshake_timeout_ns, 256);
-_Static_assert(sizeof(struct tl_dial_params) == 264, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, rc_enabled, 264);
+TL_LAYOUT(tl_dial_params, rc_max_attempts, 268);
+TL_LAYOUT(tl_dial_params, rc_min_ns, 272);
+TL_LAYOUT(tl_dial_params, rc_max_ns, 280);
+TL_LAYOUT(tl_dial_params, subscribe, 288);
+_Static_assert(sizeof(struct tl_dial_params) == 304, "tl_dial_params size");
 
 #endif
