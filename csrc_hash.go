@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x69f260881bc5d972
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa24521876673dda8
 import "C"
 
-const csrcHash = "69f260881bc5d972"
+const csrcHash = "a24521876673dda8"

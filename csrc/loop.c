@@ -431,6 +431,7 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	const uint8_t *why;
 	size_t wn;
 	uint16_t code = c->fail_err ? c->fail_code : c->close_code;
+	uint64_t delay;
 
 	if (!c->rc_pending) {
 		if (c->was_open)
@@ -454,11 +455,13 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	c->rc_pending = 0;
 	__atomic_store_n(&p->gap, 1, __ATOMIC_RELAXED);
 	p->proto[0] = 0;
+	delay = c->rc_delay_ns;
 	tl_conn_reset_keep(c);
 	tl_loop_set_state(l, c, TL_ST_CONNECTING);
 	c->rc_wait = 1;
+	c->rc_delay_ns = delay;
 	l->rc_waits++;
-	tl_loop_set_deadline(l, c, c->rc_delay_ns);
+	tl_loop_set_deadline(l, c, delay);
 }
 
 /* end_or_reconnect ends c (final event) or, under a reconnect policy,
