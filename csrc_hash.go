@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa24521876673dda8
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x619a1e1f6ab07f91
 import "C"
 
-const csrcHash = "a24521876673dda8"
+const csrcHash = "619a1e1f6ab07f91"

@@ -89,6 +89,8 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	tl_loop_stop_reconnect(c);
+	if (c->dying) /* ending already (or its EventReconnecting waits for room): now final */
+		return CMD_DONE;
 	if (c->rc_wait) {
 		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed while waiting to reconnect");
 	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
