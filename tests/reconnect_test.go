@@ -845,3 +845,105 @@ func TestReconnectOptions(t *testing.T) {
 		t.Errorf("ConnCount %d after refused dials", p.ConnCount())
 	}
 }
+
+// TestReconnectServerClose: a close frame from the server (a venue's
+// maintenance close) is not final under a policy: EventReconnecting
+// carries the server's code and reason (Err wraps ErrClosed), then the
+// handle re-opens.
+func TestReconnectServerClose(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		mu.Lock()
+		n++
+		i := n
+		mu.Unlock()
+		if i == 1 {
+			c.WriteClose(CloseServiceRestart, "maintenance")
+			c.ExpectClose()
+			return
+		}
+		if code, _, err := c.ExpectClose(); err == nil {
+			c.WriteClose(code, "")
+		}
+	}).Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, srv.URL, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 2 || log.final != nil }, nil)
+	if len(log.kinds) != 3 || log.kinds[1] != EventReconnecting {
+		t.Fatalf("events %v, want open, reconnecting, open", log.kinds)
+	}
+	ev := log.evs[1]
+	if !errors.Is(ev.Err, ErrClosed) || ev.Code != CloseServiceRestart || string(ev.Reason) != "maintenance" ||
+		ev.Delay != 10*time.Millisecond {
+		t.Errorf("EventReconnecting %+v (reason %q), want ErrClosed, code 1012, reason \"maintenance\", Delay 10ms", ev, ev.Reason)
+	}
+	if log.evs[2].Reconnects != 1 {
+		t.Errorf("EventOpen.Reconnects = %d, want 1", log.evs[2].Reconnects)
+	}
+	c.Close(CloseNormal, "")
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if log.final.Kind != EventClose {
+		t.Errorf("final %+v, want EventClose", *log.final)
+	}
+}
+
+// TestReconnectRingFull: the drop happens while the event ring is full
+// (a server sends about a ring's worth of messages and closes TCP, nobody
+// pumps): EventReconnecting waits for room like any event, and the order
+// holds - every message, then EventReconnecting, then
+// EventOpen{Reconnects: 1}.
+func TestReconnectRingFull(t *testing.T) {
+	const ring = 256
+	for _, msgs := range []int{ring - 2, ring - 1, ring} {
+		t.Run(strconv.Itoa(msgs), func(t *testing.T) {
+			var burst []byte
+			for i := 0; i < msgs; i++ {
+				burst = ws.AppendFrame(burst, true, ws.OpText, []byte(strconv.Itoa(i)))
+			}
+			srv := wstest.NewRaw(func(c *wstest.RawConn) { c.Write(burst) }).Start(t)
+			p := newTestPool(t, Config{EventRingSize: ring}, hangGuard)
+			c, err := p.DialAsync(srv.URL, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 5 * time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // not pumping: let the ring fill (no assertion on time)
+			var seq []string
+			opens := 0
+			pumpUntil(t, p, func(cc Conn, ev Event) {
+				switch ev.Kind {
+				case EventText:
+					if opens == 1 {
+						seq = append(seq, string(ev.Payload))
+					}
+				case EventOpen:
+					opens++
+					if opens == 2 && ev.Reconnects != 1 {
+						t.Errorf("second open: Reconnects %d", ev.Reconnects)
+					}
+				case EventReconnecting:
+					if opens == 1 {
+						seq = append(seq, "R")
+					}
+				case EventClose, EventError:
+					t.Fatalf("final event %v: %v", ev.Kind, ev.Err)
+				}
+			}, func() bool { return opens == 2 }, nil)
+			if len(seq) != msgs+1 || seq[msgs] != "R" {
+				t.Fatalf("first connection delivered %d events ending %q, want %d messages then EventReconnecting", len(seq), seq[max(0, len(seq)-2):], msgs)
+			}
+			for i := 0; i < msgs; i++ {
+				if seq[i] != strconv.Itoa(i) {
+					t.Fatalf("message %d is %q", i, seq[i])
+				}
+			}
+			c.Close(CloseNormal, "")
+		})
+	}
+}
