@@ -101,6 +101,10 @@ var defaults = Config{
 	MaxSendQueue:     64 << 20,
 }
 
+// The ReconnectPolicy defaults (MinDelay 100ms, MaxDelay 30s or MinDelay
+// if larger, MaxAttempts 0: forever) are in defaultReconnect in
+// reconnect.go, beside the type.
+
 // Derived defaults and the Decoder's sizes.
 const (
 	cqPerSQ             = 4       // CQEntries = cqPerSQ x SQEntries

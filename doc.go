@@ -63,6 +63,25 @@
 // Config.MaxSendQueue, so a peer that stops reading can fill the ring:
 // Config says for how long a Send then waits.
 //
+// # Connection lifecycle
+//
+// A Conn goes Connecting, TLS, Upgrading, Open, Closing and ends with one
+// final event: EventClose (the close handshake completed) or EventError.
+// After it the handle is dead and its slot is reused.
+//
+// With DialOptions.Reconnect the end of a connection is not final unless
+// the policy gives up: the loop delivers EventReconnecting (Err says why,
+// Delay how long it waits), waits on a timer of its own, re-dials the same
+// slot (the Conn handle stays valid and equal to itself), sends
+// DialOptions.Subscribe first and delivers EventOpen with Reconnects
+// counting the re-opens. In the gap State reports StateConnecting (or a
+// later handshake state) and Send*, Ping and Pong return ErrWouldBlock:
+// the application resubscribes through Subscribe and resyncs its state
+// when the EventReconnecting/EventOpen pair arrives. Conn.Close stops the
+// reconnecting (during the wait it ends the handle at once with an
+// EventError wrapping ErrClosed); Pool.Close ends every handle.
+// ReconnectPolicy documents the backoff, Retry-After and MaxAttempts.
+//
 // # Errors
 //
 // Errors returned by this package and Event.Err wrap exported sentinels
