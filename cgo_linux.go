@@ -12,7 +12,6 @@ package talaris
 #cgo amd64,!talaris_openssl LDFLAGS: -L/usr/lib/x86_64-linux-gnu/android -Wl,-rpath,/usr/lib/x86_64-linux-gnu/android -lssl -lcrypto
 #cgo arm64,!talaris_openssl CFLAGS: -I/usr/include/android
 #cgo arm64,!talaris_openssl LDFLAGS: -L/usr/lib/aarch64-linux-gnu/android -Wl,-rpath,/usr/lib/aarch64-linux-gnu/android -lssl -lcrypto
-#cgo talaris_openssl CFLAGS: -DTL_OPENSSL
 #cgo talaris_openssl LDFLAGS: -lssl -lcrypto
 #cgo LDFLAGS: -l:liburing.a -lpthread
 #include <stdlib.h>

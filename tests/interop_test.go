@@ -3,13 +3,11 @@
 package talaris_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
 	. "github.com/talaris-go/talaris"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 )
@@ -26,20 +24,7 @@ func startPythonPeer(t *testing.T, tls bool) string {
 	if tls {
 		args = append(args, "--tls", "../testdata/server.pem", "../testdata/server-key.pem")
 	}
-	cmd := exec.Command("python3", args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "LISTEN ") {
-		t.Fatalf("python peer did not start: %q %v", line, err)
-	}
-	return strings.TrimSpace(strings.TrimPrefix(line, "LISTEN "))
+	return startListener(t, "python peer", exec.Command("python3", args...))
 }
 
 // TestPythonWebsockets streams from Python's websockets (an independent

@@ -1030,19 +1030,7 @@ func TestTLSNodeWS(t *testing.T) {
 			cmd := exec.Command(node, "../testdata/node/wss_server.js", testCertFile, testKeyFile, tc.tlsMax)
 			cmd.Env = append(os.Environ(), "NODE_PATH="+modDir)
 			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-			line, err := bufio.NewReader(out).ReadString('\n')
-			if err != nil || !strings.HasPrefix(line, "LISTEN ") {
-				t.Fatalf("node server: %q %v", line, err)
-			}
-			url := "wss://127.0.0.1:" + strings.TrimSpace(strings.TrimPrefix(line, "LISTEN "))
+			url := "wss://127.0.0.1:" + startListener(t, "node server", cmd)
 			p := newTestPool(t, Config{}, hangGuard)
 			runStreamTLS(t, p, url, tlsOpts, streamSpec{n: tc.n, size: tc.size}, nil)
 		})

@@ -252,7 +252,7 @@ var ErrFrameTooBig = errors.New("wstest: client frame too big")
 // ws.ParseHeader(..., false) (so an unmasked frame is ws.ErrUnmaskedClientFrame)
 // and returns its header and unmasked payload.
 func (c *RawConn) ReadFrame() (ws.Header, []byte, error) {
-	return readFrame(c.br, MaxReadFrame)
+	return ReadClientFrame(c.br, MaxReadFrame)
 }
 
 // ReadMessage reads frames until a complete data message, returning
@@ -317,8 +317,10 @@ func (c *RawConn) Reset() error {
 	return c.Conn.Close()
 }
 
-// readFrame reads and unmasks one client frame from br.
-func readFrame(br *bufio.Reader, max uint64) (ws.Header, []byte, error) {
+// ReadClientFrame reads one client frame from br, checks its header with
+// ws.ParseHeader(..., false) and returns it with the unmasked payload; a
+// payload over max is ErrFrameTooBig (nothing of it is read).
+func ReadClientFrame(br *bufio.Reader, max uint64) (ws.Header, []byte, error) {
 	var hdr [ws.MaxHeaderLen]byte
 	if _, err := io.ReadFull(br, hdr[:2]); err != nil {
 		return ws.Header{}, nil, err

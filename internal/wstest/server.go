@@ -397,7 +397,7 @@ func (t *tracker) closeAll() {
 func readClientClose(nc net.Conn, br *bufio.Reader) error {
 	nc.SetReadDeadline(time.Now().Add(closeWait))
 	for {
-		h, _, err := readFrame(br, 1<<20)
+		h, _, err := ReadClientFrame(br, 1<<20)
 		if err != nil {
 			return err
 		}

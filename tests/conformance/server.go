@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
 
@@ -525,36 +526,15 @@ func endOf(err error) string {
 	return err.Error()
 }
 
-// readFrame reads one client frame and unmasks it.
+// readFrame reads one client frame and unmasks it; a header the server
+// refuses is reported as the client's fault ("client: ...").
 func readFrame(br *bufio.Reader) (ws.Header, []byte, error) {
-	var hdr [ws.MaxHeaderLen]byte
-	if _, err := io.ReadFull(br, hdr[:2]); err != nil {
-		return ws.Header{}, nil, err
-	}
-	n := 2
-	switch hdr[1] & 0x7F {
-	case 126:
-		n += 2
-	case 127:
-		n += 8
-	}
-	if hdr[1]&0x80 != 0 {
-		n += 4
-	}
-	if _, err := io.ReadFull(br, hdr[2:n]); err != nil {
-		return ws.Header{}, nil, err
-	}
-	h, _, err := ws.ParseHeader(hdr[:n], false)
-	if err != nil {
-		return h, nil, fmt.Errorf("client: %w", err)
-	}
-	if h.Length > 64<<20 {
+	h, p, err := wstest.ReadClientFrame(br, 64<<20)
+	if errors.Is(err, wstest.ErrFrameTooBig) {
 		return h, nil, fmt.Errorf("client: frame of %d bytes", h.Length)
 	}
-	p := make([]byte, h.Length)
-	if _, err := io.ReadFull(br, p); err != nil {
-		return h, nil, err
+	if err != nil && endOf(err) == err.Error() { // not an I/O end: a bad header
+		return h, nil, fmt.Errorf("client: %w", err)
 	}
-	ws.Mask(h.Mask, p, 0)
-	return h, p, nil
+	return h, p, err
 }
