@@ -5,6 +5,7 @@ package talaris_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -367,18 +368,28 @@ func wantSubs(t *testing.T, who string, lines []string, n int) {
 // answers it with script(i, conn) (i counts from 0).
 type acceptLog struct {
 	ln    net.Listener
+	tls   bool
 	mu    sync.Mutex
 	times []time.Time
 	wg    sync.WaitGroup
 }
 
 func startAcceptLog(t *testing.T, script func(i int, nc net.Conn)) *acceptLog {
+	return startAcceptLogTLS(t, nil, script)
+}
+
+// startAcceptLogTLS is startAcceptLog behind TLS when cfg is not nil (the
+// script then reads and writes plaintext; the time is the TCP accept).
+func startAcceptLogTLS(t *testing.T, cfg *tls.Config, script func(i int, nc net.Conn)) *acceptLog {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &acceptLog{ln: ln}
+	a := &acceptLog{ln: ln, tls: cfg != nil}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -403,7 +414,12 @@ func startAcceptLog(t *testing.T, script func(i int, nc net.Conn)) *acceptLog {
 	return a
 }
 
-func (a *acceptLog) url() string { return "ws://" + a.ln.Addr().String() + "/" }
+func (a *acceptLog) url() string {
+	if a.tls {
+		return "wss://" + a.ln.Addr().String() + "/"
+	}
+	return "ws://" + a.ln.Addr().String() + "/"
+}
 
 func (a *acceptLog) accepted() []time.Time {
 	a.mu.Lock()
@@ -671,14 +687,23 @@ func TestReconnectCloseDuringBackoff(t *testing.T) {
 // that accepts, upgrades and drops at once) while other goroutines call
 // Close, Send, State and Stats on them and Pool.Close ends it all. No
 // panic, every call returns one of the documented errors, the pump ends
-// with ErrPoolClosed. Run it under -race too.
+// with ErrPoolClosed. ws:// and wss:// (both TLS backends: run with and
+// without -tags talaris_openssl). Run it under -race too.
 func TestReconnectRaceClose(t *testing.T) {
-	srv := startAcceptLog(t, func(_ int, nc net.Conn) {
+	t.Run("ws", func(t *testing.T) { testReconnectRaceClose(t, nil) })
+	t.Run("wss-"+TLSBackend(), func(t *testing.T) {
+		testReconnectRaceClose(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+	})
+}
+
+func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
+	srv := startAcceptLogTLS(t, cfg, func(_ int, nc net.Conn) {
 		if key, err := readRequest(nc); err == nil {
 			upgrade(nc, key)
 		}
 	})
 	rounds := scaled(20)
+	reopens := 0 // EventOpen with Reconnects > 0, all rounds: the race ran against live reconnects
 	for r := 0; r < rounds; r++ {
 		p, err := NewPool(Config{})
 		if err != nil {
@@ -688,7 +713,7 @@ func TestReconnectRaceClose(t *testing.T) {
 		for i := 0; i < 4; i++ {
 			c, err := p.DialAsync(srv.url(), &DialOptions{
 				Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond},
-				Subscribe: [][]byte{[]byte("sub")}})
+				Subscribe: [][]byte{[]byte("sub")}, TLS: TLSOptions{RootCAFile: testCAFile}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -717,14 +742,29 @@ func TestReconnectRaceClose(t *testing.T) {
 				}
 			}()
 		}
+		// Round 0 closes the pool only after a re-open (30 s at most), so
+		// the race surely overlaps live reconnects; the others at once.
+		reopened := make(chan struct{})
+		var once sync.Once
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if r == 0 {
+				select {
+				case <-reopened:
+				case <-time.After(30 * time.Second):
+				}
+			}
 			time.Sleep(time.Duration(5+r%10) * time.Millisecond)
 			p.Close()
 		}()
 		for {
-			if _, err := p.Pump(func(Conn, Event) {}); err != nil {
+			if _, err := p.Pump(func(_ Conn, ev Event) {
+				if ev.Kind == EventOpen && ev.Reconnects > 0 {
+					reopens++
+					once.Do(func() { close(reopened) })
+				}
+			}); err != nil {
 				if !errors.Is(err, ErrPoolClosed) {
 					t.Errorf("Pump: %v", err)
 				}
@@ -734,6 +774,10 @@ func TestReconnectRaceClose(t *testing.T) {
 		wg.Wait()
 		p.Close()
 	}
+	if reopens == 0 {
+		t.Errorf("no reconnect completed in %d rounds: the race did not exercise reconnects", rounds)
+	}
+	t.Logf("%d re-opens over %d rounds", reopens, rounds)
 }
 
 // TestReconnectCycles: 1,000 drop/reconnect cycles (100 under -short)
