@@ -314,8 +314,8 @@ func testKillRestart(t *testing.T, tlsOn bool) {
 			t.Errorf("a message refused in the gap reached the server: %q", l)
 		}
 	}
-	if st := c.Stats(); st.Reconnects != 1 {
-		t.Errorf("ConnStats.Reconnects = %d, want 1", st.Reconnects)
+	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 6 {
+		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 6 (Subscribe twice, app-1, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
 	}
 	if ps := p.Stats(); ps.Reconnects != 1 {
 		t.Errorf("PoolStats.Reconnects = %d, want 1", ps.Reconnects)
@@ -989,5 +989,46 @@ func TestReconnectRingFull(t *testing.T) {
 			}
 			c.Close(CloseNormal, "")
 		})
+	}
+}
+
+// TestSubscribeOnce: without a policy, Subscribe is sent once, right after
+// the upgrade and before the application's first message; a drop is then
+// final.
+func TestSubscribeOnce(t *testing.T) {
+	got := make(chan []string, 1)
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		var msgs []string
+		for len(msgs) < 3 {
+			_, b, err := c.ReadMessage()
+			if err != nil {
+				break
+			}
+			msgs = append(msgs, string(b))
+		}
+		got <- msgs
+		// Return: the connection drops without a close frame.
+	}).Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, srv.URL, &DialOptions{Subscribe: [][]byte{[]byte("s1"), []byte("s2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendText([]byte("app")); err != nil {
+		t.Fatal(err)
+	}
+	msgs := <-got
+	if strings.Join(msgs, ",") != "s1,s2,app" {
+		t.Errorf("server received %q, want s1, s2, app", msgs)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if log.count(EventReconnecting) != 0 || log.final.Kind != EventError || !errors.Is(log.final.Err, ErrConnectionLost) {
+		t.Errorf("events %v, final %+v: want one open and a final ErrConnectionLost", log.kinds, *log.final)
+	}
+	if log.evs[0].Kind != EventOpen || log.evs[0].Reconnects != 0 {
+		t.Errorf("first event %+v, want EventOpen with Reconnects 0", log.evs[0])
 	}
 }
