@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x619a1e1f6ab07f91
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd9f15082d67beb8b
 import "C"
 
-const csrcHash = "619a1e1f6ab07f91"
+const csrcHash = "d9f15082d67beb8b"

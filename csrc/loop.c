@@ -970,9 +970,12 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	}
 	if (l->timed) {
 		uint64_t now = tl_loop_now_ns();
+		/* No cap: next_timer_ns is never later than the earliest deadline
+		 * (tl_loop_set_deadline lowers it, run_timers recomputes it), and
+		 * while a connection with a socket lives the sweep tick below
+		 * bounds the wait anyway. Only handles waiting out a reconnect
+		 * backoff then sleep until their deadline. */
 		wait_ns = l->next_timer_ns > now ? l->next_timer_ns - now : 0;
-		if (wait_ns > 50000000ull)
-			wait_ns = 50000000ull;
 	}
 	if (l->rx_want && (wait_ns == 0 || wait_ns > 1000000ull))
 		wait_ns = 1000000ull;
