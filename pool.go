@@ -39,7 +39,10 @@ func (p *Pool) Stats() PoolStats { return p.poolStats() }
 
 // Dial connects, upgrades and returns an open connection, or the reason it
 // could not. The connection's events (EventOpen first) also reach Pump.
-// ctx bounds the whole dial; cancelling it aborts the connection.
+// ctx bounds the whole dial; cancelling it aborts the connection. Without
+// DialOptions.Reconnect it makes exactly one attempt; with it, Dial
+// returns once an attempt opens or the policy gives up (the last error),
+// and ctx bounds all the attempts and waits together.
 func (p *Pool) Dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn, error) {
 	return p.dial(ctx, rawURL, opts)
 }
