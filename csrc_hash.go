@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd9f15082d67beb8b
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x1e08d3f862e99d24
 import "C"
 
-const csrcHash = "d9f15082d67beb8b"
+const csrcHash = "1e08d3f862e99d24"

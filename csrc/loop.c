@@ -132,7 +132,8 @@ static int rx_cancel(struct tl_loop *l, struct tl_conn *c)
 static uint32_t rx_share(const struct tl_loop *l)
 {
 	uint32_t count = l->slots.main.count;
-	uint32_t share = l->live ? count / (2 * l->live) : count / 4;
+	uint32_t live = l->live - l->rc_waits; /* handles waiting to reconnect hold no slots */
+	uint32_t share = live ? count / (2 * live) : count / 4;
 	if (share > count / 4)
 		share = count / 4;
 	return share < 2 ? 2 : share;
