@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x1e08d3f862e99d24
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x4a3bb04ef4740873
 import "C"
 
-const csrcHash = "1e08d3f862e99d24"
+const csrcHash = "4a3bb04ef4740873"

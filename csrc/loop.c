@@ -562,10 +562,10 @@ void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 
 /* ---- commands ---- */
 
-/* tl_loop_dial starts connection slot/gen with the parameters
- * tl_dial_prepare stored: socket, then an asynchronous connect. */
 static void dial_start(struct tl_loop *l, struct tl_conn *c);
 
+/* tl_loop_dial starts connection slot/gen with the parameters
+ * tl_dial_prepare stored: socket, then an asynchronous connect. */
 void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
 	struct tl_conn *c = &l->conns[slot];
