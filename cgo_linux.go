@@ -67,6 +67,8 @@ type (
 	_ [cTLSALPN - C.TL_TLS_ALPN]byte
 	_ [C.TL_TLS_NOT_TLS - cTLSNotTLS]byte
 	_ [cTLSNotTLS - C.TL_TLS_NOT_TLS]byte
+	_ [C.TL_TLS_PIN - cTLSPin]byte
+	_ [cTLSPin - C.TL_TLS_PIN]byte
 
 	_ [C.TL_HTTP_ERR_TOO_LARGE - cHTTPTooLarge]byte
 	_ [cHTTPTooLarge - C.TL_HTTP_ERR_TOO_LARGE]byte

@@ -2,9 +2,11 @@ package talaris
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"time"
+	"unicode/utf8"
 )
 
 // WaitStrategy says how a side waits when it has nothing to do.
@@ -76,6 +78,22 @@ type Config struct {
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
 	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN (5s)
 	MaxSendQueue     uint64        // unsent bytes one connection may hold before its commands wait (64 MiB); see above
+
+	// SampleEvery turns on the stage stamps of Pool.Metrics and
+	// Pool.PumpStamped: the loop stamps one receive completion in
+	// SampleEvery (1: every completion; 0: off, the default), and the
+	// first data message that completion's bytes yield carries the stamps.
+	// Off costs one predictable branch per completion and per message.
+	SampleEvery uint32
+	// Name labels the pool in Pool.WritePrometheus (pool="<Name>") and in
+	// its log records. Default "".
+	Name string
+	// Logger receives connection lifecycle records (dialing, TLS done,
+	// open, closed, failed with the error's class) at Info and Warn; never
+	// a record per message. nil (the default) logs nothing. Records are
+	// written by the dialing goroutine and by the pumping goroutine when
+	// it passes a non-data event.
+	Logger *slog.Logger
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -99,6 +117,7 @@ var defaults = Config{
 	HandshakeTimeout: 10 * time.Second,
 	CloseTimeout:     5 * time.Second,
 	MaxSendQueue:     64 << 20,
+	SampleEvery:      0, // off: stamping is opt-in
 }
 
 // The ReconnectPolicy defaults (MinDelay 100ms, MaxDelay 30s or MinDelay
@@ -181,6 +200,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: CmdRingSize must be at least 4096", ErrInvalidConfig)
 	case d.MaxConns > 1<<20:
 		return d, fmt.Errorf("%w: MaxConns must be at most 1<<20", ErrInvalidConfig)
+	case !utf8.ValidString(d.Name):
+		return d, fmt.Errorf("%w: Name must be valid UTF-8 (it is a Prometheus label value)", ErrInvalidConfig)
 	}
 	return d, nil
 }
@@ -196,12 +217,45 @@ func defaultWait() WaitStrategy {
 
 // TLSOptions configures certificate verification for wss:// URLs.
 // Verification against the system CA store, with SNI and host name check, is
-// the default.
+// the default. The host name is matched against the certificate's
+// subjectAltName DNS and IP entries only, never its subject CN. Every
+// certificate among the roots is a trust anchor, also a self-signed leaf
+// that is not a CA (as in crypto/tls). docs/ARCHITECTURE.md has the table of
+// verdicts. Bad values make Dial fail with ErrInvalidConfig (checked in
+// tls_options.go).
 type TLSOptions struct {
 	RootCAFile         string // PEM file of trusted roots, replaces the system store
 	RootCAPEM          []byte // PEM of trusted roots, replaces the system store
 	ServerName         string // name sent in SNI and checked in the certificate (default: URL host)
-	InsecureSkipVerify bool   // accept any certificate: for tests only
+	InsecureSkipVerify bool   // accept any certificate: for tests only (Pins are still checked)
+
+	// Client certificate (mutual TLS): PEM certificate, optionally followed
+	// by its chain, and its RSA or ECDSA private key (PKCS#1, SEC 1 or
+	// PKCS#8), in memory or in files; one of each kind.
+	ClientCertPEM, ClientKeyPEM   []byte
+	ClientCertFile, ClientKeyFile string
+
+	// MinVersion is tls.VersionTLS12 (also 0) or tls.VersionTLS13.
+	MinVersion uint16
+
+	// CipherSuites lists crypto/tls suite IDs, TLS 1.2 (ECDHE with AES-GCM,
+	// ChaCha20-Poly1305 or AES-CBC-SHA) and TLS 1.3 ones, in preference
+	// order. A version none of whose suites is listed is disabled. With
+	// BoringSSL (the default backend) the TLS 1.3 entries only switch TLS
+	// 1.3 on: BoringSSL always offers its three TLS 1.3 suites in its own
+	// order (AES-GCM first where the CPU has AES instructions). nil means
+	// the default: TLS 1.3 AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305, then
+	// TLS 1.2 ECDHE AES-GCM, ChaCha20-Poly1305 and AES-CBC-SHA, with
+	// ChaCha20-Poly1305 first in each version where the CPU has no AES
+	// instructions (golang.org/x/sys/cpu).
+	CipherSuites []uint16
+
+	// Pins are SHA-256 digests of a SubjectPublicKeyInfo (base64 of one is
+	// what `openssl x509 -pubkey | openssl pkey -pubin -outform DER |
+	// openssl dgst -sha256 -binary` prints). When set, the server's leaf key
+	// must match one of them, after and in addition to the chain check, on
+	// resumed handshakes and with InsecureSkipVerify too; else ErrTLSPin.
+	Pins [][]byte
 }
 
 // DialOptions configures one connection. A nil *DialOptions means defaults.

@@ -54,6 +54,7 @@ type ConnStats struct {
 	MsgsOut, BytesOut uint64 // data messages and payload bytes sent by Send*
 	PingsIn, PongsIn  uint64
 	WireIn, WireOut   uint64 // bytes read from and written to the socket
+	Resumed           bool   // the TLS handshake resumed a session of an earlier dial
 	Reconnects        uint64 // successful re-opens under a ReconnectPolicy
 }
 

@@ -50,6 +50,7 @@ func (c Conn) stats() ConnStats {
 	return ConnStats{
 		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in), MsgsOut: ld(&pb.msgs_out), BytesOut: ld(&pb.bytes_out),
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out),
+		Resumed:    atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.resumed))) != 0,
 		Reconnects: ld(&pb.reconnects),
 	}
 }

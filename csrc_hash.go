@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x4a3bb04ef4740873
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x03d187241c9d2196
 import "C"
 
-const csrcHash = "4a3bb04ef4740873"
+const csrcHash = "03d187241c9d2196"

@@ -40,7 +40,7 @@ func (d *Decoder) decode(b []byte, fn DataFunc) (int, error) {
 			p = (*C.uint8_t)(unsafe.Pointer(&b[0]))
 		}
 		r := C.tl_decoder_feed(d.l, p, C.size_t(len(b)), &d.used)
-		n += d.ev.consume(d.ev.loadTail(), nil, fn)
+		n += d.ev.consume(d.ev.loadTail(), nil, fn, nil)
 		b = b[int(d.used):]
 		if r == -2 && d.ev.err == nil {
 			d.ev.err = ErrClosed

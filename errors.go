@@ -31,6 +31,7 @@ var (
 	ErrTLSExpired       = errors.New("talaris: TLS certificate expired or not yet valid")
 	ErrTLSALPN          = errors.New("talaris: TLS ALPN negotiation did not select http/1.1")
 	ErrTLSNotTLS        = errors.New("talaris: server did not answer with TLS")
+	ErrTLSPin           = errors.New("talaris: TLS server public key matches no pin")
 	ErrInvalidCloseCode = errors.New("talaris: close code may not be sent")
 	ErrControlTooLong   = errors.New("talaris: control frame payload longer than 125 bytes")
 	ErrInvalidConfig    = errors.New("talaris: invalid configuration")
@@ -86,6 +87,7 @@ const (
 	cTLSExpired   = 3 // TL_TLS_EXPIRED
 	cTLSALPN      = 4 // TL_TLS_ALPN
 	cTLSNotTLS    = 5 // TL_TLS_NOT_TLS
+	cTLSPin       = 7 // TL_TLS_PIN
 
 	cHTTPTooLarge  = -2 // TL_HTTP_ERR_TOO_LARGE
 	cHTTPStatus    = -3 // TL_HTTP_ERR_STATUS
@@ -124,6 +126,7 @@ var (
 		cTLSExpired:   ErrTLSExpired,
 		cTLSALPN:      ErrTLSALPN,
 		cTLSNotTLS:    ErrTLSNotTLS,
+		cTLSPin:       ErrTLSPin,
 	}
 )
 

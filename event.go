@@ -79,3 +79,30 @@ type DataFunc func(c Conn, op Opcode, payload []byte)
 // EventFunc receives every event of every connection of a Pool. ev.Payload is
 // valid only until the function returns.
 type EventFunc func(c Conn, ev Event)
+
+// Stamps are the stage timestamps of one sampled message
+// (Config.SampleEvery), in nanoseconds of CLOCK_MONOTONIC: the clock of
+// clock_gettime(CLOCK_MONOTONIC) in C and of the monotonic reading Go's
+// time.Now carries, so stamps from the C loop and the pump compare
+// directly. A zero field was not taken; all are zero when the message was
+// not sampled.
+//
+// For a sampled message CQE <= Plaintext <= Publish <= Callback.
+type Stamps struct {
+	CQE       int64 // the loop saw the receive completion (for DialMemory: the Inject)
+	Plaintext int64 // the bytes reached the frame parser (after TLS decryption for wss)
+	Publish   int64 // the event ring's tail store that made the message visible to Go
+	Callback  int64 // the pump was about to call the callback
+	// Wire is the kernel's software receive timestamp. Always 0 today:
+	// the multishot recv the loop uses delivers no control messages, so
+	// SO_TIMESTAMPNS cannot reach it (see doc.go, Observability).
+	Wire int64
+}
+
+// Sampled reports whether the message carries stamps.
+func (s Stamps) Sampled() bool { return s.CQE != 0 }
+
+// StampedFunc is a DataFunc that also receives the message's stage stamps
+// (all zero when it was not sampled). payload is valid only until the
+// function returns.
+type StampedFunc func(c Conn, op Opcode, payload []byte, st Stamps)

@@ -38,13 +38,62 @@ type evConsumer struct {
 	// err is a Decoder's sticky error: the first EventClose, or the
 	// latest EventError, seen by a data consume (pool == nil only).
 	err error
+
+	// stamps parallels events: the stage stamps of events flagged
+	// TL_EVF_STAMPED (nil when sampling is off); rec records them (set
+	// whenever stamps is).
+	stamps []C.struct_tl_stamp
+	rec    *metricsRecorder
 }
 
 // newEvConsumer maps the loop's event ring.
 func newEvConsumer(l *C.struct_tl_loop, pool *Pool) evConsumer {
 	evr := C.tl_loop_evring(l)
-	return evConsumer{events: unsafe.Slice(evr.ev, int(evr.size)), mask: uint64(evr.mask),
+	r := evConsumer{events: unsafe.Slice(evr.ev, int(evr.size)), mask: uint64(evr.mask),
 		tail: (*uint64)(unsafe.Pointer(&evr.tail)), head: (*uint64)(unsafe.Pointer(&evr.head)), pool: pool}
+	if evr.stamps != nil {
+		r.stamps = unsafe.Slice(evr.stamps, int(evr.size))
+	}
+	return r
+}
+
+// nanotime is the runtime's monotonic clock: clock_gettime(CLOCK_MONOTONIC)
+// through the vDSO on Linux, the clock the C loop stamps with. No syscall,
+// no cgo call.
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
+
+// stampsAt returns the loop's stamps of the event at ring index idx with
+// the callback stamp taken now.
+func (r *evConsumer) stampsAt(idx uint64) Stamps {
+	s := &r.stamps[idx]
+	return Stamps{CQE: int64(s.cqe), Plaintext: int64(s.plaintext), Publish: int64(s.publish),
+		Wire: int64(s.wire), Callback: nanotime()}
+}
+
+// record folds a sampled message's stamps into the histograms.
+func (r *evConsumer) record(st *Stamps) {
+	r.rec.record(st.CQE, st.Plaintext, st.Publish, st.Callback, st.Wire)
+}
+
+// dataSampled calls fd for a sampled message and records its stamps. Kept
+// out of consume's loop: sampled messages are the rare case.
+//
+//go:noinline
+func (r *evConsumer) dataSampled(idx uint64, c Conn, op Opcode, payload []byte, fd DataFunc) {
+	st := r.stampsAt(idx)
+	fd(c, op, payload)
+	r.record(&st)
+}
+
+// eventSampled is dataSampled for Pump's EventFunc.
+//
+//go:noinline
+func (r *evConsumer) eventSampled(idx uint64, c Conn, ev Event, fe EventFunc) {
+	st := r.stampsAt(idx)
+	fe(c, ev)
+	r.record(&st)
 }
 
 // loadTail returns the events published so far (acquire).
@@ -53,9 +102,15 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 // consume hands events [pos, tail) to fd (data messages only) or fe (every
 // event), then releases them all with one store of head. It returns the
 // number of callbacks made.
-func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
+//
+// Exactly one of fe, fd and fs is non-nil; fs is PumpStamped's callback.
+// Events flagged TL_EVF_STAMPED (sampled messages) take a cold path that
+// stamps the callback and records the stamps; a pool with a Logger logs
+// its lifecycle events (never a data event).
+func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
 	n := 0
 	events, mask, pool := r.events, r.mask, r.pool // locals: the callbacks could write *r
+	logged := pool != nil && pool.cfg.Logger != nil
 	for i := r.pos; i != tail; i++ {
 		e := &events[i&mask]
 		var c Conn // a Decoder's callbacks get the zero Conn
@@ -69,15 +124,42 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 		kind := EventKind(e.kind)
 		if fd != nil {
 			if kind == EventText {
-				fd(c, OpText, payload)
+				if e.flags&C.TL_EVF_STAMPED == 0 {
+					fd(c, OpText, payload)
+				} else {
+					r.dataSampled(i&mask, c, OpText, payload, fd)
+				}
 				n++
 			} else if kind == EventBinary {
-				fd(c, OpBinary, payload)
+				if e.flags&C.TL_EVF_STAMPED == 0 {
+					fd(c, OpBinary, payload)
+				} else {
+					r.dataSampled(i&mask, c, OpBinary, payload, fd)
+				}
 				n++
 			} else if pool == nil {
 				r.noteEnd(e, kind, payload)
+			} else if logged {
+				pool.logEvent(c, e, kind, payload)
+			}
+		} else if fs != nil {
+			if kind == EventText || kind == EventBinary {
+				var st Stamps
+				if e.flags&C.TL_EVF_STAMPED != 0 {
+					st = r.stampsAt(i & mask)
+				}
+				fs(c, Opcode(kind-EventText)+OpText, payload, st)
+				if st.CQE != 0 {
+					r.record(&st)
+				}
+				n++
+			} else if logged {
+				pool.logEvent(c, e, kind, payload)
 			}
 		} else {
+			if logged {
+				pool.logEvent(c, e, kind, payload)
+			}
 			ev := Event{Kind: kind, Payload: payload}
 			switch kind {
 			case EventClose:
@@ -93,7 +175,11 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 			case EventReconnecting:
 				reconnectingEvent(&ev, e, payload)
 			}
-			fe(c, ev)
+			if e.flags&C.TL_EVF_STAMPED == 0 {
+				fe(c, ev)
+			} else {
+				r.eventSampled(i&mask, c, ev, fe)
+			}
 			n++
 		}
 		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
@@ -106,24 +192,52 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc) int {
 	return n
 }
 
-// reconnectingEvent fills ev from an EventReconnecting record: the
-// payload is the delay (8 bytes, host order) then the error detail or,
-// when the server closed (err 0), its close reason. Cold path.
-func reconnectingEvent(ev *Event, e *C.struct_tl_event, payload []byte) {
+// reconnectingEvent fills ev from an EventReconnecting record and returns
+// the number of the attempt that follows (since the last open). The
+// payload is the delay (uint64), that number (uint32) and 4 zero bytes,
+// host order, then the error detail or, when the server closed (err 0),
+// its close reason. Cold path.
+func reconnectingEvent(ev *Event, e *C.struct_tl_event, payload []byte) int {
 	ev.Payload = nil
 	ev.Code = int(e.code)
-	if len(payload) < 8 {
+	if len(payload) < 16 {
 		ev.Err = &ConnError{Cause: errInternal, Detail: "short reconnecting event"}
-		return
+		return 0
 	}
 	ev.Delay = time.Duration(binary.NativeEndian.Uint64(payload))
-	rest := payload[8:]
+	attempt := int(binary.NativeEndian.Uint32(payload[8:]))
+	rest := payload[16:]
 	if e.err == 0 {
 		ev.Reason = rest
 		ev.Err = &ConnError{Cause: ErrClosed, Code: int(e.code), Detail: "the server closed the connection"}
-		return
+		return attempt
 	}
 	ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(rest))
+	return attempt
+}
+
+// logEvent logs a lifecycle event (Config.Logger). Cold path: non-data
+// events only.
+//
+//go:noinline
+func (p *Pool) logEvent(c Conn, e *C.struct_tl_event, kind EventKind, payload []byte) {
+	ev := Event{Kind: kind, Payload: payload}
+	switch kind {
+	case EventClose:
+		ev.Code, ev.Reason, ev.Payload = int(e.code), payload, nil
+	case EventError:
+		ev.Code = int(e.code)
+		ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
+	case EventOpen:
+		ev.Reconnects = int(e.aux)
+	case EventReconnecting:
+		attempt := reconnectingEvent(&ev, e, payload)
+		logReconnecting(p.cfg.Logger, p.cfg.Name, c, ev.Err, ev.Delay, attempt)
+		return
+	default:
+		return
+	}
+	logLifecycle(p.cfg.Logger, p.cfg.Name, c, &ev)
 }
 
 // noteEnd records a Decoder's sticky error from an EventError (the latest
@@ -142,8 +256,8 @@ func (r *evConsumer) noteEnd(e *C.struct_tl_event, kind EventKind, payload []byt
 
 // dispatch consumes events up to tail and wakes the loop if it waits for
 // the room just released.
-func (p *Pool) dispatch(tail uint64, fe EventFunc, fd DataFunc) int {
-	n := p.ev.consume(tail, fe, fd)
+func (p *Pool) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
+	n := p.ev.consume(tail, fe, fd, fs)
 	if atomic.LoadUint32(p.wantsSpace) != 0 && atomic.CompareAndSwapUint32(p.wantsSpace, 1, 0) {
 		p.wakeLoop()
 	}
@@ -161,8 +275,13 @@ func (p *Pool) enterPump() error {
 	return nil
 }
 
-// leavePump gives the claim back and, after Close, frees the loop.
+// leavePump publishes the samples the pump call recorded (so Metrics is
+// exact whenever no pump call runs), gives the claim back and, after
+// Close, frees the loop.
 func (p *Pool) leavePump() {
+	if p.rec != nil {
+		p.rec.flush()
+	}
 	p.pumping.Store(0)
 	if p.closed.Load() {
 		p.release()
@@ -171,7 +290,7 @@ func (p *Pool) leavePump() {
 
 // pumpBlocking dispatches at least one callback-worthy batch, sleeping
 // when the ring is empty.
-func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
+func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, error) {
 	if err := p.enterPump(); err != nil {
 		return 0, err
 	}
@@ -186,7 +305,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
 			}
 			tail := p.ev.loadTail()
 			if tail != p.ev.pos {
-				if n := p.dispatch(tail, fe, fd); n > 0 {
+				if n := p.dispatch(tail, fe, fd, fs); n > 0 {
 					return n, nil
 				}
 				i = 0
@@ -209,7 +328,11 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc) (int, error) {
 				}
 			}
 		}
-		// Sleep: announce, recheck, then wait on the futex word.
+		// Sleep: announce, recheck, then wait on the futex word. Samples
+		// go out first: Metrics must not wait for the next message.
+		if p.rec != nil {
+			p.rec.flush()
+		}
 		seq := atomic.LoadUint32(p.wakeSeq)
 		atomic.StoreUint32(p.consSleeping, 1)
 		if p.ev.loadTail() == p.ev.pos && !p.closed.Load() {
@@ -231,7 +354,7 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	for i := 0; i < iters; i++ {
 		tail := p.ev.loadTail()
 		if tail != p.ev.pos {
-			return p.dispatch(tail, fe, fd), nil
+			return p.dispatch(tail, fe, fd, nil), nil
 		}
 		if p.closed.Load() {
 			return 0, ErrPoolClosed
@@ -239,6 +362,9 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	}
 	return 0, nil
 }
+
+// pumpStamped is PumpStamped.
+func (p *Pool) pumpStamped(fs StampedFunc) (int, error) { return p.pumpBlocking(nil, nil, fs) }
 
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }

@@ -14,8 +14,8 @@ type Stage uint8
 // The stages of Metrics.Stages.
 const (
 	// StageCQEToPlaintext: the loop saw the receive completion -> the
-	// message's bytes were plaintext (after TLS; about zero on plain
-	// connections).
+	// message's bytes reached the parser as plaintext (after TLS; on plain
+	// connections 0 unless the bytes waited behind a stall).
 	StageCQEToPlaintext Stage = iota
 	// StagePlaintextToPublish: plaintext ready -> the event was published
 	// to the ring (frame parsing, reassembly, the batch's tail store).
@@ -130,7 +130,7 @@ type Metrics struct {
 	PumpSleeps    uint64 // times the pump slept waiting for events
 	LoopWakes     uint64 // times Go woke the sleeping loop
 	SendQueueFull uint64 // times a connection's unsent bytes passed Config.MaxSendQueue and its reads stopped
-	Reconnects    uint64 // reconnect attempts
+	Reconnects    uint64 // successful re-opens by reconnect policies (DialOptions.Reconnect)
 }
 
 // EachCounter calls fn for every counter of m in a fixed order with its
@@ -151,7 +151,7 @@ func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {
 	fn("talaris_pump_sleeps_total", "Times the pump slept waiting for events.", m.PumpSleeps)
 	fn("talaris_loop_wakeups_total", "Times Go woke the sleeping loop.", m.LoopWakes)
 	fn("talaris_send_queue_full_total", "Times a connection's send queue passed MaxSendQueue and its reads stopped.", m.SendQueueFull)
-	fn("talaris_reconnects_total", "Reconnect attempts.", m.Reconnects)
+	fn("talaris_reconnects_total", "Successful re-opens by reconnect policies.", m.Reconnects)
 	fn("talaris_sampled_messages_total", "Messages whose stage stamps were recorded in the latency histograms.", m.Sampled)
 }
 

@@ -1,6 +1,12 @@
 package talaris
 
-import "context"
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+var errNilWriter = errors.New("talaris: WritePrometheus: nil io.Writer")
 
 // Pool owns one C loop thread, its io_uring, its rings and a set of
 // connections. Create it with NewPool; one goroutine pumps it. Without
@@ -65,12 +71,12 @@ func (p *Pool) DialMemory() (Conn, error) { return p.dialMemory() }
 // batch. It blocks until at least one event was delivered and returns how
 // many were. Only one goroutine may pump a Pool at a time; a second gets
 // ErrConcurrentPump. After Close it returns ErrPoolClosed.
-func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil) }
+func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, nil) }
 
 // PumpData is Pump for data messages only: open, ping, pong, close and
 // error events are consumed without a callback (pings were answered by
 // the loop already). It blocks until at least one message was delivered.
-func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn) }
+func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn, nil) }
 
 // PumpSpin busy-polls the ring up to iters times and delivers the first
 // batch it finds; it never sleeps. n == 0 means nothing arrived yet.
@@ -82,3 +88,35 @@ func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil,
 
 // PumpEventsNowait is PumpNowait for every event kind.
 func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn, 1) }
+
+// PumpStamped is PumpData whose callback also gets the message's stage
+// stamps: zero unless the message was sampled (Config.SampleEvery), so a
+// caller can relate its own clock (an exchange timestamp, say) to the
+// moment the kernel handed over the bytes. It blocks until at least one
+// message was delivered, allocates nothing per message, and records the
+// sampled messages in Metrics like the other pumps.
+func (p *Pool) PumpStamped(fn StampedFunc) (int, error) { return p.pumpStamped(fn) }
+
+// Metrics returns the pool's stage latency histograms, cumulative since
+// NewPool, and its counters. The histograms hold the sampled messages
+// (Config.SampleEvery; empty when sampling is off) that a pump has passed;
+// samples a pump call is still working on appear when it returns. Safe
+// from any goroutine, also during and after Close (the counters then keep
+// their final values).
+func (p *Pool) Metrics() Metrics { return p.metrics(false) }
+
+// MetricsInterval is Metrics with the histograms of the interval since the
+// previous MetricsInterval call (or NewPool), for dashboards that want
+// per-interval latency; it starts a new interval. The counters stay
+// cumulative, and Metrics (and WritePrometheus) are not affected.
+func (p *Pool) MetricsInterval() Metrics { return p.metrics(true) }
+
+// WritePrometheus writes Metrics in the Prometheus text format with the
+// label pool="<Config.Name>": see WriteMetricsPrometheus for the families.
+func (p *Pool) WritePrometheus(w io.Writer) error {
+	if w == nil {
+		return errNilWriter
+	}
+	m := p.Metrics()
+	return writePrometheus(w, p.name(), &m)
+}

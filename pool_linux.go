@@ -14,6 +14,7 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,17 @@ type pool struct {
 	stopped atomic.Bool // tl_loop_stop returned (set by Close)
 	freed   atomic.Bool
 	closeMu sync.Mutex
+	users   atomic.Int32 // dialers touching the loop's C memory (useC); the last one out after Close frees it
+
+	// rec folds the stamps of sampled messages into Metrics' histograms
+	// (nil when Config.SampleEvery is 0). Written only by the pumper.
+	rec   *metricsRecorder
+	start time.Time
+	// freeMu keeps tl_loop_free from running while a reader of the C
+	// counters (Stats, Metrics) is between its freed check and its loads;
+	// final holds the counters as they were when the loop was freed.
+	freeMu sync.RWMutex
+	final  C.struct_tl_pool_stats
 }
 
 func newPool(cfg Config) (*Pool, error) {
@@ -87,6 +99,7 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.handshake_timeout_ns = C.uint64_t(d.HandshakeTimeout)
 	cc.close_timeout_ns = C.uint64_t(d.CloseTimeout)
 	cc.max_send_queue = C.uint64_t(d.MaxSendQueue)
+	cc.sample_every = C.uint32_t(d.SampleEvery)
 
 	var cerr C.int
 	var msg [160]C.char
@@ -96,7 +109,12 @@ func newPool(cfg Config) (*Pool, error) {
 	}
 	p := &Pool{}
 	p.loop, p.cfg = loop, d
+	p.start = time.Now()
+	if d.SampleEvery != 0 {
+		p.rec = newMetricsRecorder()
+	}
 	p.ev = newEvConsumer(loop, p)
+	p.ev.rec = p.rec
 	evr := C.tl_loop_evring(loop)
 	p.consSleeping = (*uint32)(unsafe.Pointer(&evr.cons_sleeping))
 	p.wakeSeq = (*uint32)(unsafe.Pointer(&evr.wake_seq))
@@ -145,32 +163,96 @@ func (p *Pool) close() error {
 	return nil
 }
 
-// release frees the C loop once Close stopped it and nobody pumps.
+// release frees the C loop once Close stopped it and nobody pumps or
+// dials.
 func (p *Pool) release() {
 	if !p.stopped.Load() {
 		return // Close has not stopped the loop yet; it releases itself
 	}
+	if p.users.Load() != 0 {
+		return // a dialer still reads the slot's public block; it releases on its way out
+	}
 	if p.pumping.CompareAndSwap(0, 2) {
-		if !p.freed.Swap(true) {
+		p.freeMu.Lock()
+		if !p.freed.Load() {
+			p.final = *p.cstats // the loop thread has exited: plain reads are fine
+			p.freed.Store(true)
 			C.tl_loop_free(p.loop)
 		}
+		p.freeMu.Unlock()
+	}
+}
+
+// useC registers a goroutine that touches the loop's C memory outside the
+// command ring (a dial resets its slot's public block, hands the C core
+// its parameters and waits on the slot's state word), so that a
+// concurrent Close leaves the memory to the last such goroutine to free.
+// It returns false, registering nothing, once the Pool is closed. closed
+// is stored before Close releases, so either release sees this user or
+// this user sees closed.
+func (p *Pool) useC() bool {
+	p.users.Add(1)
+	if p.closed.Load() {
+		p.doneC()
+		return false
+	}
+	return true
+}
+
+// doneC ends a useC section; the last one after Close frees the loop.
+func (p *Pool) doneC() {
+	if p.users.Add(-1) == 0 && p.closed.Load() {
+		p.release()
 	}
 }
 
 func (p *Pool) connCount() int { return int(p.nconns.Load()) }
 
-func (p *Pool) poolStats() PoolStats {
+// loadStats copies the loop's counters: live ones with atomic loads, the
+// final copy once the loop is freed.
+func (p *Pool) loadStats() C.struct_tl_pool_stats {
+	p.freeMu.RLock()
+	defer p.freeMu.RUnlock()
 	if p.freed.Load() {
-		return PoolStats{}
+		return p.final
 	}
-	s := p.cstats
-	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
+	var out C.struct_tl_pool_stats
+	src := unsafe.Slice((*uint64)(unsafe.Pointer(p.cstats)), unsafe.Sizeof(out)/8)
+	dst := unsafe.Slice((*uint64)(unsafe.Pointer(&out)), unsafe.Sizeof(out)/8)
+	for i := range src {
+		dst[i] = atomic.LoadUint64(&src[i])
+	}
+	return out
+}
+
+func (p *Pool) poolStats() PoolStats {
+	s := p.loadStats()
 	return PoolStats{
-		Events: ld(&s.events), Batches: ld(&s.batches), CQEs: ld(&s.cqes), Rearms: ld(&s.rearms),
-		NoBufs: ld(&s.nobufs), Stalls: ld(&s.stalls), LoopWakes: ld(&s.loop_wakes), PumpSleeps: ld(&s.pump_sleeps),
-		Reconnects: ld(&s.reconnects),
+		Events: uint64(s.events), Batches: uint64(s.batches), CQEs: uint64(s.cqes), Rearms: uint64(s.rearms),
+		NoBufs: uint64(s.nobufs), Stalls: uint64(s.stalls), LoopWakes: uint64(s.loop_wakes),
+		PumpSleeps: uint64(s.pump_sleeps),
+		Reconnects: uint64(s.reconnects),
 	}
 }
+
+// metrics is Metrics (reset false) or MetricsInterval (reset true).
+func (p *Pool) metrics(reset bool) Metrics {
+	var m Metrics
+	if p.rec != nil {
+		m = p.rec.snapshot(reset)
+	} else {
+		m.Elapsed = time.Since(p.start)
+	}
+	s := p.loadStats()
+	m.Messages, m.Bytes, m.WireBytes = uint64(s.msgs), uint64(s.bytes), uint64(s.wire_bytes)
+	m.Events, m.Completions, m.Rearms = uint64(s.events), uint64(s.cqes), uint64(s.rearms)
+	m.NoBufs, m.Stalls, m.Batches = uint64(s.nobufs), uint64(s.stalls), uint64(s.batches)
+	m.PumpSleeps, m.LoopWakes = uint64(s.pump_sleeps), uint64(s.loop_wakes)
+	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full), uint64(s.reconnects)
+	return m
+}
+
+func (p *Pool) name() string { return p.cfg.Name }
 
 // allocSlot takes a free connection slot with refs references and a new
 // generation.
@@ -217,8 +299,21 @@ func cstr(s string) (*C.char, C.size_t) {
 }
 
 // prepare validates a dial, takes a slot for it and hands its parameters
-// to the C core; the caller then sends cmdDial.
+// to the C core; the caller then sends cmdDial. It logs the dial (or why
+// it could not start) to Config.Logger.
 func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (uint32, uint32, error) {
+	slot, gen, err := p.prepareDial(ctx, rawURL, opts)
+	if l := p.cfg.Logger; l != nil {
+		if err != nil {
+			logDialFailed(l, p.cfg.Name, rawURL, err)
+		} else {
+			logDialing(l, p.cfg.Name, Conn{p: p, slot: slot, gen: gen}, rawURL)
+		}
+	}
+	return slot, gen, err
+}
+
+func (p *Pool) prepareDial(ctx context.Context, rawURL string, opts *DialOptions) (uint32, uint32, error) {
 	if p.closed.Load() {
 		return 0, 0, ErrPoolClosed
 	}
@@ -226,6 +321,12 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 		opts = &DialOptions{}
 	}
 	t, err := newDialRequest(ctx, rawURL, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	// TLS options are checked for ws:// too: a bad value is a bug to hear
+	// about at once, not when the URL changes scheme.
+	tlsPol, err := opts.TLS.policy()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -279,6 +380,17 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 	set(&dp.server_name, &dp.server_name_len, t.serverName)
 	set(&dp.ca_file, &dp.ca_file_len, opts.TLS.RootCAFile)
 	set(&dp.ca_pem, &dp.ca_pem_len, string(opts.TLS.RootCAPEM))
+	if t.tls {
+		set(&dp.client_cert, &dp.client_cert_len, tlsPol.clientCert)
+		set(&dp.client_key, &dp.client_key_len, tlsPol.clientKey)
+		set(&dp.ciphers12, &dp.ciphers12_len, tlsPol.ciphers12)
+		set(&dp.ciphers13, &dp.ciphers13_len, tlsPol.ciphers13)
+		var pins *C.char
+		set(&pins, &dp.pins_len, string(tlsPol.pins))
+		dp.pins = (*C.uint8_t)(unsafe.Pointer(pins))
+		set(&dp.sess_key, &dp.sess_key_len, tlsPol.sessionKey(t.addr.String(), t.serverName))
+		dp.min_version, dp.max_version = C.uint32_t(tlsPol.minVersion), C.uint32_t(tlsPol.maxVersion)
+	}
 	set(&dp.subscribe, &dp.subscribe_len, sub)
 	defer func() {
 		for _, f := range frees {
@@ -301,6 +413,10 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if !p.useC() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.doneC()
 	slot, gen, err := p.prepare(ctx, rawURL, opts)
 	if err != nil {
 		return Conn{}, err
@@ -315,8 +431,16 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	}
 	st := &p.pub[slot].state
 	stp := (*uint32)(unsafe.Pointer(st))
+	// wss: log "TLS done" once the state passed the TLS handshake (the
+	// upgrade started; a later state may be all Dial sees).
+	tlsPending := p.cfg.Logger != nil && len(rawURL) >= 4 && strings.EqualFold(rawURL[:4], "wss:")
 	for {
 		s := atomic.LoadUint32(stp)
+		if tlsPending && (s == uint32(StateUpgrading) || s == uint32(StateOpen) ||
+			atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[slot].opened))) != 0) {
+			tlsPending = false
+			logTLSDone(p.cfg.Logger, p.cfg.Name, c)
+		}
 		if s == uint32(StateOpen) || s >= uint32(StateClosing) {
 			// A connection that opened and then already ended (a short
 			// stream, a drop) is still a successful dial: its events,
@@ -332,7 +456,9 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 		}
 		if err := ctx.Err(); err != nil {
 			p.command(cmdClose, 0, 1000, slot, gen, nil)
-			return Conn{}, fmt.Errorf("%w: %w", ErrTimeout, err)
+			err = fmt.Errorf("%w: %w", ErrTimeout, err)
+			logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
+			return Conn{}, err
 		}
 		if p.closed.Load() {
 			return Conn{}, ErrPoolClosed
@@ -342,6 +468,10 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 }
 
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
+	if !p.useC() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.doneC()
 	slot, gen, err := p.prepare(context.Background(), rawURL, opts)
 	if err != nil {
 		return Conn{}, err
@@ -353,6 +483,10 @@ func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 }
 
 func (p *Pool) dialMemory() (Conn, error) {
+	if !p.useC() {
+		return Conn{}, ErrPoolClosed
+	}
+	defer p.doneC()
 	slot, gen, err := p.allocSlot(1)
 	if err != nil {
 		return Conn{}, err

@@ -13,4 +13,5 @@
 #include "csrc/cmdq.c"
 #include "csrc/decoder.c"
 #include "csrc/conn.c"
+#include "csrc/tls_verify.c"
 #include "csrc/tls.c"

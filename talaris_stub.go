@@ -10,13 +10,18 @@ import "context"
 
 type pool struct{}
 
-func newPool(Config) (*Pool, error)                            { return nil, ErrUnsupported }
-func (p *Pool) close() error                                   { return nil }
-func (p *Pool) connCount() int                                 { return 0 }
-func (p *Pool) poolStats() PoolStats                           { return PoolStats{} }
-func (p *Pool) dialMemory() (Conn, error)                      { return Conn{}, ErrUnsupported }
-func (p *Pool) dialAsync(string, *DialOptions) (Conn, error)   { return Conn{}, ErrUnsupported }
-func (p *Pool) pumpBlocking(EventFunc, DataFunc) (int, error)  { return 0, ErrUnsupported }
+func newPool(Config) (*Pool, error)                          { return nil, ErrUnsupported }
+func (p *Pool) close() error                                 { return nil }
+func (p *Pool) connCount() int                               { return 0 }
+func (p *Pool) poolStats() PoolStats                         { return PoolStats{} }
+func (p *Pool) dialMemory() (Conn, error)                    { return Conn{}, ErrUnsupported }
+func (p *Pool) dialAsync(string, *DialOptions) (Conn, error) { return Conn{}, ErrUnsupported }
+func (p *Pool) pumpBlocking(EventFunc, DataFunc, StampedFunc) (int, error) {
+	return 0, ErrUnsupported
+}
+func (p *Pool) pumpStamped(StampedFunc) (int, error)           { return 0, ErrUnsupported }
+func (p *Pool) metrics(bool) Metrics                           { return Metrics{} }
+func (p *Pool) name() string                                   { return "" }
 func (p *Pool) pumpOnce(DataFunc, EventFunc, int) (int, error) { return 0, ErrUnsupported }
 func (p *Pool) dial(context.Context, string, *DialOptions) (Conn, error) {
 	return Conn{}, ErrUnsupported

@@ -74,13 +74,18 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 
 	if (c && c->fd < 0 && !c->dying) {
 		size_t used = 0;
-		int r = tl_conn_feed(l, c, payload + l->cmdq.inject_off, cmd->len - l->cmdq.inject_off, &used);
+		int r;
+		if (l->cmdq.inject_off == 0) /* an INJECT is a memory connection's completion, parsed at once */
+			tl_loop_sample_rx(l, c, 1);
+		tl_loop_sample_pt(c);
+		r = tl_conn_feed(l, c, payload + l->cmdq.inject_off, cmd->len - l->cmdq.inject_off, &used);
 		if (r == TL_FEED_STALL) {
 			/* No room: run the rest of this command again once Go has
 			 * pumped. The record stays as Go wrote it. */
 			l->cmdq.inject_off += (uint32_t)used;
 			return CMD_WAIT;
 		}
+		tl_loop_sample_end(c);
 	}
 	l->cmdq.inject_off = 0;
 	return CMD_DONE;

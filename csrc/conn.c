@@ -355,7 +355,8 @@ static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t co
 	return TL_FEED_DEAD;
 }
 
-/* count_in mirrors a delivered message into the public counters. */
+/* count_in mirrors a delivered message into the public counters and hands
+ * it a pending sample's stamps. */
 static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 {
 	struct tl_conn_pub *pub = &l->pub[c->slot];
@@ -363,6 +364,9 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 	c->bytes_in += n;
 	__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
 	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
+	l->evq.msgs++; /* pool-wide, stored to the shared stats once per batch */
+	l->evq.bytes += n;
+	tl_loop_sample_msg(l, c);
 }
 
 /* publish_data publishes a reassembled message, copied into the arena. */
@@ -735,6 +739,8 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 			if (c->out[0].len + c->out[1].len > l->cfg.max_send_queue) {
 				/* Replies (pongs) pile up: the peer does not read. Stop
 				 * reading too until the socket drains. */
+				if (!c->stalled)
+					__atomic_store_n(&l->stats->sendq_full, l->stats->sendq_full + 1, __ATOMIC_RELAXED);
 				r = TL_FEED_STALL;
 				break;
 			}
@@ -743,6 +749,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 			int32_t q = tl_rxq_peek(&l->slots, &c->rxq, &p, &n);
 			if (r == TL_FEED_OK) {
 				c->cur_q = q;
+				tl_loop_sample_pt(c);
 				r = tl_conn_feed(l, c, p, n, &used);
 				c->cur_q = -1;
 			} else
@@ -759,6 +766,7 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 		tl_loop_flush(l, c);
 		return;
 	}
+	tl_loop_sample_end(c);
 	if (c->eof && tl_rxq_empty(&c->rxq))
 		on_eof(l, c);
 	if (!c->dying)

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "http.h"
@@ -16,6 +18,7 @@
 
 struct tl_loop;
 struct tl_tls;
+struct tl_tls_dial;
 
 /* Results of tl_conn_feed (and of the transports that feed it). The
  * numeric values are tl_decoder_feed's documented returns. */
@@ -45,6 +48,7 @@ struct tl_dial {
 	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
 	int insecure;
 	uint64_t handshake_timeout_ns;
+	struct tl_tls_dial *tlsx; /* TLS policy (tls_verify.c), NULL for ws:// */
 	/* reconnect policy and subscribe messages (see tl_dial_params) */
 	int rc_enabled;
 	uint32_t rc_max_attempts;
@@ -52,6 +56,19 @@ struct tl_dial {
 	char *subscribe;
 	size_t subscribe_len;
 };
+
+/* tl_dupn returns a malloced copy of s[0..n) plus a NUL (NULL on no
+ * memory): the dial copies' strings. */
+static inline char *tl_dupn(const void *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (!d)
+		return NULL;
+	if (n)
+		memcpy(d, s, n);
+	d[n] = 0;
+	return d;
+}
 
 /* tl_outbuf is a growable byte buffer of wire bytes waiting for the socket. */
 struct tl_outbuf {
@@ -123,6 +140,10 @@ struct tl_conn {
 	struct tl_conn *stall_next; /* on loop->stalled while stalled */
 	uint8_t on_stall_list;
 
+	/* Sampling (Config.SampleEvery): a sampled completion's stamps wait
+	 * here for the next data message this connection publishes. */
+	uint64_t smp_cqe;     /* CLOCK_MONOTONIC ns the completion was seen; 0: none pending */
+	uint64_t smp_pt;      /* ns its bytes reached the parser (after TLS); 0: not yet */
 	/* reconnect (loop.c): these survive the reset between attempts */
 	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
 	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STAT_ADD(s, f, n) __atomic_store_n(&(s)->f, (s)->f + (n), __ATOMIC_RELAXED)
@@ -22,7 +23,7 @@ static void *evq_map(size_t n)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats)
+int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats, int stamped)
 {
 	memset(q, 0, sizeof(*q));
 	q->stats = stats;
@@ -40,6 +41,13 @@ int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_
 	q->events = q->r->ev;
 	q->size = size;
 	q->mask = size - 1;
+	if (stamped) {
+		q->r->stamps = evq_map(sizeof(struct tl_stamp) * size);
+		q->stamp_pend = calloc(TL_EVQ_EARLY_PUBLISH, sizeof(uint32_t));
+		if (!q->r->stamps || !q->stamp_pend)
+			return -ENOMEM;
+		q->stamps = q->r->stamps;
+	}
 	return 0;
 }
 
@@ -48,11 +56,14 @@ void tl_evq_free(struct tl_evq *q)
 	if (q->r) {
 		if (q->r->ev)
 			munmap(q->r->ev, sizeof(struct tl_event) * q->r->size);
+		if (q->r->stamps)
+			munmap(q->r->stamps, sizeof(struct tl_stamp) * q->r->size);
 		munmap(q->r, sizeof(*q->r));
 	}
 	if (q->arena)
 		munmap(q->arena, q->arena_size);
 	free(q->arena_end);
+	free(q->stamp_pend);
 	memset(q, 0, sizeof(*q));
 }
 
@@ -62,12 +73,25 @@ void tl_evq_publish(struct tl_evq *q)
 
 	if (q->tail == q->published)
 		return;
+	if (__builtin_expect(q->npend != 0, 0)) {
+		/* Sampled messages: one clock read for the batch, stored before
+		 * the tail so Go's acquire of the tail sees them. */
+		struct timespec ts;
+		uint64_t now;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+		for (uint32_t i = 0; i < q->npend; i++)
+			q->stamps[q->stamp_pend[i]].publish = now;
+		q->npend = 0;
+	}
 	/* seq_cst, not just release: this store and the load of
 	 * cons_sleeping below are the producer half of the Dekker handshake
 	 * (the pump stores cons_sleeping, then rechecks the tail). */
 	__atomic_store_n(&r->tail, q->tail, __ATOMIC_SEQ_CST);
 	STAT_ADD(q->stats, events, q->tail - q->published);
 	STAT_ADD(q->stats, batches, 1);
+	__atomic_store_n(&q->stats->msgs, q->msgs, __ATOMIC_RELAXED);
+	__atomic_store_n(&q->stats->bytes, q->bytes, __ATOMIC_RELAXED);
 	q->published = q->tail;
 	if (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
 		__atomic_fetch_add(&r->wake_seq, 1, __ATOMIC_SEQ_CST);

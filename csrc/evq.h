@@ -43,19 +43,25 @@ struct tl_evq {
 	uint64_t wpos;           /* monotonic write position */
 	uint64_t rpos;           /* monotonic: bytes before this are free */
 	struct tl_pool_stats *stats; /* events and batches are counted at publish */
+	uint64_t msgs, bytes;    /* data messages and payload bytes appended (tl_evq_count); stored to stats at publish */
+	struct tl_stamp *stamps; /* r->stamps: NULL when sampling is off */
+	uint32_t *stamp_pend;    /* indices of stamped events awaiting their publish stamp */
+	uint32_t npend;          /* at most TL_EVQ_EARLY_PUBLISH: a batch never grows longer */
 };
 
 /* tl_evq_init maps an event ring of size events and an arena of arena_size
- * bytes (both powers of two), populated up front. Returns 0 or -ENOMEM;
+ * bytes (both powers of two), populated up front, and with stamped set the
+ * stamp table (size entries) for sampled messages. Returns 0 or -ENOMEM;
  * on failure whatever was mapped is released by tl_evq_free. */
-int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats);
+int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats, int stamped);
 
 /* tl_evq_free unmaps what tl_evq_init mapped. Safe on a zeroed or partly
  * initialised queue. */
 void tl_evq_free(struct tl_evq *q);
 
 /* tl_evq_publish makes every appended event visible to Go with one store
- * of the tail, and wakes the pump if it announced that it sleeps. */
+ * of the tail, and wakes the pump if it announced that it sleeps. Stamped
+ * events of the batch get their publish stamp just before the store. */
 void tl_evq_publish(struct tl_evq *q);
 
 /* tl_evq_refresh reads Go's head, freeing ring entries and arena bytes.
@@ -100,6 +106,23 @@ static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, s
 	q->tail = tail + 1;
 	if (__builtin_expect(tail + 1 - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
 		tl_evq_publish(q);
+}
+
+/* tl_evq_stamp marks the event appended last as sampled and writes its
+ * stamps (cqe, plaintext; the publish stamp follows in tl_evq_publish).
+ * The caller checked that q->stamps is set. Cold: sampled messages only. */
+static inline void tl_evq_stamp(struct tl_evq *q, uint64_t cqe, uint64_t plaintext)
+{
+	uint32_t idx = (uint32_t)((q->tail - 1) & q->mask);
+	struct tl_stamp *s = &q->stamps[idx];
+
+	q->events[idx].flags |= TL_EVF_STAMPED;
+	s->cqe = cqe;
+	s->plaintext = plaintext;
+	s->publish = 0;
+	s->wire = 0;
+	if (q->npend < TL_EVQ_EARLY_PUBLISH)
+		q->stamp_pend[q->npend++] = idx;
 }
 
 /* tl_copy_small copies n bytes; short payloads (the common market-data

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "loop.h"
+#include "tls_verify.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -314,6 +315,7 @@ static void free_dial(struct tl_dial *d)
 	free(d->server_name);
 	free(d->ca_file);
 	free(d->ca_pem);
+	tl_tlsv_dial_free(d->tlsx);
 	free(d->subscribe);
 	free(d);
 }
@@ -428,7 +430,8 @@ static int reconnect_wanted(struct tl_loop *l, struct tl_conn *c)
 static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
-	uint8_t buf[8 + sizeof(p->detail) + sizeof(c->reason)];
+	uint8_t buf[16 + sizeof(p->detail) + sizeof(c->reason)];
+	uint32_t next, zero = 0;
 	const uint8_t *why;
 	size_t wn;
 	uint16_t code = c->fail_err ? c->fail_code : c->close_code;
@@ -439,6 +442,7 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 			c->rc_attempts = 0;
 		c->rc_delay_ns = rc_backoff(l, c);
 	}
+	next = c->rc_attempts + 1;
 	if (c->fail_err) {
 		why = (const uint8_t *)p->detail;
 		wn = strnlen(p->detail, sizeof(p->detail));
@@ -447,8 +451,10 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 		wn = c->reason_len;
 	}
 	memcpy(buf, &c->rc_delay_ns, 8);
-	memcpy(buf + 8, why, wn);
-	if (tl_loop_emit(l, c, TL_EV_RECONNECTING, buf, 8 + wn, code, c->fail_err, c->fail_aux, 0) < 0) {
+	memcpy(buf + 8, &next, 4);
+	memcpy(buf + 12, &zero, 4);
+	memcpy(buf + 16, why, wn);
+	if (tl_loop_emit(l, c, TL_EV_RECONNECTING, buf, 16 + wn, code, c->fail_err, c->fail_aux, 0) < 0) {
 		c->rc_pending = 1;
 		tl_loop_stall(l, c);
 		return;
@@ -641,8 +647,10 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		if (cqe->res <= 0 || c->discard) {
 			tl_slots_recycle(&l->slots, q);
 		} else {
+			tl_loop_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
 			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
+			STAT_ADD(l, wire_bytes, (uint64_t)cqe->res);
 		}
 	}
 	if (!more)
@@ -1156,6 +1164,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	if (!l)
 		goto nomem;
 	l->cfg = *cfg;
+	l->sample_left = cfg->sample_every;
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
@@ -1167,7 +1176,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		goto nomem_free;
 	if (tl_slots_alloc(&l->slots, cfg->buf_count) < 0)
 		goto nomem_free;
-	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats) < 0)
+	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats, cfg->sample_every != 0) < 0)
 		goto nomem_free;
 	if (tl_cmdq_init(&l->cmdq, cfg->cmd_ring_size) < 0)
 		goto nomem_free;
@@ -1237,17 +1246,6 @@ struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmdq.r; }
 struct tl_conn_pub *tl_loop_conns(struct tl_loop *l) { return l->pub; }
 struct tl_pool_stats *tl_loop_stats(struct tl_loop *l) { return l->stats; }
 
-static char *dupn(const char *s, size_t n)
-{
-	char *d = malloc(n + 1);
-	if (!d)
-		return NULL;
-	if (n)
-		memcpy(d, s, n);
-	d[n] = 0;
-	return d;
-}
-
 int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p)
 {
 	struct tl_dial *d;
@@ -1268,7 +1266,7 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	d->rc_max_ns = p->rc_max_ns;
 #define DUP(f)                                              \
 	do {                                                \
-		d->f = dupn(p->f ? p->f : "", p->f##_len); \
+		d->f = tl_dupn(p->f ? p->f : "", p->f##_len); \
 		d->f##_len = p->f##_len;                    \
 		if (!d->f)                                  \
 			goto fail;                          \
@@ -1282,6 +1280,8 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	DUP(ca_pem);
 	DUP(subscribe);
 #undef DUP
+	if (p->tls && !(d->tlsx = tl_tlsv_dial_copy(p)))
+		goto fail;
 	free_dial(l->dials[slot]);
 	l->dials[slot] = d;
 	return 0;

@@ -35,8 +35,9 @@ enum {
 	/* Not final: a connection with a reconnect policy dropped; the loop
 	 * re-dials the same slot and generation after a delay. code, err and
 	 * aux say why (err 0: the server closed with code); the payload is
-	 * the delay in nanoseconds (8 bytes, host order) followed by the
-	 * error detail or the close reason. */
+	 * the delay in nanoseconds (uint64), the number of the attempt that
+	 * follows counted since the last open (uint32), 4 zero bytes (host
+	 * order), then the error detail or the close reason. */
 	TL_EV_RECONNECTING = 8,
 };
 
@@ -68,10 +69,12 @@ enum {
 	TL_TLS_ALPN = 4,
 	TL_TLS_NOT_TLS = 5,
 	TL_TLS_CONFIG = 6, /* CA file unreadable and the like */
+	TL_TLS_PIN = 7,    /* the server's public key matches no pin */
 };
 
 /* Event flag bits */
 #define TL_EVF_FINAL 0x1 /* last event of this connection: the slot is free */
+#define TL_EVF_STAMPED 0x2 /* a sampled message: tl_evring.stamps[same index] holds its stamps */
 
 /* tl_event is one record of the event ring (32 bytes). */
 struct tl_event {
@@ -84,6 +87,18 @@ struct tl_event {
 	uint8_t flags;  /* TL_EVF_* */
 	int32_t err;    /* TL_E_* for EV_ERROR */
 	int32_t aux;    /* errno or sub-cause */
+};
+
+/* tl_stamp holds the stage stamps of one sampled message (Config.SampleEvery),
+ * CLOCK_MONOTONIC nanoseconds, 0 = not taken. The stamp table runs parallel
+ * to the event ring (same index); only entries whose event carries
+ * TL_EVF_STAMPED are written, all of them before the tail store that
+ * publishes the event, so Go reads them under the same acquire. */
+struct tl_stamp {
+	uint64_t cqe;       /* the loop saw the receive completion (or INJECT) */
+	uint64_t plaintext; /* the bytes were handed to the frame parser (after TLS for wss) */
+	uint64_t publish;   /* just before the tail store that published the event */
+	uint64_t wire;      /* kernel receive timestamp: not taken (multishot recv delivers no cmsg) */
 };
 
 /* tl_evring is the event ring's control block. */
@@ -100,7 +115,8 @@ struct tl_evring {
 	uint32_t size;          /* events, a power of two */
 	uint32_t mask;
 	struct tl_event *ev;
-	uint8_t pad3[TL_LINE - 16];
+	struct tl_stamp *stamps; /* size entries when sampling is on, else NULL */
+	uint8_t pad3[TL_LINE - 24];
 };
 
 /* Command ops */
@@ -158,6 +174,8 @@ struct tl_conn_pub {
 	uint64_t pings_in, pongs_in, wire_in, wire_out;
 	char detail[88];  /* NUL-terminated human detail of err, e.g. TLS reason */
 	char proto[64];   /* agreed subprotocol, NUL-terminated */
+	uint32_t resumed; /* 1: the TLS handshake resumed a cached session */
+	uint32_t pad_;
 	uint32_t gap;     /* 1 from a reconnecting drop until the next open: Send* refuse */
 	uint32_t pad0;
 	uint64_t reconnects; /* successful re-opens of this handle */
@@ -185,6 +203,12 @@ TL_LAYOUT(tl_evring, loop_wants_space, 2 * TL_LINE + 8);
 TL_LAYOUT(tl_evring, size, 3 * TL_LINE);
 TL_LAYOUT(tl_evring, mask, 3 * TL_LINE + 4);
 TL_LAYOUT(tl_evring, ev, 3 * TL_LINE + 8);
+TL_LAYOUT(tl_evring, stamps, 3 * TL_LINE + 16);
+_Static_assert(sizeof(struct tl_stamp) == 32, "tl_stamp size");
+TL_LAYOUT(tl_stamp, cqe, 0);
+TL_LAYOUT(tl_stamp, plaintext, 8);
+TL_LAYOUT(tl_stamp, publish, 16);
+TL_LAYOUT(tl_stamp, wire, 24);
 _Static_assert(sizeof(struct tl_evring) == 4 * TL_LINE, "tl_evring is four cache lines");
 _Static_assert(sizeof(struct tl_cmd) == TL_CMD_ALIGN, "the command header is one 16-byte unit");
 TL_LAYOUT(tl_cmd, len, 0);
@@ -210,8 +234,9 @@ TL_LAYOUT(tl_conn_pub, msgs_in, 24);
 TL_LAYOUT(tl_conn_pub, wire_out, 80);
 TL_LAYOUT(tl_conn_pub, detail, 88);
 TL_LAYOUT(tl_conn_pub, proto, 176);
-TL_LAYOUT(tl_conn_pub, gap, 240);
-TL_LAYOUT(tl_conn_pub, reconnects, 248);
-_Static_assert(sizeof(struct tl_conn_pub) == 256, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, resumed, 240);
+TL_LAYOUT(tl_conn_pub, gap, 248);
+TL_LAYOUT(tl_conn_pub, reconnects, 256);
+_Static_assert(sizeof(struct tl_conn_pub) == 264, "tl_conn_pub size");
 
 #endif

@@ -37,12 +37,20 @@ struct tl_config {
 	uint64_t handshake_timeout_ns;
 	uint64_t close_timeout_ns;
 	uint64_t max_send_queue;
+	uint32_t sample_every;    /* stamp one receive completion in this many; 0: off */
+	uint32_t pad_sample;
 };
 
-/* tl_pool_stats mirrors talaris.PoolStats (C writes with relaxed atomics). */
+/* tl_pool_stats mirrors talaris.PoolStats and the counters of
+ * talaris.Metrics (C writes with relaxed atomics; pump_sleeps is Go's).
+ * msgs and bytes are counted loop-locally per message and stored here once
+ * per published batch. */
 struct tl_pool_stats {
 	uint64_t events, batches, cqes, rearms, nobufs, stalls, loop_wakes, pump_sleeps;
-	uint64_t reconnects; /* successful re-opens by reconnect policies */
+	uint64_t reconnects;   /* successful re-opens by reconnect policies: counted in tl_loop_set_state */
+	uint64_t msgs, bytes;  /* data messages published and their payload bytes */
+	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
+	uint64_t sendq_full;   /* reads held back because a connection's unsent bytes passed max_send_queue */
 };
 
 struct tl_loop;
@@ -74,6 +82,14 @@ struct tl_dial_params {
 	const char *ca_pem; size_t ca_pem_len;
 	int32_t insecure;
 	uint64_t handshake_timeout_ns;
+	/* TLS policy (tls_verify.c); Go checks every value first */
+	const char *client_cert; size_t client_cert_len; /* PEM, leaf first, chain after */
+	const char *client_key; size_t client_key_len;   /* PEM private key */
+	uint32_t min_version, max_version;               /* 0x0303/0x0304; 0: default */
+	const char *ciphers12; size_t ciphers12_len;     /* TLS 1.2 cipher list (library names) */
+	const char *ciphers13; size_t ciphers13_len;     /* TLS 1.3 suites (OpenSSL only) */
+	const uint8_t *pins; size_t pins_len;            /* n x SHA-256 of the server's SPKI */
+	const char *sess_key; size_t sess_key_len;       /* session cache key; empty: no resumption */
 	/* Reconnect policy (rc_enabled 0: one attempt, ends are final). */
 	int32_t rc_enabled;
 	uint32_t rc_max_attempts;        /* 0: forever */
@@ -114,7 +130,7 @@ void tl_decoder_free(struct tl_loop *l);
 const char *tl_tls_backend(void);
 
 /* Layouts Go fills in or reads (see ring.h for the rings). */
-_Static_assert(sizeof(struct tl_config) == 112, "tl_config size");
+_Static_assert(sizeof(struct tl_config) == 120, "tl_config size");
 TL_LAYOUT(tl_config, sq_entries, 0);
 TL_LAYOUT(tl_config, ring_flags, 8);
 TL_LAYOUT(tl_config, sq_thread_cpu, 16);
@@ -130,10 +146,13 @@ TL_LAYOUT(tl_config, max_message, 80);
 TL_LAYOUT(tl_config, handshake_timeout_ns, 88);
 TL_LAYOUT(tl_config, close_timeout_ns, 96);
 TL_LAYOUT(tl_config, max_send_queue, 104);
-_Static_assert(sizeof(struct tl_pool_stats) == 72, "tl_pool_stats size");
+TL_LAYOUT(tl_config, sample_every, 112);
+_Static_assert(sizeof(struct tl_pool_stats) == 104, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
 TL_LAYOUT(tl_pool_stats, reconnects, 64);
+TL_LAYOUT(tl_pool_stats, msgs, 72);
+TL_LAYOUT(tl_pool_stats, sendq_full, 96);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);
@@ -146,11 +165,18 @@ TL_LAYOUT(tl_dial_params, ca_file, 216);
 TL_LAYOUT(tl_dial_params, ca_pem, 232);
 TL_LAYOUT(tl_dial_params, insecure, 248);
 TL_LAYOUT(tl_dial_params, handshake_timeout_ns, 256);
-TL_LAYOUT(tl_dial_params, rc_enabled, 264);
-TL_LAYOUT(tl_dial_params, rc_max_attempts, 268);
-TL_LAYOUT(tl_dial_params, rc_min_ns, 272);
-TL_LAYOUT(tl_dial_params, rc_max_ns, 280);
-TL_LAYOUT(tl_dial_params, subscribe, 288);
-_Static_assert(sizeof(struct tl_dial_params) == 304, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, client_cert, 264);
+TL_LAYOUT(tl_dial_params, client_key, 280);
+TL_LAYOUT(tl_dial_params, min_version, 296);
+TL_LAYOUT(tl_dial_params, ciphers12, 304);
+TL_LAYOUT(tl_dial_params, ciphers13, 320);
+TL_LAYOUT(tl_dial_params, pins, 336);
+TL_LAYOUT(tl_dial_params, sess_key, 352);
+TL_LAYOUT(tl_dial_params, rc_enabled, 368);
+TL_LAYOUT(tl_dial_params, rc_max_attempts, 372);
+TL_LAYOUT(tl_dial_params, rc_min_ns, 376);
+TL_LAYOUT(tl_dial_params, rc_max_ns, 384);
+TL_LAYOUT(tl_dial_params, subscribe, 392);
+_Static_assert(sizeof(struct tl_dial_params) == 408, "tl_dial_params size");
 
 #endif

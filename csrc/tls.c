@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #endif
 #include "loop.h"
+#include "tls_verify.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -139,7 +140,7 @@ static SSL_CTX *new_ctx(void)
 		SSL_CTX_free(ctx);
 		return NULL;
 	}
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	tl_tlsv_ctx_setup(ctx);
 #ifndef OPENSSL_IS_BORINGSSL
 	/* Refuse TLS 1.2 renegotiation like BoringSSL does by default
 	 * (ssl_renegotiate_never): a HelloRequest is answered with a
@@ -275,6 +276,14 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 			return -1;
 		}
 	}
+	{
+		int cause;
+		const char *what;
+		if (tl_tlsv_conn_setup(l, c, t->ssl, &cause, &what) < 0) {
+			tls_fail(l, c, cause, what);
+			return -1;
+		}
+	}
 	return tl_tls_drive(l, c) == TL_FEED_DEAD ? -1 : 0;
 }
 
@@ -283,6 +292,7 @@ void tl_tls_free(struct tl_conn *c)
 	struct tl_tls *t = c->tls;
 	if (!t)
 		return;
+	tl_tlsv_conn_free(t->l, c, t->ssl);
 	SSL_free(t->ssl);
 	SSL_CTX_free(t->own_ctx);
 	free(t->pt);
@@ -294,6 +304,7 @@ void tl_tls_shared_free(struct tl_tls_shared *ts)
 {
 	SSL_CTX_free(ts->ctx_default); /* NULL is fine */
 	ts->ctx_default = NULL;
+	tl_tlsv_shared_free(ts);
 }
 
 int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n)
@@ -449,6 +460,14 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		tls_fail(l, c, TL_TLS_ALPN, "server selected an ALPN protocol other than http/1.1");
 		return -2;
 	}
+	{
+		int cause;
+		const char *what;
+		if (tl_tlsv_handshake_done(l, c, t->ssl, &cause, &what) < 0) {
+			tls_fail(l, c, cause, what);
+			return -2;
+		}
+	}
 	t->handshake_done = 1;
 	if (tl_conn_start_upgrade(l, c) < 0)
 		return -2;
@@ -488,6 +507,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 		if (r > 0) {
 			t->pt_off = 0;
 			t->pt_len = (size_t)r;
+			tl_loop_sample_pt(c);
 			continue;
 		}
 		{

@@ -13,6 +13,7 @@ struct tl_conn;
 /* tl_tls_shared is tls.c's state shared by every connection of a loop. */
 struct tl_tls_shared {
 	void *ctx_default;      /* SSL_CTX for the system store, made on first use */
+	void *sess_cache;       /* tls_verify.c: client TLS sessions, made on first use */
 };
 
 /* tl_tls_start creates c's SSL (verification per its dial parameters) and
@@ -31,7 +32,7 @@ int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 /* tl_tls_free releases c's TLS state (no-op without one). */
 void tl_tls_free(struct tl_conn *c);
 
-/* tl_tls_shared_free releases ts's shared SSL_CTX. */
+/* tl_tls_shared_free releases ts's shared SSL_CTX and session cache. */
 void tl_tls_shared_free(struct tl_tls_shared *ts);
 
 #endif

@@ -11,9 +11,18 @@ require (
 
 require github.com/talaris-go/talaris v0.0.0
 
-require github.com/talaris-go/talaris/internal/wstest v0.0.0
+require (
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.74.0
+	github.com/talaris-go/talaris/internal/wstest v0.0.0
+)
 
-require github.com/gobwas/httphead v0.1.0 // indirect
+require (
+	github.com/gobwas/httphead v0.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
 
 replace github.com/talaris-go/talaris => ..
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -1031,4 +1032,59 @@ func TestSubscribeOnce(t *testing.T) {
 	if log.evs[0].Kind != EventOpen || log.evs[0].Reconnects != 0 {
 		t.Errorf("first event %+v, want EventOpen with Reconnects 0", log.evs[0])
 	}
+}
+
+// TestReconnectLogged: Config.Logger gets a Warn "talaris: reconnecting"
+// record per EventReconnecting (delay, attempt since the last open, error
+// class), written by the pump (PumpData here: the records do not depend
+// on the pump taking an EventFunc), and the re-open is logged as open.
+func TestReconnectLogged(t *testing.T) {
+	var out syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&out, nil))
+	srv := startAcceptLog(t, func(i int, nc net.Conn) {
+		key, err := readRequest(nc)
+		if err != nil || i == 1 {
+			return // the second attempt fails: connection lost during the upgrade
+		}
+		upgrade(nc, key)
+		if i == 0 {
+			return // the first connection drops once open
+		}
+		nc.Write(ws.AppendFrame(nil, true, ws.OpText, []byte("back")))
+		io.Copy(io.Discard, nc)
+	})
+	p := newTestPool(t, Config{Logger: logger, Name: "rc"}, hangGuard)
+	c, err := p.DialAsync(srv.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for got == "" {
+		if _, err := p.PumpData(func(cc Conn, _ Opcode, b []byte) {
+			if cc == c {
+				got = string(b)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != "back" {
+		t.Fatalf("message %q", got)
+	}
+	var recs []map[string]any
+	for _, r := range out.records(t) {
+		if r["msg"] == "talaris: reconnecting" {
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d reconnecting records, want 2: %v", len(recs), recs)
+	}
+	for i, r := range recs {
+		if r["level"] != "WARN" || r["pool"] != "rc" || r["class"] != "connection_lost" ||
+			r["attempt"] != float64(i+1) || r["delay"] != float64(20*time.Millisecond) {
+			t.Errorf("reconnecting record %d: %v; want WARN, pool rc, class connection_lost, attempt %d, delay 20ms", i, r, i+1)
+		}
+	}
+	c.Close(CloseNormal, "")
 }

@@ -860,9 +860,9 @@ func (s *sServer) command(c string) {
 
 var wsKeyRe = regexp.MustCompile(`Sec-WebSocket-Key: ([A-Za-z0-9+/=]+)\r\n`)
 
-// sServerSession dials s (which upgrades by script) and returns the open
-// connection.
-func sServerSession(t *testing.T, p *Pool, s *sServer) Conn {
+// sServerSession dials s (which upgrades by script) with opts and returns
+// the open connection.
+func sServerSession(t *testing.T, p *Pool, s *sServer, opts *DialOptions) Conn {
 	t.Helper()
 	go func() {
 		m, _, err := s.find(wsKeyRe, 0)
@@ -878,7 +878,7 @@ func sServerSession(t *testing.T, p *Pool, s *sServer) Conn {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
 	defer cancel()
-	c, err := p.Dial(ctx, "wss://127.0.0.1:"+s.port+"/feed", tlsOpts)
+	c, err := p.Dial(ctx, "wss://127.0.0.1:"+s.port+"/feed", opts)
 	if err != nil {
 		t.Fatalf("Dial s_server: %v", err)
 	}
@@ -929,7 +929,7 @@ var (
 func TestTLSKeyUpdate(t *testing.T) {
 	s := startSServer(t, "-tls1_3")
 	p := newTestPool(t, Config{}, hangGuard)
-	c := sServerSession(t, p, s)
+	c := sServerSession(t, p, s, tlsOpts)
 	const size = 24
 	chk := wstest.NewChecker(size)
 	next := 0
@@ -985,7 +985,7 @@ func TestTLSKeyUpdate(t *testing.T) {
 func TestTLSRenegotiation(t *testing.T) {
 	s := startSServer(t, "-tls1_2")
 	p := newTestPool(t, Config{}, hangGuard)
-	c := sServerSession(t, p, s)
+	c := sServerSession(t, p, s, tlsOpts)
 	const size = 40
 	chk := wstest.NewChecker(size)
 	s.write(sFrames(0, 50, size))

@@ -122,6 +122,7 @@ type bench struct {
 	tlsMode                       string
 	rustBin, rustNote             string
 	quick                         bool
+	samples                       []uint32 // Config.SampleEvery rows for talaris decode and ingress (0: off)
 
 	pki       *pki
 	feed      *feedProc
@@ -155,6 +156,7 @@ func benchMain(args []string) error {
 	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
 	variants := fs.String("variants", "block,spin,spin-then-block", "talaris wait strategies to run")
 	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
+	samples := fs.String("sample", "off,64,1", "talaris decode and ingress rows per Config.SampleEvery: off, or N to stamp one completion in N (ingress: the first --variants entry only)")
 	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
 	fs.DurationVar(&b.warm, "warmup", 300*time.Millisecond, "warm-up before each measurement")
 	fs.DurationVar(&b.dur, "duration", 2*time.Second, "measurement time per ingress run")
@@ -191,6 +193,19 @@ func benchMain(args []string) error {
 		def("decode-rounds", func() { b.decodeRounds = 3 })
 	}
 	b.workloads, b.clients, b.variants = splitSet(*workloads), splitSet(*clients), splitSet(*variants)
+	for _, s := range strings.Split(*samples, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "":
+		case "off", "0":
+			b.samples = append(b.samples, 0)
+		default:
+			n, err := strconv.ParseUint(s, 10, 32)
+			if err != nil || n == 0 {
+				return fmt.Errorf("bad --sample %q: want off or a positive N", *samples)
+			}
+			b.samples = append(b.samples, uint32(n))
+		}
+	}
 	for _, s := range strings.Split(*conns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -373,7 +388,10 @@ func (b *bench) plan() []job {
 	}
 	if b.workloads["decode"] {
 		if want("talaris") {
-			add(job{label: "decode talaris", workload: "decode", client: "talaris", run: b.talDecode})
+			for _, se := range b.samples {
+				add(job{label: "decode talaris" + sampleSuffix(se), workload: "decode", client: "talaris" + sampleSuffix(se),
+					run: func() (Result, error) { return b.talDecode(se) }})
+			}
 			add(job{label: "decode talaris-decoder", workload: "decode", client: "talaris-decoder", run: b.talDecoder})
 		}
 		for _, p := range goPeers {
@@ -407,16 +425,22 @@ func (b *bench) plan() []job {
 				lbl := fmt.Sprintf("ingress %s %dB x%d ", tr.name, tr.size, n)
 				if b.workloads["ingress"] {
 					if want("talaris") {
-						for _, v := range tvs {
-							j := base
-							j.label, j.client = lbl+"talaris/"+v.name, "talaris/"+v.name
-							j.run = func() (Result, error) {
-								if tlsOn && !b.tlsOK {
-									return Result{}, errors.New(b.tlsNote)
+						for vi, v := range tvs {
+							for _, se := range b.samples {
+								if se != 0 && vi > 0 {
+									continue // sampling rows for the first variant only
 								}
-								return b.talIngress(v, url, n, b.talDialOpts(tlsOn))
+								j := base
+								name := "talaris/" + v.name + sampleSuffix(se)
+								j.label, j.client = lbl+name, name
+								j.run = func() (Result, error) {
+									if tlsOn && !b.tlsOK {
+										return Result{}, errors.New(b.tlsNote)
+									}
+									return b.talIngress(v, url, n, b.talDialOpts(tlsOn), se)
+								}
+								add(j)
 							}
-							add(j)
 						}
 					}
 					for _, p := range goPeers {
@@ -518,10 +542,34 @@ func parseID(p []byte) uint64 {
 	return v
 }
 
-func (b *bench) talDecode() (Result, error) {
+// sampleSuffix names a Config.SampleEvery row: "" when off, "+sample64"
+// for one completion in 64.
+func sampleSuffix(every uint32) string {
+	if every == 0 {
+		return ""
+	}
+	return "+sample" + strconv.FormatUint(uint64(every), 10)
+}
+
+// stageNote summarises a sampled run's stage histograms for the report.
+func stageNote(p *talaris.Pool) string {
+	m := p.Metrics()
+	if m.Sampled == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d sampled; p50/p99:", m.Sampled)
+	for s := talaris.Stage(0); s < talaris.StageWireToCallback; s++ {
+		h := m.Stages[s]
+		fmt.Fprintf(&b, " %s %s/%s", s, fmtNs(int64(h.P50)), fmtNs(int64(h.P99)))
+	}
+	return b.String()
+}
+
+func (b *bench) talDecode(sampleEvery uint32) (res Result, rerr error) {
 	stream := decodeStream(b.decodeN)
 	want := uint64(b.decodeN) * uint64(b.decodeN-1) / 2
-	p, err := talaris.NewPool(talaris.Config{})
+	p, err := talaris.NewPool(talaris.Config{SampleEvery: sampleEvery})
 	if err != nil {
 		return Result{}, err
 	}
@@ -568,7 +616,8 @@ func (b *bench) talDecode() (Result, error) {
 		}
 		best = min(best, el)
 	}
-	return Result{Frames: uint64(b.decodeN), Bytes: uint64(len(stream)), Secs: best.Seconds(), NsPerMsg: float64(best.Nanoseconds()) / float64(b.decodeN)}, nil
+	return Result{Frames: uint64(b.decodeN), Bytes: uint64(len(stream)), Secs: best.Seconds(),
+		NsPerMsg: float64(best.Nanoseconds()) / float64(b.decodeN), Note: stageNote(p)}, nil
 }
 
 // talDecoder is the decode workload through talaris.Decoder: the same C
@@ -646,8 +695,8 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 // ---- ingress ----
 
-func (b *bench) talPool(v talVariant) (*talaris.Pool, error) {
-	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime}
+func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
+	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, SampleEvery: sampleEvery}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
@@ -661,8 +710,8 @@ func talPump(p *talaris.Pool, v talVariant, fn talaris.DataFunc) (int, error) {
 	return p.PumpData(fn)
 }
 
-func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.DialOptions) (res Result, rerr error) {
-	p, err := b.talPool(v)
+func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.DialOptions, sampleEvery uint32) (res Result, rerr error) {
+	p, err := b.talPool(v, sampleEvery)
 	if err != nil {
 		return Result{}, err
 	}
@@ -692,7 +741,8 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
 			}
 		} else if now.After(end) {
-			return Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0}, nil
+			return Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
+				Note: stageNote(p)}, nil
 		}
 	}
 }
@@ -951,7 +1001,7 @@ func (b *bench) floorFractions() {
 func nowNano() int64 { return time.Now().UnixNano() }
 
 func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) {
-	p, err := b.talPool(v)
+	p, err := b.talPool(v, 0)
 	if err != nil {
 		return Result{}, err
 	}

@@ -34,11 +34,14 @@ func catMain(args []string) error {
 	ca := fs.String("ca", "", "PEM file of trusted root CAs (replaces the system store)")
 	insecure := fs.Bool("insecure", false, "do not verify the server certificate")
 	serverName := fs.String("servername", "", "TLS server name (SNI and certificate check); default: the URL host")
+	tlsf := addTLSFlags(fs)
 	count := fs.Int("count", 0, "stop after this many messages (0: no limit)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: no limit)")
 	timeout := fs.Duration("timeout", 10*time.Second, "connect + TLS + upgrade timeout")
 	hexMax := fs.Int("hex", 64, "print binary messages up to this many bytes as hex, longer ones as a length")
 	quiet := fs.Bool("q", false, "do not print messages, only the summary")
+	stats := fs.Bool("stats", false, "print the per-stage latency breakdown and the loop counters at exit")
+	sample := fs.Uint("sample", 1, "with --stats: stamp one receive completion in N (Config.SampleEvery)")
 	reconnect := fs.Bool("reconnect", false, "re-dial after every drop, with exponential backoff; --send is re-sent after each open")
 	rcMin := fs.Duration("reconnect-min", 100*time.Millisecond, "with --reconnect: first and shortest wait between attempts")
 	rcMax := fs.Duration("reconnect-max", 30*time.Second, "with --reconnect: longest wait between attempts")
@@ -73,6 +76,9 @@ func catMain(args []string) error {
 		dialCtx, cancel = context.WithTimeout(dialCtx, *timeout)
 		defer cancel()
 	}
+	if err := tlsf.apply(&opts.TLS); err != nil {
+		return err
+	}
 	for _, h := range headers {
 		k, v, ok := strings.Cut(h, ":")
 		if !ok || strings.TrimSpace(k) == "" {
@@ -80,7 +86,11 @@ func catMain(args []string) error {
 		}
 		opts.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
-	pool, err := talaris.NewPool(talaris.Config{})
+	cfg := talaris.Config{}
+	if *stats {
+		cfg.SampleEvery = uint32(*sample)
+	}
+	pool, err := talaris.NewPool(cfg)
 	if err != nil {
 		return err
 	}
@@ -196,6 +206,9 @@ func catMain(args []string) error {
 	}
 	out.Flush()
 	st.print(os.Stderr, reason)
+	if *stats {
+		printStages(os.Stderr, pool.Metrics())
+	}
 	return final
 }
 
@@ -307,6 +320,10 @@ func describeDialErr(err error) error {
 		stage, hint = "TLS", "certificate is for another name: check the URL host or --servername"
 	case errors.Is(err, talaris.ErrTLSExpired):
 		stage = "TLS"
+	case errors.Is(err, talaris.ErrTLSPin):
+		stage, hint = "TLS", "the server's public key matches no --pin"
+	case errors.Is(err, talaris.ErrInvalidConfig):
+		stage = "options"
 	case errors.Is(err, talaris.ErrTLSNotTLS):
 		stage, hint = "TLS", "the server does not speak TLS on that port: try ws://"
 	case errors.Is(err, talaris.ErrTLS):

@@ -31,6 +31,7 @@ func demoMain(args []string) error {
 	plain := fs.Bool("ws", false, "use ws:// even when TLS is available")
 	loopCPU := fs.Int("loop-cpu", -1, "pin the C loop thread to this CPU")
 	serverCPU := fs.Int("server-cpu", -1, "pin the feed server to this CPU")
+	sample := fs.Uint("sample", 64, "stamp one receive completion in N for the per-stage breakdown (Config.SampleEvery; 0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func demoMain(args []string) error {
 	}
 	defer feed.Stop()
 
-	cfg := talaris.Config{}
+	cfg := talaris.Config{SampleEvery: uint32(*sample), Name: "demo"}
 	if *loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = *loopCPU, true
 	}
@@ -127,9 +128,12 @@ func demoMain(args []string) error {
 		}
 		if now := time.Now(); now.Sub(lastT) >= time.Second {
 			el := now.Sub(lastT).Seconds()
-			fmt.Printf("\r%5.1fs  %9.0f frames/s  %7.2f MB/s  latency p50 %6.1f us  p99 %7.1f us  p99.9 %7.1f us   ",
+			fmt.Printf("%5.1fs  %9.0f frames/s  %7.2f MB/s  latency p50 %6.1f us  p99 %7.1f us  p99.9 %7.1f us\n",
 				now.Sub(start).Seconds(), float64(frames-lastF)/el, float64(nbytes-lastB)/el/1e6,
 				float64(interval.ValueAtQuantile(50))/1e3, float64(interval.ValueAtQuantile(99))/1e3, float64(interval.ValueAtQuantile(99.9))/1e3)
+			if *sample > 0 {
+				fmt.Printf("        %s\n", stagesLine(pool.MetricsInterval()))
+			}
 			lastT, lastF, lastB = now, frames, nbytes
 			interval.Reset()
 		}
@@ -144,6 +148,7 @@ func demoMain(args []string) error {
 		fmt.Printf("  loop        %d events in %d batches (%.1f per batch), %d CQEs, %d re-arms, %d pump sleeps\n",
 			ps.Events, ps.Batches, float64(ps.Events)/float64(ps.Batches), ps.CQEs, ps.Rearms, ps.PumpSleeps)
 	}
+	printStages(os.Stdout, pool.Metrics())
 	for i, c := range cs {
 		st := c.Stats()
 		fmt.Printf("  conn %d      %d msgs, %d wire bytes in, state %v\n", i, st.MsgsIn, st.WireIn, c.State())

@@ -106,7 +106,7 @@ func TestBenchHarness(t *testing.T) {
 			t.Fatalf("%s: %d bytes for %d frames of 64 B", name, r.Bytes, r.Frames)
 		}
 	}
-	r, err := b.talIngress(talVariants[2], flood, 2, nil)
+	r, err := b.talIngress(talVariants[2], flood, 2, nil, 0)
 	r.Workload = "ingress"
 	check("talaris ingress", r, err)
 	r, err = b.peerIngress(goPeers[1], flood, 2, false)
@@ -121,7 +121,7 @@ func TestBenchHarness(t *testing.T) {
 	check("talaris rtt", r, err)
 	r, err = b.peerLatency("rtt", goPeers[2], "ws://"+addr+"/echo")
 	check("gws rtt", r, err)
-	r, err = b.talDecode()
+	r, err = b.talDecode(0)
 	check("talaris decode", r, err)
 	for _, p := range goPeers {
 		r, err = b.peerDecode(p)

@@ -62,6 +62,10 @@ static void push(struct harness *h, uint8_t op, uint8_t flags, uint16_t code, ui
 	}
 }
 
+/* last_stamp is the stamp table entry of the event next_event returned
+ * last (zero when the table is off or the event is not stamped). */
+static struct tl_stamp last_stamp;
+
 /* next_event waits (bounded) for one event and copies it out. */
 static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload, size_t cap)
 {
@@ -69,6 +73,9 @@ static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload,
 		uint64_t tail = __atomic_load_n(&h->er->tail, __ATOMIC_ACQUIRE);
 		if (tail != h->head) {
 			*out = h->er->ev[h->head & h->er->mask];
+			memset(&last_stamp, 0, sizeof(last_stamp));
+			if (h->er->stamps && (out->flags & TL_EVF_STAMPED))
+				last_stamp = h->er->stamps[h->head & h->er->mask];
 			if (out->len && payload) {
 				CHECK(out->len <= cap);
 				memcpy(payload, out->ptr, out->len);
@@ -86,14 +93,14 @@ static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload,
 	return 0;
 }
 
-static void start(struct harness *h, uint32_t ev_size)
+static void start_sampled(struct harness *h, uint32_t ev_size, uint32_t sample_every)
 {
 	struct tl_config cfg = {
 		.sq_entries = 64, .cq_entries = 256, .ring_flags = 0, .sq_thread_cpu = -1,
 		.buf_size = 4096, .buf_count = 16, .loop_cpu = -1, .loop_wait = 1,
 		.event_ring_size = ev_size, .arena_size = 1 << 22, .cmd_ring_size = 1 << 16,
 		.max_conns = 8, .max_message = 1 << 20, .handshake_timeout_ns = 5000000000ull,
-		.close_timeout_ns = 200000000ull, .max_send_queue = 1 << 20,
+		.close_timeout_ns = 200000000ull, .max_send_queue = 1 << 20, .sample_every = sample_every,
 	};
 	int err = 0;
 	char msg[160];
@@ -105,6 +112,8 @@ static void start(struct harness *h, uint32_t ev_size)
 	h->er = tl_loop_evring(h->l);
 	h->cr = tl_loop_cmdring(h->l);
 }
+
+static void start(struct harness *h, uint32_t ev_size) { start_sampled(h, ev_size, 0); }
 
 static size_t frame(uint8_t *out, int fin, int op, const void *p, size_t n)
 {
@@ -313,11 +322,72 @@ static void test_socket(void)
 	tl_loop_free(h.l);
 }
 
+/* Sampling (sample_every 2): every second INJECT (a memory connection's
+ * completion) is stamped; the first data message it yields carries the
+ * stamps (ordered, on CLOCK_MONOTONIC) and the flag; an INJECT that yields
+ * no data message leaves no stamp for a later one; the pool counters count
+ * messages and bytes. */
+static void test_sampling(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	uint8_t wire[256];
+	size_t n;
+	struct timespec ts;
+	uint64_t t0, t1;
+	/* per INJECT: data frames (0 = a ping only), whether it is sampled */
+	static const struct { int frames, sampled; } plan[] = {{3, 0}, {3, 1}, {0, 0}, {0, 1}, {1, 0}, {1, 1}};
+	uint64_t msgs = 0, bytes = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	start_sampled(&h, 64, 2);
+	CHECK(h.er->stamps != NULL);
+	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 2, 9, NULL, 0);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN && !(ev.flags & TL_EVF_STAMPED));
+	for (size_t k = 0; k < sizeof(plan) / sizeof(plan[0]); k++) {
+		n = 0;
+		if (plan[k].frames == 0)
+			n += frame(wire + n, 1, TL_OP_PING, "p", 1);
+		for (int i = 0; i < plan[k].frames; i++)
+			n += frame(wire + n, 1, TL_OP_TEXT, "hello", 5);
+		push(&h, TL_CMD_INJECT, 0, 0, 2, 9, wire, (uint32_t)n);
+		if (plan[k].frames == 0) {
+			CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_PING && !(ev.flags & TL_EVF_STAMPED));
+			continue;
+		}
+		for (int i = 0; i < plan[k].frames; i++) {
+			CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_TEXT && ev.len == 5);
+			msgs++;
+			bytes += 5;
+			int want = plan[k].sampled && i == 0;
+			CHECK(!!(ev.flags & TL_EVF_STAMPED) == want);
+			if (!want)
+				continue;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			t1 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+			CHECK(last_stamp.cqe >= t0);
+			CHECK(last_stamp.cqe <= last_stamp.plaintext);
+			CHECK(last_stamp.plaintext <= last_stamp.publish);
+			CHECK(last_stamp.publish <= t1);
+			CHECK(last_stamp.wire == 0);
+		}
+	}
+	{
+		struct tl_pool_stats *st = tl_loop_stats(h.l);
+		CHECK(__atomic_load_n(&st->msgs, __ATOMIC_RELAXED) == msgs);
+		CHECK(__atomic_load_n(&st->bytes, __ATOMIC_RELAXED) == bytes);
+	}
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
 int main(void)
 {
 	test_memory_stream();
 	test_backpressure();
 	test_socket();
+	test_sampling();
 	printf("test_loop: %lu checks passed\n", check_passed);
 	return 0;
 }

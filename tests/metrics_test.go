@@ -1,0 +1,631 @@
+//go:build linux && cgo
+
+package talaris_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"golang.org/x/sys/unix"
+)
+
+// Observability tests (issue 12): stage stamps taken by the C loop for
+// sampled messages, Pool.Metrics, Pool.WritePrometheus parsed with the
+// Prometheus text parser, PumpStamped, Config.Logger. Real servers on
+// loopback, ws and wss; both TLS backends (go test and
+// go test -tags talaris_openssl).
+
+// monoNow is CLOCK_MONOTONIC through a real syscall: the clock the stamps
+// claim to use, read independently of the library.
+func monoNow(t testing.TB) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return ts.Nano()
+}
+
+// stampRun is what a PumpStamped pass over one stream saw.
+type stampRun struct {
+	msgs, sampled int
+	bad           []string // order violations, at most a few
+}
+
+// pumpStampedStream dials url, pumps it with PumpStamped until want data
+// messages arrived (each checked with chk), then drains the connection's
+// final event, checking every sampled message's stamps.
+func pumpStampedStream(t *testing.T, p *Pool, url string, opts *DialOptions, want int, chk *wstest.Checker) stampRun {
+	t.Helper()
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	before := monoNow(t)
+	c, err := p.Dial(ctx, url, opts)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", url, err)
+	}
+	var run stampRun
+	fn := func(cc Conn, _ Opcode, payload []byte, st Stamps) {
+		if cc != c {
+			t.Errorf("message for %#x, dialed %#x", cc.ID(), c.ID())
+		}
+		if err := chk.Check(payload); err != nil && len(run.bad) < 5 {
+			run.bad = append(run.bad, err.Error())
+		}
+		run.msgs++
+		if !st.Sampled() {
+			if st != (Stamps{}) && len(run.bad) < 5 {
+				run.bad = append(run.bad, fmt.Sprintf("unsampled message with stamps %+v", st))
+			}
+			return
+		}
+		run.sampled++
+		now := monoNow(t)
+		ok := st.CQE >= before && st.CQE <= st.Plaintext && st.Plaintext <= st.Publish &&
+			st.Publish <= st.Callback && st.Callback <= now && st.Wire == 0
+		if !ok && len(run.bad) < 5 {
+			run.bad = append(run.bad, fmt.Sprintf("stamps out of order: %+v (dial %d, now %d)", st, before, now))
+		}
+	}
+	for run.msgs < want {
+		if _, err := p.PumpStamped(fn); err != nil {
+			t.Fatalf("PumpStamped after %d of %d: %v", run.msgs, want, err)
+		}
+	}
+	drainConns(t, p)
+	if len(run.bad) > 0 {
+		t.Errorf("%d of %d messages sampled; problems: %s", run.sampled, run.msgs, strings.Join(run.bad, "; "))
+	}
+	return run
+}
+
+// drainConns pumps (without data callbacks expected) until every
+// connection of p delivered its final event.
+func drainConns(t *testing.T, p *Pool) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for p.ConnCount() > 0 {
+		n, err := p.PumpEventsNowait(func(Conn, Event) {})
+		if err != nil {
+			t.Fatalf("draining: %v", err)
+		}
+		if n == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("hang guard: %d connections still open", p.ConnCount())
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// scrape parses p.WritePrometheus with the Prometheus text parser.
+func scrape(t *testing.T, p *Pool) map[string]*dto.MetricFamily {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := p.WritePrometheus(&buf); err != nil {
+		t.Fatalf("WritePrometheus: %v", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatalf("parsing WritePrometheus output: %v\n%s", err, buf.String())
+	}
+	return fams
+}
+
+func labelOf(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// counterValue returns the value of counter family name, checking its pool
+// label.
+func counterValue(t *testing.T, fams map[string]*dto.MetricFamily, name, pool string) uint64 {
+	t.Helper()
+	f := fams[name]
+	if f == nil || f.GetType() != dto.MetricType_COUNTER || len(f.GetMetric()) != 1 {
+		t.Fatalf("family %s missing or not one counter: %v", name, f)
+	}
+	m := f.GetMetric()[0]
+	if got := labelOf(m, "pool"); got != pool {
+		t.Errorf("%s pool label %q, want %q", name, got, pool)
+	}
+	return uint64(m.GetCounter().GetValue())
+}
+
+// stageCounts returns the sample count per stage label of the histogram
+// family, checking its shape on the way.
+func stageCounts(t *testing.T, fams map[string]*dto.MetricFamily, pool string) map[string]uint64 {
+	t.Helper()
+	f := fams["talaris_stage_latency_seconds"]
+	if f == nil || f.GetType() != dto.MetricType_HISTOGRAM {
+		t.Fatalf("talaris_stage_latency_seconds missing or not a histogram: %v", f)
+	}
+	out := map[string]uint64{}
+	for _, m := range f.GetMetric() {
+		if got := labelOf(m, "pool"); got != pool {
+			t.Errorf("histogram pool label %q, want %q", got, pool)
+		}
+		h := m.GetHistogram()
+		stage := labelOf(m, "stage")
+		out[stage] = h.GetSampleCount()
+		prev := uint64(0)
+		for _, b := range h.GetBucket() {
+			if b.GetCumulativeCount() < prev || b.GetCumulativeCount() > h.GetSampleCount() {
+				t.Errorf("stage %s: bucket le=%g count %d not cumulative (prev %d, total %d)",
+					stage, b.GetUpperBound(), b.GetCumulativeCount(), prev, h.GetSampleCount())
+			}
+			prev = b.GetCumulativeCount()
+		}
+		// (cqe_to_plaintext may be all zeros on ws: the parser takes the
+		// completion's bytes at once and reuses its stamp.)
+		if h.GetSampleCount() > 0 && (h.GetSampleSum() < 0 || h.GetSampleSum() == 0 && stage != "cqe_to_plaintext") {
+			t.Errorf("stage %s: %d samples with sum %g", stage, h.GetSampleCount(), h.GetSampleSum())
+		}
+	}
+	for _, s := range []string{"cqe_to_plaintext", "plaintext_to_publish", "publish_to_callback", "cqe_to_callback", "wire_to_callback"} {
+		if _, ok := out[s]; !ok {
+			t.Errorf("stage %s missing from the histogram family", s)
+		}
+	}
+	return out
+}
+
+// TestMetricsPrometheusScrape: a real pool fed by a real server (gorilla
+// and coder, ws and wss), pumped with PumpStamped; every sampled message's
+// stamps are ordered (cqe <= plaintext <= publish <= callback, all on
+// CLOCK_MONOTONIC), and the WritePrometheus scrape, parsed with expfmt,
+// counts exactly the sampled messages in every stage histogram, and the
+// counters match what was delivered.
+func TestMetricsPrometheusScrape(t *testing.T) {
+	const n, size = 3000, 48
+	for _, tr := range []string{"ws", "wss"} {
+		for _, every := range []uint32{1, 7} {
+			t.Run(fmt.Sprintf("%s/every%d", tr, every), func(t *testing.T) {
+				run := func(t *testing.T, srv *wstest.Server) {
+					name := fmt.Sprintf(`feed "%s"/%d`, tr, every) // quotes: the label must be escaped
+					p := newTestPool(t, Config{SampleEvery: every, Name: name}, hangGuard)
+					var opts *DialOptions
+					if tr == "wss" {
+						opts = tlsOpts
+					}
+					spec := streamSpec{n: n, size: size}
+					got := pumpStampedStream(t, p, srv.URL+spec.path(), opts, n, wstest.NewChecker(size))
+					if got.sampled == 0 {
+						t.Fatalf("no message of %d was sampled with SampleEvery %d", got.msgs, every)
+					}
+					m := p.Metrics()
+					if m.Sampled != uint64(got.sampled) {
+						t.Errorf("Metrics.Sampled %d, PumpStamped saw %d sampled messages", m.Sampled, got.sampled)
+					}
+					if every == 1 && m.Completions == 0 {
+						t.Errorf("no completions counted: %+v", m)
+					}
+					fams := scrape(t, p)
+					counts := stageCounts(t, fams, name)
+					for _, s := range []string{"cqe_to_plaintext", "plaintext_to_publish", "publish_to_callback", "cqe_to_callback"} {
+						if counts[s] != uint64(got.sampled) {
+							t.Errorf("stage %s: histogram count %d, sampled messages %d", s, counts[s], got.sampled)
+						}
+					}
+					if counts["wire_to_callback"] != 0 {
+						t.Errorf("wire_to_callback has %d samples; no wire stamps are taken", counts["wire_to_callback"])
+					}
+					if v := counterValue(t, fams, "talaris_sampled_messages_total", name); v != uint64(got.sampled) {
+						t.Errorf("talaris_sampled_messages_total %d, want %d", v, got.sampled)
+					}
+					if v := counterValue(t, fams, "talaris_messages_total", name); v != n {
+						t.Errorf("talaris_messages_total %d, want %d", v, n)
+					}
+					if v := counterValue(t, fams, "talaris_bytes_total", name); v != n*size {
+						t.Errorf("talaris_bytes_total %d, want %d", v, n*size)
+					}
+					if v := counterValue(t, fams, "talaris_wire_bytes_total", name); v < n*(size+2) {
+						t.Errorf("talaris_wire_bytes_total %d, less than the %d frame bytes", v, n*(size+2))
+					}
+					if v := counterValue(t, fams, "talaris_completions_total", name); v == 0 {
+						t.Error("talaris_completions_total is 0")
+					}
+					if v := counterValue(t, fams, "talaris_reconnects_total", name); v != 0 {
+						t.Errorf("talaris_reconnects_total %d without reconnects", v)
+					}
+					// The sampling rate: never more than one sample per completion.
+					if comps := counterValue(t, fams, "talaris_completions_total", name); uint64(got.sampled) > comps {
+						t.Errorf("%d samples from %d completions", got.sampled, comps)
+					}
+					if tr == "wss" && m.Stages[StageCQEToPlaintext].Max == 0 {
+						t.Errorf("wss: cqe_to_plaintext is always 0, but TLS decryption lies between: %+v", m.Stages[StageCQEToPlaintext])
+					}
+					for i := range NumStages - 1 {
+						h := m.Stages[i]
+						if !(h.Min <= h.P50 && h.P50 <= h.P99 && h.P99 <= h.Max && h.Min <= h.Mean && h.Mean <= h.Max) {
+							t.Errorf("stage %v: inconsistent summary %+v", Stage(i), h)
+						}
+					}
+					t.Logf("%d/%d sampled; cqe_to_callback p50 %v p99 %v max %v", got.sampled, got.msgs,
+						m.Stages[StageCQEToCallback].P50, m.Stages[StageCQEToCallback].P99, m.Stages[StageCQEToCallback].Max)
+				}
+				if tr == "wss" {
+					forEachTLSServer(t, serverTLS(t, testCertFile, testKeyFile, 0, 0), run)
+				} else {
+					forEachServer(t, run)
+				}
+			})
+		}
+	}
+}
+
+// TestMetricsSamplingOff: with the default SampleEvery (0) no message is
+// stamped, the histograms stay empty and the counters still count.
+func TestMetricsSamplingOff(t *testing.T) {
+	const n, size = 500, 16
+	srv := wstest.NewGorilla().Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	spec := streamSpec{n: n, size: size}
+	got := pumpStampedStream(t, p, srv.URL+spec.path(), nil, n, wstest.NewChecker(size))
+	if got.sampled != 0 {
+		t.Errorf("%d messages stamped with sampling off", got.sampled)
+	}
+	m := p.Metrics()
+	for i, h := range m.Stages {
+		if h.Count != 0 {
+			t.Errorf("stage %v has %d samples with sampling off", Stage(i), h.Count)
+		}
+	}
+	if m.Messages != n || m.Bytes != n*size || m.Sampled != 0 {
+		t.Errorf("Metrics: %d messages, %d bytes, %d sampled; want %d, %d, 0", m.Messages, m.Bytes, m.Sampled, n, n*size)
+	}
+	fams := scrape(t, p)
+	for s, c := range stageCounts(t, fams, "") {
+		if c != 0 {
+			t.Errorf("stage %s: %d samples scraped with sampling off", s, c)
+		}
+	}
+}
+
+// TestConfigName: a Name that is not UTF-8 cannot be a label value.
+func TestConfigName(t *testing.T) {
+	if _, err := NewPool(Config{Name: "bad\xff"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewPool with a non-UTF-8 Name: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestMetricsInterval: MetricsInterval returns what was sampled since the
+// previous call and starts a new interval; Metrics stays cumulative.
+func TestMetricsInterval(t *testing.T) {
+	p := newTestPool(t, Config{SampleEvery: 1}, hangGuard)
+	c, err := p.DialMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, _ := memFrames(64)
+	sampled := 0
+	fn := func(_ Conn, _ Opcode, _ []byte, st Stamps) {
+		if st.Sampled() {
+			sampled++
+		}
+	}
+	round := func(injects int) int {
+		before := sampled
+		got := 0
+		for range injects {
+			if err := c.Inject(frames); err != nil {
+				t.Fatal(err)
+			}
+			for want := got + 64; got < want; {
+				k, err := p.PumpStamped(fn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += k
+			}
+		}
+		return sampled - before
+	}
+	first := round(5)
+	if first == 0 {
+		t.Fatal("nothing sampled with SampleEvery 1")
+	}
+	iv := p.MetricsInterval()
+	if iv.Sampled != uint64(first) || iv.Stages[StageCQEToCallback].Count != uint64(first) {
+		t.Errorf("first interval: %d sampled, %d cqe_to_callback; want %d", iv.Sampled, iv.Stages[StageCQEToCallback].Count, first)
+	}
+	second := round(3)
+	iv = p.MetricsInterval()
+	if iv.Sampled != uint64(second) {
+		t.Errorf("second interval: %d sampled, want %d", iv.Sampled, second)
+	}
+	if iv = p.MetricsInterval(); iv.Sampled != 0 {
+		t.Errorf("empty interval: %d sampled", iv.Sampled)
+	}
+	if m := p.Metrics(); m.Sampled != uint64(first+second) || m.Messages != 8*64 {
+		t.Errorf("cumulative: %d sampled, %d messages; want %d, %d", m.Sampled, m.Messages, first+second, 8*64)
+	}
+}
+
+// TestPumpStampedAllocs: PumpStamped allocates nothing per message, with
+// sampling off and with every completion sampled (the stamps are folded
+// into preallocated histograms).
+func TestPumpStampedAllocs(t *testing.T) {
+	const n = 256
+	for _, every := range []uint32{0, 1} {
+		t.Run(fmt.Sprintf("every%d", every), func(t *testing.T) {
+			p := newTestPool(t, Config{SampleEvery: every}, hangGuard)
+			c, err := p.DialMemory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			frames, _ := memFrames(n)
+			var got, sampled int
+			fn := func(_ Conn, _ Opcode, _ []byte, st Stamps) {
+				got++
+				if st.Sampled() {
+					sampled++
+				}
+			}
+			run := func() {
+				if err := c.Inject(frames); err != nil {
+					t.Fatal(err)
+				}
+				for want := got + n; got < want; {
+					if _, err := p.PumpStamped(fn); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			run()
+			if a := testing.AllocsPerRun(200, run); a != 0 {
+				t.Errorf("PumpStamped: %v allocations per run of %d messages, want 0", a, n)
+			}
+			if (every != 0) != (sampled > 0) {
+				t.Errorf("SampleEvery %d: %d of %d messages sampled", every, sampled, got)
+			}
+		})
+	}
+}
+
+// TestMetricsRaceClose: Metrics, MetricsInterval, WritePrometheus and
+// PumpStamped while Conn.Close and Pool.Close run from other goroutines,
+// and after the connection and the pool ended (ws and wss; run with -race).
+func TestMetricsRaceClose(t *testing.T) {
+	for _, tr := range []string{"ws", "wss"} {
+		t.Run(tr, func(t *testing.T) {
+			var srv *wstest.Server
+			var opts *DialOptions
+			if tr == "wss" {
+				srv = wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+				opts = tlsOpts
+			} else {
+				srv = wstest.NewGorilla().Start(t)
+			}
+			for round := range 4 {
+				// Rounds 0 and 2 without sampling: Metrics then reads only
+				// the loop's counters, which Close frees.
+				p := newTestPool(t, Config{SampleEvery: uint32(round % 2 * 3), Name: "race"}, hangGuard)
+				ctx, cancel := dialCtx(t)
+				c, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=32&op=binary", opts)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var delivered int
+				pumpErr := make(chan error, 1)
+				go func() {
+					for {
+						if _, err := p.PumpStamped(func(Conn, Opcode, []byte, Stamps) { delivered++ }); err != nil {
+							pumpErr <- err
+							return
+						}
+					}
+				}()
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						var buf bytes.Buffer
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							_ = p.Metrics()
+							_ = p.MetricsInterval()
+							buf.Reset()
+							if err := p.WritePrometheus(&buf); err != nil {
+								t.Errorf("WritePrometheus: %v", err)
+								return
+							}
+						}
+					}()
+				}
+				time.Sleep(time.Duration(5+10*round) * time.Millisecond)
+				wg.Add(2)
+				go func() { defer wg.Done(); c.Close(1000, "bye") }()
+				go func() { defer wg.Done(); time.Sleep(time.Duration(round) * time.Millisecond); p.Close() }()
+				if err := <-pumpErr; !errors.Is(err, ErrPoolClosed) {
+					t.Errorf("PumpStamped returned %v, want ErrPoolClosed", err)
+				}
+				close(stop)
+				wg.Wait()
+				// After the pool ended: the counters keep their final values.
+				m := p.Metrics()
+				if m.Messages < uint64(delivered) {
+					t.Errorf("after Close: Metrics.Messages %d < %d delivered", m.Messages, delivered)
+				}
+				var buf bytes.Buffer
+				if err := p.WritePrometheus(&buf); err != nil || !strings.Contains(buf.String(), `talaris_messages_total{pool="race"}`) {
+					t.Errorf("WritePrometheus after Close: %v\n%.300s", err, buf.String())
+				}
+				if _, err := p.PumpStamped(func(Conn, Opcode, []byte, Stamps) {}); !errors.Is(err, ErrPoolClosed) {
+					t.Errorf("PumpStamped after Close: %v, want ErrPoolClosed", err)
+				}
+				if err := p.WritePrometheus(nil); err == nil {
+					t.Error("WritePrometheus(nil) returned nil")
+				}
+			}
+		})
+	}
+}
+
+// TestPumpStampedAfterConnEnded: PumpStamped on a pool whose connection
+// already ended delivers the remaining messages (stamped when sampled)
+// and the final event is consumed; a second pumper gets
+// ErrConcurrentPump.
+func TestPumpStampedAfterConnEnded(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p := newTestPool(t, Config{SampleEvery: 1}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	const n = 200
+	c, err := p.Dial(ctx, srv.URL+fmt.Sprintf("/stream?n=%d&size=8&op=text", n), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the stream to end while nobody pumps: everything, the
+	// final event included, waits in the ring.
+	deadline := time.Now().Add(hangGuard)
+	for c.State() != StateClosed {
+		if time.Now().After(deadline) {
+			t.Fatal("hang guard: stream did not end")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	chk := wstest.NewTextChecker(8)
+	got, sampled := 0, 0
+	for got < n {
+		k, err := p.PumpStamped(func(_ Conn, op Opcode, b []byte, st Stamps) {
+			if op != OpText {
+				t.Errorf("op %v", op)
+			}
+			if err := chk.Check(b); err != nil {
+				t.Error(err)
+			}
+			if st.Sampled() {
+				sampled++
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += k
+	}
+	drainConns(t, p)
+	if sampled == 0 || p.Metrics().Sampled != uint64(sampled) {
+		t.Errorf("%d sampled, Metrics.Sampled %d", sampled, p.Metrics().Sampled)
+	}
+	if err := c.SendText([]byte("x")); err == nil {
+		t.Error("SendText on an ended connection succeeded")
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a slog handler written from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) records(t *testing.T) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// findRecord returns the first record with msg, or nil.
+func findRecord(recs []map[string]any, msg string) map[string]any {
+	for _, r := range recs {
+		if r["msg"] == msg {
+			return r
+		}
+	}
+	return nil
+}
+
+// TestLoggerLifecycle: Config.Logger gets dialing, TLS done, open and
+// closed (with the code) at Info for a wss stream, a failed TLS dial at
+// Warn with its class, and no record per message.
+func TestLoggerLifecycle(t *testing.T) {
+	var out syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+	p := newTestPool(t, Config{Logger: logger, Name: "logs"}, hangGuard)
+	const n = 500
+	spec := streamSpec{n: n, size: 16}
+	got := pumpStampedStream(t, p, srv.URL+spec.path(), tlsOpts, n, wstest.NewChecker(16))
+	if got.msgs != n {
+		t.Fatalf("%d messages", got.msgs)
+	}
+	// A dial that fails TLS verification (no CA given: the test CA is unknown).
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	if _, err := p.Dial(ctx, srv.URL+"/echo", nil); !errors.Is(err, ErrTLSUnknownCA) {
+		t.Fatalf("Dial without the CA: %v, want ErrTLSUnknownCA", err)
+	}
+	drainConns(t, p)
+	recs := out.records(t)
+	if len(recs) > 12 {
+		t.Errorf("%d log records for %d messages: the per-message path logs", len(recs), n)
+	}
+	for _, want := range []struct{ msg, level string }{
+		{"talaris: dialing", "INFO"}, {"talaris: tls handshake done", "INFO"}, {"talaris: open", "INFO"},
+		{"talaris: closed", "INFO"}, {"talaris: connection failed", "WARN"},
+	} {
+		r := findRecord(recs, want.msg)
+		if r == nil {
+			t.Errorf("no %q record in %v", want.msg, recs)
+			continue
+		}
+		if r["level"] != want.level || r["pool"] != "logs" {
+			t.Errorf("%q: level %v pool %v, want %s logs", want.msg, r["level"], r["pool"], want.level)
+		}
+	}
+	if r := findRecord(recs, "talaris: closed"); r != nil && r["code"] != float64(1000) {
+		t.Errorf("closed record code %v, want 1000", r["code"])
+	}
+	if r := findRecord(recs, "talaris: connection failed"); r != nil &&
+		(r["class"] != "tls_unknown_ca" || r["category"] != "tls") {
+		t.Errorf("failure record class %v category %v, want tls_unknown_ca tls", r["class"], r["category"])
+	}
+	// A dial refused before the loop sees it (bad URL) is logged at Dial.
+	if _, err := p.Dial(ctx, "http://example.com/", nil); !errors.Is(err, ErrBadURL) {
+		t.Fatalf("bad URL: %v", err)
+	}
+	if r := findRecord(out.records(t), "talaris: dial failed"); r == nil || r["level"] != "WARN" || r["class"] != "bad_url" {
+		t.Errorf("dial failed record %v", r)
+	}
+}
