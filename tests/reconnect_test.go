@@ -318,8 +318,8 @@ func testKillRestart(t *testing.T, tlsOn bool) {
 	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 6 {
 		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 6 (Subscribe twice, app-1, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
 	}
-	if ps := p.Stats(); ps.Reconnects != 1 {
-		t.Errorf("PoolStats.Reconnects = %d, want 1", ps.Reconnects)
+	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
+		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)
 	}
 	if c.State() != StateOpen {
 		t.Errorf("State after the reconnect = %v", c.State())
