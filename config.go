@@ -3,6 +3,7 @@ package talaris
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -94,6 +95,13 @@ type Config struct {
 	// written by the dialing goroutine and by the pumping goroutine when
 	// it passes a non-data event.
 	Logger *slog.Logger
+	// OnEvent, if set, receives every event that is not a data message
+	// (open, ping, pong, close, error) from the pumps that take a DataFunc
+	// (PumpData, PumpSpin, PumpNowait): on the pumping goroutine, in order
+	// with the data. Pump and PumpEventsNowait deliver every event to their
+	// own EventFunc and do not call it. Nil: those events are consumed
+	// without a callback.
+	OnEvent EventFunc
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -266,6 +274,15 @@ type DialOptions struct {
 	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial
 	// (each attempt, under a reconnect policy).
 	HandshakeTimeout time.Duration
+	// LocalAddr is the source address the connection's socket is bound to
+	// before it connects: an IP address ("127.0.0.2", "::1") or an IP and
+	// port ("127.0.0.2:9000", "[::1]:9000"). Empty: the kernel chooses.
+	// Only the server's addresses of LocalAddr's family are tried.
+	LocalAddr string
+	// Resolver looks up a host name (nil: net.DefaultResolver). Every
+	// address found is tried in turn, IPv4 first, until one connects; the
+	// handshake timeout and Dial's context bound them all.
+	Resolver *net.Resolver
 	// Reconnect, when set, makes the loop re-dial after every drop, with
 	// backoff; the Conn handle stays valid (see ReconnectPolicy). Zero
 	// delays take the defaults written beside ReconnectPolicy's fields.

@@ -29,8 +29,8 @@ type State uint32
 
 // Connection states, in order.
 const (
-	StateIdle       State = 0 // not used (a dead or zero handle)
-	StateConnecting State = 1 // TCP connect in progress
+	StateIdle       State = 0 // the zero Conn (a handle from Dial or DialAsync never reports it)
+	StateConnecting State = 1 // TCP connect in progress (from the moment DialAsync returns)
 	StateTLS        State = 2 // TLS handshake in progress
 	StateUpgrading  State = 3 // HTTP upgrade in progress
 	StateOpen       State = 4
@@ -61,8 +61,10 @@ type ConnStats struct {
 // Conn is a handle to one connection of a Pool. It is a small value: copy
 // it, compare it, use it as a map key. A handle whose connection has ended
 // (after its EventClose or EventError) is dead: its methods return
-// ErrClosed and State returns StateClosed, even if the Pool reuses the
-// underlying slot for a new connection.
+// ErrClosed, State returns StateClosed and Stats zero, even if the Pool
+// reuses the underlying slot for a new connection. Once the Pool is
+// closed (also while Close runs) they return ErrPoolClosed, StateClosed
+// and zero.
 type Conn struct {
 	p    *Pool
 	slot uint32

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x03d187241c9d2196
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6081314d8ef0b6fa
 import "C"
 
-const csrcHash = "03d187241c9d2196"
+const csrcHash = "6081314d8ef0b6fa"

@@ -65,9 +65,27 @@
 //
 // # Connection lifecycle
 //
-// A Conn goes Connecting, TLS, Upgrading, Open, Closing and ends with one
-// final event: EventClose (the close handshake completed) or EventError.
-// After it the handle is dead and its slot is reused.
+// A Conn is StateConnecting from the moment Dial or DialAsync hands it
+// out, then StateTLS, StateUpgrading, StateOpen, StateClosing and finally
+// StateClosed; StateIdle only ever describes the zero Conn. Its events
+// start with EventOpen and end with exactly one final event, EventClose or
+// EventError; afterwards the handle is dead (StateClosed, zero Stats,
+// ErrClosed from its methods). A failed synchronous Dial delivers no event
+// at all: the caller gets the error, never the Conn. DialAsync's failure
+// is its EventError.
+//
+// Pump delivers every event to its EventFunc. PumpData, PumpSpin and
+// PumpNowait deliver data to their DataFunc and every other event to
+// Config.OnEvent, on the same goroutine and in order, so a consumer that
+// only pumps data still sees each open, close and error. PumpData never
+// blocks on a pool with no connection left: once the last connection's
+// final event has been consumed (that event wakes it) it returns
+// ErrNoConns; ConnCount says how many connections have not ended.
+//
+// Pool.Close may be called at any time from any goroutine, including a
+// pump callback: calls racing it return ErrPoolClosed (Conn.State
+// StateClosed, Stats zero) and never read freed memory, the pump returns
+// ErrPoolClosed, ConnCount is 0 and every handle is StateClosed.
 //
 // With DialOptions.Reconnect the end of a connection is not final unless
 // the policy gives up: the loop delivers EventReconnecting (Err says why,
@@ -90,6 +108,14 @@
 // with a final EventError carrying the RFC 6455 close code that applied
 // (1002 protocol error, 1007 invalid UTF-8, 1009 too big, 1006 lost); a
 // completed close handshake ends it with EventClose.
+//
+// A refused or malformed upgrade response is a *HandshakeError (get it
+// with errors.As): StatusCode, Header, the first bytes of Body and
+// RetryAfter, parsed from the server's reply (a 429 or 503 with
+// Retry-After says when to come back). Connect failures are ErrDial
+// wrapping the errno (errors.Is(err, syscall.ECONNREFUSED)), after every
+// address of the host name was tried (IPv4 first); ErrResolve when the
+// name has none. DialOptions.LocalAddr binds the source address.
 //
 // # TLS
 //

@@ -35,6 +35,9 @@ type evConsumer struct {
 	// pool is the Pool the ring belongs to, nil for a Decoder: Conn
 	// handles carry it, and a final event frees its connection's slot.
 	pool *Pool
+	// onEvent is the Pool's Config.OnEvent: the non-data events of the
+	// pumps that take a DataFunc go to it (nil: consumed silently).
+	onEvent EventFunc
 	// err is a Decoder's sticky error: the first EventClose, or the
 	// latest EventError, seen by a data consume (pool == nil only).
 	err error
@@ -110,6 +113,7 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
 	n := 0
 	events, mask, pool := r.events, r.mask, r.pool // locals: the callbacks could write *r
+	onEv := r.onEvent
 	logged := pool != nil && pool.cfg.Logger != nil
 	for i := r.pos; i != tail; i++ {
 		e := &events[i&mask]
@@ -122,28 +126,15 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 			payload = unsafe.Slice((*byte)(unsafe.Pointer(e.ptr)), int(e.len))
 		}
 		kind := EventKind(e.kind)
-		if fd != nil {
-			if kind == EventText {
+		if kind == EventText || kind == EventBinary {
+			switch {
+			case fd != nil:
 				if e.flags&C.TL_EVF_STAMPED == 0 {
-					fd(c, OpText, payload)
+					fd(c, Opcode(kind-EventText)+OpText, payload)
 				} else {
-					r.dataSampled(i&mask, c, OpText, payload, fd)
+					r.dataSampled(i&mask, c, Opcode(kind-EventText)+OpText, payload, fd)
 				}
-				n++
-			} else if kind == EventBinary {
-				if e.flags&C.TL_EVF_STAMPED == 0 {
-					fd(c, OpBinary, payload)
-				} else {
-					r.dataSampled(i&mask, c, OpBinary, payload, fd)
-				}
-				n++
-			} else if pool == nil {
-				r.noteEnd(e, kind, payload)
-			} else if logged {
-				pool.logEvent(c, e, kind, payload)
-			}
-		} else if fs != nil {
-			if kind == EventText || kind == EventBinary {
+			case fs != nil:
 				var st Stamps
 				if e.flags&C.TL_EVF_STAMPED != 0 {
 					st = r.stampsAt(i & mask)
@@ -152,35 +143,37 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 				if st.CQE != 0 {
 					r.record(&st)
 				}
-				n++
-			} else if logged {
-				pool.logEvent(c, e, kind, payload)
-			}
-		} else {
-			if logged {
-				pool.logEvent(c, e, kind, payload)
-			}
-			ev := Event{Kind: kind, Payload: payload}
-			switch kind {
-			case EventClose:
-				ev.Code = int(e.code)
-				ev.Reason = payload
-				ev.Payload = nil
-			case EventError:
-				ev.Code = int(e.code)
-				ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
-				ev.Payload = nil
-			case EventOpen:
-				ev.Reconnects = int(e.aux)
-			case EventReconnecting:
-				reconnectingEvent(&ev, e, payload)
-			}
-			if e.flags&C.TL_EVF_STAMPED == 0 {
-				fe(c, ev)
-			} else {
-				r.eventSampled(i&mask, c, ev, fe)
+			default:
+				ev := Event{Kind: kind, Payload: payload}
+				if e.flags&C.TL_EVF_STAMPED == 0 {
+					fe(c, ev)
+				} else {
+					r.eventSampled(i&mask, c, ev, fe)
+				}
 			}
 			n++
+		} else if pool == nil {
+			if fe != nil {
+				fe(c, r.event(e, kind, payload))
+				n++
+			} else {
+				r.noteEnd(e, kind, payload)
+			}
+		} else if quiet := pool.quietEvent(e, kind); logged || (!quiet && (fe != nil || onEv != nil)) {
+			// A quiet event (a failed synchronous Dial) is still logged.
+			ev := r.event(e, kind, payload)
+			if logged {
+				pool.logEvent(c, &ev, payload)
+			}
+			switch {
+			case quiet: // Dial returned this error; the caller never had the Conn
+			case fe != nil:
+				fe(c, ev)
+				n++
+			case onEv != nil:
+				onEv(c, ev)
+				n++
+			}
 		}
 		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
 			pool.nconns.Add(-1)
@@ -192,52 +185,93 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 	return n
 }
 
-// reconnectingEvent fills ev from an EventReconnecting record and returns
-// the number of the attempt that follows (since the last open). The
-// payload is the delay (uint64), that number (uint32) and 4 zero bytes,
-// host order, then the error detail or, when the server closed (err 0),
-// its close reason. Cold path.
-func reconnectingEvent(ev *Event, e *C.struct_tl_event, payload []byte) int {
-	ev.Payload = nil
-	ev.Code = int(e.code)
-	if len(payload) < 16 {
-		ev.Err = &ConnError{Cause: errInternal, Detail: "short reconnecting event"}
-		return 0
-	}
-	ev.Delay = time.Duration(binary.NativeEndian.Uint64(payload))
-	attempt := int(binary.NativeEndian.Uint32(payload[8:]))
-	rest := payload[16:]
-	if e.err == 0 {
-		ev.Reason = rest
-		ev.Err = &ConnError{Cause: ErrClosed, Code: int(e.code), Detail: "the server closed the connection"}
-		return attempt
-	}
-	ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(rest))
-	return attempt
-}
-
 // logEvent logs a lifecycle event (Config.Logger). Cold path: non-data
 // events only.
 //
 //go:noinline
-func (p *Pool) logEvent(c Conn, e *C.struct_tl_event, kind EventKind, payload []byte) {
+func (p *Pool) logEvent(c Conn, ev *Event, payload []byte) {
+	switch ev.Kind {
+	case EventOpen, EventClose, EventError:
+		logLifecycle(p.cfg.Logger, p.cfg.Name, c, ev)
+	case EventReconnecting:
+		logReconnecting(p.cfg.Logger, p.cfg.Name, c, ev.Err, ev.Delay, reconnectAttempt(payload))
+	}
+}
+
+// event builds the Event of a non-data record (the cold path: an
+// EventError's Err is built here).
+func (r *evConsumer) event(e *C.struct_tl_event, kind EventKind, payload []byte) Event {
 	ev := Event{Kind: kind, Payload: payload}
 	switch kind {
 	case EventClose:
-		ev.Code, ev.Reason, ev.Payload = int(e.code), payload, nil
+		ev.Code = int(e.code)
+		ev.Reason = payload
+		ev.Payload = nil
 	case EventError:
 		ev.Code = int(e.code)
 		ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
+		if r.pool != nil && int32(e.err) == cErrHTTP {
+			ev.Err = r.pool.handshakeErr(uint32(e.slot), uint32(e.gen), ev.Err)
+		}
+		ev.Payload = nil
 	case EventOpen:
 		ev.Reconnects = int(e.aux)
 	case EventReconnecting:
-		attempt := reconnectingEvent(&ev, e, payload)
-		logReconnecting(p.cfg.Logger, p.cfg.Name, c, ev.Err, ev.Delay, attempt)
-		return
-	default:
+		reconnectingEvent(&ev, e, payload)
+	}
+	return ev
+}
+
+// reconnectingEvent fills ev from an EventReconnecting record. The
+// payload is the delay (uint64), the number of the attempt that follows
+// counted since the last open (uint32) and 4 zero bytes, host order, then
+// the error detail or, when the server closed (err 0), its close reason.
+// Err is a plain ConnError even for a refused upgrade: the loop still owns
+// the slot, so the response it kept cannot be read (HandshakeError comes
+// with the final EventError). Cold path.
+func reconnectingEvent(ev *Event, e *C.struct_tl_event, payload []byte) {
+	ev.Payload = nil
+	ev.Code = int(e.code)
+	if len(payload) < 16 {
+		ev.Err = &ConnError{Cause: errInternal, Detail: "short reconnecting event"}
 		return
 	}
-	logLifecycle(p.cfg.Logger, p.cfg.Name, c, &ev)
+	ev.Delay = time.Duration(binary.NativeEndian.Uint64(payload))
+	rest := payload[16:]
+	if e.err == 0 {
+		ev.Reason = rest
+		ev.Err = &ConnError{Cause: ErrClosed, Code: int(e.code), Detail: "the server closed the connection"}
+		return
+	}
+	ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(rest))
+}
+
+// reconnectAttempt returns the attempt number an EventReconnecting payload
+// carries (for Config.Logger).
+func reconnectAttempt(payload []byte) int {
+	if len(payload) < 16 {
+		return 0
+	}
+	return int(binary.NativeEndian.Uint32(payload[8:]))
+}
+
+// quietEvent reports whether a non-data event belongs to a synchronous
+// Dial's connection that never opened: its final event frees the slot
+// without a callback, since Dial returned the error and the caller never
+// had the Conn. EventOpen ends the quiet period (Dial returns that Conn).
+func (p *Pool) quietEvent(e *C.struct_tl_event, kind EventKind) bool {
+	q := &p.quiet[e.slot]
+	if q.Load() != uint32(e.gen) {
+		return false
+	}
+	if kind == EventOpen {
+		q.Store(0)
+		return false
+	}
+	if e.flags&C.TL_EVF_FINAL != 0 {
+		q.Store(0)
+	}
+	return true
 }
 
 // noteEnd records a Decoder's sticky error from an EventError (the latest
@@ -288,6 +322,15 @@ func (p *Pool) leavePump() {
 	}
 }
 
+// closedErr is ErrPoolClosed once Close ran (a callback may have called
+// it: the pump returns what it delivered and this error), else nil.
+func (p *Pool) closedErr() error {
+	if p.closed.Load() {
+		return ErrPoolClosed
+	}
+	return nil
+}
+
 // pumpBlocking dispatches at least one callback-worthy batch, sleeping
 // when the ring is empty.
 func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, error) {
@@ -306,10 +349,16 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			tail := p.ev.loadTail()
 			if tail != p.ev.pos {
 				if n := p.dispatch(tail, fe, fd, fs); n > 0 {
-					return n, nil
+					return n, p.closedErr()
 				}
 				i = 0
 				continue
+			}
+			if fd != nil && p.nconns.Load() == 0 {
+				// Nothing pending and no connection left to deliver
+				// anything: the last final event was just consumed (it
+				// woke us), or there never was one.
+				return 0, ErrNoConns
 			}
 			if p.cfg.ConsumerWait == WaitSpin {
 				if i&255 == 255 {
@@ -354,7 +403,7 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	for i := 0; i < iters; i++ {
 		tail := p.ev.loadTail()
 		if tail != p.ev.pos {
-			return p.dispatch(tail, fe, fd, nil), nil
+			return p.dispatch(tail, fe, fd, nil), p.closedErr()
 		}
 		if p.closed.Load() {
 			return 0, ErrPoolClosed

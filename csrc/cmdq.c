@@ -93,6 +93,8 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 
 static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
+	if ((cmd->flags & TL_CMDF_IF_DIALING) && c->state >= TL_ST_OPEN)
+		return CMD_DONE; /* it opened first: Dial returns it after all */
 	tl_loop_stop_reconnect(c);
 	if (c->dying) /* ending already (or its EventReconnecting waits for room): now final */
 		return CMD_DONE;

@@ -27,6 +27,7 @@ void tl_conn_reset(struct tl_conn *c)
 	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap;
 	uint32_t slot = c->slot;
 
+	free(c->fail_head);
 	memset(c, 0, sizeof(*c));
 	c->slot = slot;
 	c->fd = -1;
@@ -276,6 +277,22 @@ static int publish_open(struct tl_loop *l, struct tl_conn *c)
 	return TL_FEED_OK;
 }
 
+/* keep_head moves the refused response (head and the body bytes that came
+ * with it, at most TL_FAIL_HEAD_MAX) to c->fail_head for Go. */
+static void keep_head(struct tl_conn *c)
+{
+	size_t n = c->hs_len < TL_FAIL_HEAD_MAX ? c->hs_len : TL_FAIL_HEAD_MAX;
+	char *h = realloc(c->hs, n ? n : 1);
+
+	if (!h)
+		return; /* c->hs stays and is freed at teardown; Go gets no head */
+	free(c->fail_head);
+	c->fail_head = h;
+	c->fail_head_len = n;
+	c->hs = NULL;
+	c->hs_len = 0;
+}
+
 /* upgrade_feed gathers the response head; on success it reports how many
  * bytes of p belonged to the head so the rest is parsed as frames. */
 static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
@@ -304,6 +321,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
 		*used = n;
 		c->retry_after = rs.retry_after;
+		keep_head(c);
 		tl_loop_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
 		return TL_FEED_DEAD;
 	}

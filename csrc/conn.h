@@ -49,6 +49,10 @@ struct tl_dial {
 	int insecure;
 	uint64_t handshake_timeout_ns;
 	struct tl_tls_dial *tlsx; /* TLS policy (tls_verify.c), NULL for ws:// */
+	struct sockaddr_storage *alt; /* further addresses, tried in order when a connect fails */
+	uint32_t nalt, next_alt;      /* next_alt: the next one to try */
+	struct sockaddr_storage local; /* bound before connect when local_len != 0 */
+	uint32_t local_len;
 	/* reconnect policy and subscribe messages (see tl_dial_params) */
 	int rc_enabled;
 	uint32_t rc_max_attempts;
@@ -144,6 +148,10 @@ struct tl_conn {
 	 * here for the next data message this connection publishes. */
 	uint64_t smp_cqe;     /* CLOCK_MONOTONIC ns the completion was seen; 0: none pending */
 	uint64_t smp_pt;      /* ns its bytes reached the parser (after TLS); 0: not yet */
+	/* the response head (and first body bytes) of a refused upgrade, kept
+	 * for Go (tl_loop_fail_head) until the slot's next dial */
+	char *fail_head;
+	size_t fail_head_len;
 	/* reconnect (loop.c): these survive the reset between attempts */
 	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
 	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */
@@ -173,7 +181,8 @@ struct tl_conn_shared {
 void tl_conn_shared_free(struct tl_conn_shared *cs);
 
 /* tl_conn_reset clears c for a new dial on its slot, keeping the message
- * and out buffers' allocations for reuse. */
+ * and out buffers' allocations for reuse; the previous connection's
+ * fail_head is freed. */
 void tl_conn_reset(struct tl_conn *c);
 
 /* tl_conn_reset_keep is tl_conn_reset between two attempts of one

@@ -316,6 +316,7 @@ static void free_dial(struct tl_dial *d)
 	free(d->ca_file);
 	free(d->ca_pem);
 	tl_tlsv_dial_free(d->tlsx);
+	free(d->alt);
 	free(d->subscribe);
 	free(d);
 }
@@ -572,6 +573,43 @@ static void dial_start(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_loop_dial starts connection slot/gen with the parameters
  * tl_dial_prepare stored: socket, then an asynchronous connect. */
+/* start_connect opens a socket for addr (bound to the dial's local
+ * address, if any) and submits its asynchronous connect. Returns 0, or -1
+ * after failing c. */
+static int start_connect(struct tl_loop *l, struct tl_conn *c, const struct sockaddr_storage *addr)
+{
+	struct tl_dial *d = c->dial;
+	struct io_uring_sqe *sqe;
+	socklen_t alen = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	int one = 1, fd;
+
+	fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		tl_loop_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
+		return -1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->fd = fd;
+	if (d->local_len && bind(fd, (const struct sockaddr *)&d->local, d->local_len) < 0) {
+		char msg[80];
+		int e = errno;
+		snprintf(msg, sizeof(msg), "binding the local address: %s", strerror(e));
+		tl_loop_fail(l, c, TL_E_DIAL, e, 0, msg);
+		return -1;
+	}
+	sqe = tl_loop_sqe(l);
+	if (!sqe) {
+		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
+		return -1;
+	}
+	io_uring_prep_connect(sqe, fd, (const struct sockaddr *)addr, alen);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CONNECT, c->gen, c->slot));
+	c->connect_inflight = 1;
+	return 0;
+}
+
+/* tl_loop_dial starts connection slot/gen with the parameters
+ * tl_dial_prepare stored: socket, then an asynchronous connect. */
 void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
 	struct tl_conn *c = &l->conns[slot];
@@ -597,27 +635,12 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 static void dial_start(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_dial *d = c->dial;
-	struct io_uring_sqe *sqe;
-	int one = 1, fd;
 
 	c->rc_attempts++;
 	c->is_tls = (uint8_t)d->tls;
 	tl_loop_set_deadline(l, c, d->handshake_timeout_ns);
-	fd = socket(d->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		tl_loop_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
-		return;
-	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	c->fd = fd;
-	sqe = tl_loop_sqe(l);
-	if (!sqe) {
-		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
-		return;
-	}
-	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&d->addr, d->addr_len);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CONNECT, c->gen, c->slot));
-	c->connect_inflight = 1;
+	d->next_alt = 0; /* every attempt starts from the first address */
+	start_connect(l, c, &d->addr);
 }
 
 /* tl_loop_open_memory opens a socketless connection: Go feeds it server bytes with
@@ -733,6 +756,16 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 		return;
 	}
 	if (res < 0) {
+		struct tl_dial *d = c->dial;
+		if (d && d->next_alt < d->nalt) {
+			/* The name had more addresses: try the next one (the
+			 * handshake deadline bounds them all). Nothing else is in
+			 * flight on this socket. */
+			close(c->fd);
+			c->fd = -1;
+			start_connect(l, c, &d->alt[d->next_alt++]);
+			return;
+		}
 		tl_loop_fail(l, c, TL_E_DIAL, -res, 0, strerror(-res));
 		return;
 	}
@@ -1250,13 +1283,23 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 {
 	struct tl_dial *d;
 
-	if (slot >= l->cfg.max_conns || p->addr_len > sizeof(p->addr))
+	if (slot >= l->cfg.max_conns || p->addr_len > sizeof(p->addr) || p->local_len > sizeof(p->local) ||
+	    p->nalt > 64 || (p->nalt && !p->alt))
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	memcpy(&d->addr, &p->addr, sizeof(d->addr));
 	d->addr_len = p->addr_len;
+	memcpy(&d->local, &p->local, sizeof(d->local));
+	d->local_len = p->local_len;
+	if (p->nalt) {
+		d->alt = malloc(p->nalt * sizeof(*d->alt));
+		if (!d->alt)
+			goto fail;
+		memcpy(d->alt, p->alt, p->nalt * sizeof(*d->alt));
+		d->nalt = p->nalt;
+	}
 	d->tls = p->tls;
 	d->insecure = p->insecure;
 	d->handshake_timeout_ns = p->handshake_timeout_ns ? p->handshake_timeout_ns : l->cfg.handshake_timeout_ns;
@@ -1290,6 +1333,21 @@ fail:
 	return -ENOMEM;
 }
 
+size_t tl_loop_fail_head(struct tl_loop *l, uint32_t slot, uint32_t gen, char *buf, size_t cap)
+{
+	struct tl_conn *c;
+	size_t n;
+
+	if (!l->conns || slot >= l->cfg.max_conns)
+		return 0;
+	c = &l->conns[slot];
+	if (c->gen != gen || !c->fail_head)
+		return 0;
+	n = c->fail_head_len < cap ? c->fail_head_len : cap;
+	memcpy(buf, c->fail_head, n);
+	return n;
+}
+
 void tl_loop_stop(struct tl_loop *l)
 {
 	uint64_t one = 1;
@@ -1318,6 +1376,7 @@ void tl_loop_free(struct tl_loop *l)
 			tl_tls_free(c);
 			free_dial(c->dial);
 			free(c->hs);
+			free(c->fail_head);
 			free(c->msg);
 			free(c->out[0].p);
 			free(c->out[1].p);

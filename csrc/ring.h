@@ -131,6 +131,7 @@ enum {
 	TL_CMD_INJECT = 7,   /* feed payload to a memory connection as if the server sent it */
 };
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
+#define TL_CMDF_IF_DIALING 0x2 /* with TL_CMD_CLOSE: abort only a connection not yet open (Dial's context ended) */
 #define TL_CMDF_FIN 0x10
 #define TL_CMDF_CONT 0x20 /* continuation of a message started by an earlier record */
 

@@ -217,8 +217,9 @@ func (r *rcLog) last(k EventKind) *Event {
 // TestReconnectKillRestart: the server process is killed with SIGKILL and
 // restarted on the same port; the handle reconnects by itself, the new
 // server receives Subscribe again (before the application's own message),
-// and Pump sees EventReconnecting then EventOpen{Reconnects: 1}, with no
-// final event in between. Sends in the gap return ErrWouldBlock. ws:// and
+// and the application sees EventReconnecting then EventOpen{Reconnects:
+// 1}, with no final event in between, through Pump and through PumpData
+// with Config.OnEvent. Sends in the gap return ErrWouldBlock. ws:// and
 // wss:// (run the package with and without -tags talaris_openssl for the
 // two TLS backends).
 func TestReconnectKillRestart(t *testing.T) {
@@ -227,14 +228,48 @@ func TestReconnectKillRestart(t *testing.T) {
 		if tlsOn {
 			name = "wss-" + TLSBackend()
 		}
-		t.Run(name, func(t *testing.T) { testKillRestart(t, tlsOn) })
+		for _, data := range []bool{false, true} {
+			pump := "/Pump"
+			if data {
+				pump = "/PumpData+OnEvent"
+			}
+			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data) })
+		}
 	}
 }
 
-func testKillRestart(t *testing.T, tlsOn bool) {
+func testKillRestart(t *testing.T, tlsOn, data bool) {
 	addr := freePort(t)
 	a := startSrvProc(t, addr, tlsOn)
-	p := newTestPool(t, Config{}, hangGuard)
+	var log rcLog
+	var c Conn
+	cfg := Config{}
+	if data {
+		cfg.OnEvent = func(cc Conn, ev Event) { log.fn(c)(cc, ev) }
+	}
+	p := newTestPool(t, cfg, hangGuard)
+	// pumpUntil: Pump with the log's EventFunc, or PumpData counting the
+	// data while OnEvent logs the rest.
+	pumpUntil := func(t *testing.T, p *Pool, fn EventFunc, done func() bool, _ func()) {
+		t.Helper()
+		for !done() {
+			var err error
+			if data {
+				_, err = p.PumpData(func(cc Conn, _ Opcode, _ []byte) {
+					if cc == c {
+						log.ticks++
+					} else {
+						log.others++
+					}
+				})
+			} else {
+				_, err = p.Pump(fn)
+			}
+			if err != nil {
+				t.Fatalf("pump: %v", err)
+			}
+		}
+	}
 	url := "ws://" + addr + "/feed"
 	opts := &DialOptions{
 		Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
@@ -246,7 +281,8 @@ func testKillRestart(t *testing.T, tlsOn bool) {
 	}
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	c, err := p.Dial(ctx, url, opts)
+	var err error
+	c, err = p.Dial(ctx, url, opts)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -258,7 +294,6 @@ func testKillRestart(t *testing.T, tlsOn bool) {
 	_, before := a.waitLine("MSG 1 app-1")
 	wantSubs(t, "first server", before, 1)
 
-	var log rcLog
 	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 1 && log.ticks >= 3 }, nil)
 	if ev := log.last(EventOpen); ev.Reconnects != 0 {
 		t.Errorf("first EventOpen: Reconnects = %d, want 0", ev.Reconnects)
