@@ -219,6 +219,17 @@ func (c Conn) control(op uint8, b []byte) error {
 	return c.p.command(op, 0, 0, c.slot, c.gen, b)
 }
 
+func (c Conn) abort() error {
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
+	if !c.live() {
+		return ErrClosed
+	}
+	return c.p.command(cmdAbort, 0, 0, c.slot, c.gen, nil)
+}
+
 func (c Conn) closeConn(code int, reason string) error {
 	if !c.enter() {
 		return c.endedErr()

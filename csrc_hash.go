@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6081314d8ef0b6fa
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6a713e17cd07b7d1
 import "C"
 
-const csrcHash = "6081314d8ef0b6fa"
+const csrcHash = "6a713e17cd07b7d1"

@@ -30,11 +30,12 @@ import (
 //   - MaxAttempts bounds the attempts without an open (the first dial
 //     counts as one): when they are used up, the last error is the final
 //     EventError. A connection that opened gets a fresh series.
-//   - Conn.Close stops the reconnecting: during the backoff wait it ends
-//     the handle at once with a final EventError wrapping ErrClosed.
-//     Pool.Close ends every handle.
-//   - Causes no retry can cure end the handle at once: Close, Pool.Close,
-//     an unreadable CA file, out of memory.
+//   - Conn.Close and Conn.Abort stop the reconnecting: during the backoff
+//     wait either ends the handle at once with a final EventError wrapping
+//     ErrAborted (which also matches ErrClosed). Pool.Close ends every
+//     handle.
+//   - Causes no retry can cure end the handle at once: Close, Abort,
+//     Pool.Close, an unreadable CA file, out of memory.
 //
 // Dial with a policy returns once the connection is open or the policy
 // gave up (its ctx bounds the whole wait; cancelling it stops the

@@ -53,6 +53,7 @@ struct tl_dial {
 	uint32_t nalt, next_alt;      /* next_alt: the next one to try */
 	struct sockaddr_storage local; /* bound before connect when local_len != 0 */
 	uint32_t local_len;
+	uint64_t ping_interval_ns, read_timeout_ns; /* heartbeat; 0: off */
 	/* reconnect policy and subscribe messages (see tl_dial_params) */
 	int rc_enabled;
 	uint32_t rc_max_attempts;
@@ -152,6 +153,12 @@ struct tl_conn {
 	 * for Go (tl_loop_fail_head) until the slot's next dial */
 	char *fail_head;
 	size_t fail_head_len;
+	/* heartbeat (loop.c): read timeout and pings, checked by the timer
+	 * scan, never per message */
+	uint8_t shut_wr;      /* 1: shutdown(SHUT_WR) once the out buffers drain; 2: done */
+	uint64_t hb_ns;       /* next heartbeat check (0: no heartbeat) */
+	uint64_t last_rx_ns;  /* loop's cached clock at the last recv completion */
+	uint64_t last_ping_ns; /* when the loop last sent a heartbeat ping */
 	/* reconnect (loop.c): these survive the reset between attempts */
 	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
 	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */

@@ -17,6 +17,7 @@ enum {
 	TL_WAIT_BLOCK = 1,
 	TL_WAIT_SPIN = 2,
 	TL_WAIT_SPIN_THEN_BLOCK = 3,
+	TL_WAIT_ADAPTIVE = 4, /* spin up to spin_ns after publishing, while replies come fast */
 };
 
 /* tl_config carries Config after Go filled in its defaults. */
@@ -94,6 +95,8 @@ struct tl_dial_params {
 	uint32_t local_len;
 	uint32_t nalt;                   /* further addresses tried in order when connect fails */
 	const struct sockaddr_storage *alt;
+	uint64_t ping_interval_ns;       /* 0: no heartbeat pings */
+	uint64_t read_timeout_ns;        /* 0: no read timeout */
 	/* Reconnect policy (rc_enabled 0: one attempt, ends are final). */
 	int32_t rc_enabled;
 	uint32_t rc_max_attempts;        /* 0: forever */
@@ -191,11 +194,13 @@ TL_LAYOUT(tl_dial_params, local, 368);
 TL_LAYOUT(tl_dial_params, local_len, 496);
 TL_LAYOUT(tl_dial_params, nalt, 500);
 TL_LAYOUT(tl_dial_params, alt, 504);
-TL_LAYOUT(tl_dial_params, rc_enabled, 512);
-TL_LAYOUT(tl_dial_params, rc_max_attempts, 516);
-TL_LAYOUT(tl_dial_params, rc_min_ns, 520);
-TL_LAYOUT(tl_dial_params, rc_max_ns, 528);
-TL_LAYOUT(tl_dial_params, subscribe, 536);
-_Static_assert(sizeof(struct tl_dial_params) == 552, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, ping_interval_ns, 512);
+TL_LAYOUT(tl_dial_params, read_timeout_ns, 520);
+TL_LAYOUT(tl_dial_params, rc_enabled, 528);
+TL_LAYOUT(tl_dial_params, rc_max_attempts, 532);
+TL_LAYOUT(tl_dial_params, rc_min_ns, 536);
+TL_LAYOUT(tl_dial_params, rc_max_ns, 544);
+TL_LAYOUT(tl_dial_params, subscribe, 552);
+_Static_assert(sizeof(struct tl_dial_params) == 568, "tl_dial_params size");
 
 #endif

@@ -600,13 +600,6 @@ func TestReconnectBackoff(t *testing.T) {
 	t.Logf("backoff waits: wall %v, process CPU %v", wall, cpu)
 }
 
-// cpuTime returns the process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // TestReconnectDialGivesUp: a synchronous Dial under a policy makes
 // MaxAttempts attempts and returns the last error; without a policy it
 // makes exactly one.
@@ -1122,4 +1115,50 @@ func TestReconnectLogged(t *testing.T) {
 		}
 	}
 	c.Close(CloseNormal, "")
+}
+
+// TestReconnectAbort: Conn.Abort stops the reconnecting like Close: during
+// a 30 s backoff wait it ends the handle at once, and on an open handle
+// the final event is EventError wrapping ErrAborted with no new attempt.
+func TestReconnectAbort(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	pol := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 30 * time.Second}}
+	c, err := p.DialAsync("ws://"+freePort(t)+"/", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) == 1 }, nil)
+	start := time.Now()
+	if err := c.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if el := time.Since(start); el > 5*time.Second || log.final.Kind != EventError || !errors.Is(log.final.Err, ErrAborted) {
+		t.Errorf("Abort in the backoff wait: final %+v after %v, want EventError wrapping ErrAborted at once", *log.final, el)
+	}
+
+	srv := startAcceptLog(t, func(_ int, nc net.Conn) {
+		if key, err := readRequest(nc); err == nil {
+			upgrade(nc, key)
+			io.Copy(io.Discard, nc)
+		}
+	})
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c2, err := p.Dial(ctx, srv.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log2 rcLog
+	if err := c2.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, p, log2.fn(c2), func() bool { return log2.final != nil }, nil)
+	if log2.count(EventReconnecting) != 0 || log2.final.Kind != EventError || !errors.Is(log2.final.Err, ErrAborted) {
+		t.Errorf("Abort of an open handle: events %v, final %+v; want no reconnect, ErrAborted", log2.kinds, *log2.final)
+	}
+	if n := len(srv.accepted()); n != 1 {
+		t.Errorf("%d connections reached the server, want 1 (no reconnect after Abort)", n)
+	}
 }
