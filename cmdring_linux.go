@@ -151,6 +151,9 @@ func (c Conn) admit(units uint64) error {
 	if !c.sendable() {
 		return ErrClosed
 	}
+	if c.inGap() {
+		return ErrWouldBlock // reconnecting: nothing is sent on a half-open socket
+	}
 	acc := p.txAcc[c.slot].Load()
 	if q := c.queued(acc); q > 0 && q+units > p.cfg.MaxSendQueue {
 		return ErrWouldBlock
@@ -292,7 +295,7 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 		if !c.sendable() {
 			return ErrClosed
 		}
-		if q := c.queued(p.txAcc[c.slot].Load()); q == 0 || q+units <= p.cfg.MaxSendQueue {
+		if q := c.queued(p.txAcc[c.slot].Load()); !c.inGap() && (q == 0 || q+units <= p.cfg.MaxSendQueue) {
 			return nil
 		}
 		futexWait(seq, s, time.Second) // the timeout is a defence only

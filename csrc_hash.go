@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x519ebcd405204dbe
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x84d87cc6a48ddc8b
 import "C"
 
-const csrcHash = "519ebcd405204dbe"
+const csrcHash = "84d87cc6a48ddc8b"
