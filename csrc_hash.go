@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x2d8bd09b67029beb
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x84d87cc6a48ddc8b
 import "C"
 
-const csrcHash = "2d8bd09b67029beb"
+const csrcHash = "84d87cc6a48ddc8b"
