@@ -397,6 +397,36 @@ func (c Conn) control(op uint8, b []byte) error {
 	return nil
 }
 
+// abort sends the abort command; like closeConn, it ends sends on c at
+// once (ErrClosed) and wakes a SendContext waiting on it.
+func (c Conn) abort() error {
+	if !c.enter() {
+		return c.endedErr()
+	}
+	p := c.p
+	defer p.exit()
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if !c.live() {
+		return ErrClosed
+	}
+	c.endSends()
+	if err := p.putRecord(cmdAbort, 0, 0, c.slot, c.gen, nil); err != nil {
+		return err
+	}
+	p.publish()
+	return nil
+}
+
+// endSends marks c closed for sends and wakes its SendContext waiters.
+// Called with sendMu held, inside enter.
+func (c Conn) endSends() {
+	c.p.userClosed[c.slot].Store(c.gen)
+	seq := (*uint32)(unsafe.Pointer(&c.p.pub[c.slot].tx_seq))
+	atomic.AddUint32(seq, 1)
+	futexWake(seq)
+}
+
 // closeConn sends the close command; from here on Send* on c returns
 // ErrClosed (the loop would drop what follows the close frame) and a
 // SendContext waiting on c returns.
@@ -414,10 +444,7 @@ func (c Conn) closeConn(code int, reason string) error {
 	if !c.live() || p.userClosed[c.slot].Load() == c.gen {
 		return ErrClosed
 	}
-	p.userClosed[c.slot].Store(c.gen)
-	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
-	atomic.AddUint32(seq, 1)
-	futexWake(seq)
+	c.endSends()
 	if err := p.putRecord(cmdClose, 0, uint16(code), c.slot, c.gen, []byte(reason)); err != nil {
 		return err
 	}

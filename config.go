@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"time"
 	"unicode/utf8"
 )
@@ -14,9 +13,13 @@ import (
 type WaitStrategy uint8
 
 const (
-	// WaitDefault is WaitBlock on machines with 2 or fewer CPUs, where a
-	// spinning loop or pump steals the core the feed (or the other side of
-	// the ring) needs, and WaitSpinThenBlock elsewhere.
+	// WaitDefault is WaitAdaptive on both sides, with SpinTime 20us.
+	// Chosen with `talaris bench` on a 2-CPU machine with the peer on the
+	// same box (docs/ARCHITECTURE.md, "Wait strategies", has the numbers):
+	// WaitBlock there wakes a sleeping thread three times per order round
+	// trip, while WaitSpin and WaitSpinThenBlock keep threads spinning
+	// that the peer or the feed needs the CPU of; WaitAdaptive spins only
+	// while traffic is recent and costs an idle Pool nothing.
 	WaitDefault WaitStrategy = iota
 	// WaitBlock sleeps in the kernel at once.
 	WaitBlock
@@ -24,10 +27,31 @@ const (
 	WaitSpin
 	// WaitSpinThenBlock spins for SpinTime, then sleeps.
 	WaitSpinThenBlock
+	// WaitAdaptive spins only while traffic is recent, then sleeps. The
+	// pump spins up to SpinTime for events when its previous wait for
+	// events ended within SpinTime, and sleeps at once otherwise. The loop
+	// spins up to SpinTime after publishing events to a pump that is
+	// awake, for the command a callback may send in answer (an order
+	// acknowledged, the next order), while the previous answer came
+	// within SpinTime; so such a send finds the loop awake and needs no
+	// eventfd write. It never spins waiting for the network. Both spins
+	// yield the CPU (sched_yield) as they go, so on a busy machine they do
+	// not hold off the thread they wait for. An idle Pool, or one that
+	// only reads a feed slower than one message per SpinTime, does not
+	// spin at all.
+	WaitAdaptive
 )
 
 // Setup flags for the io_uring instance (Config.RingFlags). They map to the
 // kernel's IORING_SETUP_* flags of the same names.
+//
+// RingSQPoll is the option of a kernel thread that polls the submission
+// queue (for SQPollIdle after the last submission, on SQPollCPU with
+// RingSQAff), so the loop submits sends without a syscall. It cannot be
+// combined with RingDeferTaskrun: use e.g. RingSQPoll|RingSingleIssuer.
+// It is not the default: that thread is one more spinner, and on a 2-CPU
+// machine `talaris bench` measured it slower than the default at both the
+// round trip and the one-way latency (the "sqpoll" variant).
 const (
 	RingSQPoll       uint32 = 1 << 1
 	RingSQAff        uint32 = 1 << 2
@@ -56,7 +80,7 @@ type Config struct {
 	SQEntries  uint32        // io_uring submission queue entries (256)
 	CQEntries  uint32        // completion queue entries (4 x SQEntries)
 	RingFlags  uint32        // Ring* setup flags (RingSingleIssuer|RingDeferTaskrun)
-	SQPollIdle time.Duration // SQPOLL kernel thread idle time before it sleeps (1ms)
+	SQPollIdle time.Duration // SQPOLL kernel thread idle time before it sleeps (1ms); see RingSQPoll
 	SQPollCPU  int           // CPU for the SQPOLL thread when RingSQAff is set (-1: unpinned)
 
 	BufSize  uint32 // bytes per provided receive buffer (16 KiB); a power of two
@@ -66,7 +90,7 @@ type Config struct {
 	LoopCPUSet   bool          // LoopCPU is meaningful (so CPU 0 can be chosen)
 	LoopWait     WaitStrategy  // how the loop thread waits for work
 	ConsumerWait WaitStrategy  // how Pump waits for events
-	SpinTime     time.Duration // spin period for WaitSpinThenBlock (50us)
+	SpinTime     time.Duration // spin period for WaitSpinThenBlock, most WaitAdaptive spins (20us)
 
 	EventRingSize uint32 // events in the C->Go ring, a power of two (65536)
 	ArenaSize     uint64 // bytes of payload arena shared by all connections (64 MiB, or more for 2 x MaxMessageSize)
@@ -75,7 +99,7 @@ type Config struct {
 	MaxConns         uint32        // connections a Pool can hold at once (1024)
 	MaxMessageSize   uint64        // largest message accepted, else close 1009 (16 MiB)
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
-	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN (5s)
+	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN, also in Pool.Close (5s)
 	MaxSendQueue     uint64        // unsent bytes one connection may hold before Send* returns ErrWouldBlock (64 MiB); see above
 
 	// SampleEvery turns on the stage stamps of Pool.Metrics and
@@ -114,7 +138,7 @@ var defaults = Config{
 	SQPollIdle:       time.Millisecond,
 	BufSize:          16 << 10,
 	BufCount:         1024,
-	SpinTime:         50 * time.Microsecond,
+	SpinTime:         20 * time.Microsecond,
 	EventRingSize:    1 << 16,
 	ArenaSize:        64 << 20,
 	CmdRingSize:      4 << 20,
@@ -208,14 +232,8 @@ func (c *Config) withDefaults() (Config, error) {
 	return d, nil
 }
 
-// defaultWait picks the wait strategy for WaitDefault (measured with
-// `talaris bench` on a 2-core machine: spinning there doubled p50 latency).
-func defaultWait() WaitStrategy {
-	if runtime.NumCPU() <= 2 {
-		return WaitBlock
-	}
-	return WaitSpinThenBlock
-}
+// defaultWait picks the wait strategy for WaitDefault (see there).
+func defaultWait() WaitStrategy { return WaitAdaptive }
 
 // TLSOptions configures certificate verification for wss:// URLs.
 // Verification against the system CA store, with SNI and host name check, is
@@ -276,4 +294,45 @@ type DialOptions struct {
 	// address found is tried in turn, IPv4 first, until one connects; the
 	// handshake timeout and Dial's context bound them all.
 	Resolver *net.Resolver
+	// PingInterval, when set, makes the loop send a ping whenever nothing
+	// has arrived on the open connection for that long (and again every
+	// interval while the silence lasts): a heartbeat that keeps idle
+	// connections (and the NATs and proxies on the way) alive and, with
+	// ReadTimeout, detects a dead peer. 0 (the default): no pings. At
+	// least 1ms.
+	PingInterval time.Duration
+	// ReadTimeout, when set, fails the open connection when nothing at
+	// all (data, ping, pong, anything) has been received for that long:
+	// the final event is EventError wrapping ErrReadTimeout with Code
+	// 1006, without waiting for a close handshake. Set PingInterval below
+	// it so a healthy idle peer answers in time. Time during which the
+	// loop itself holds the connection's input back (the pump lags) does
+	// not count. 0 (the default): no timeout. At least 1ms.
+	ReadTimeout time.Duration
+}
+
+// dialDefaults is the table of DialOptions defaults, as defaults is for
+// Config: a zero PingInterval and ReadTimeout mean off, a zero
+// HandshakeTimeout means Config.HandshakeTimeout.
+var dialDefaults = DialOptions{PingInterval: 0, ReadTimeout: 0}
+
+// minHeartbeat is the shortest PingInterval or ReadTimeout accepted: the
+// loop checks heartbeats on a timer, and a shorter period would keep it
+// busy with nothing but pings.
+const minHeartbeat = time.Millisecond
+
+// checkHeartbeat validates the heartbeat options of a dial.
+func (o *DialOptions) checkHeartbeat() error {
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"PingInterval", o.PingInterval}, {"ReadTimeout", o.ReadTimeout}} {
+		if v.d != 0 && v.d < minHeartbeat {
+			return fmt.Errorf("%w: DialOptions.%s %v must be 0 (off) or at least %v", ErrInvalidConfig, v.name, v.d, minHeartbeat)
+		}
+	}
+	if o.HandshakeTimeout < 0 {
+		return fmt.Errorf("%w: DialOptions.HandshakeTimeout %v is negative", ErrInvalidConfig, o.HandshakeTimeout)
+	}
+	return nil
 }

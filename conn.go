@@ -139,7 +139,8 @@ func (c Conn) Pong(b []byte) error { return c.control(cmdPong, b) }
 
 // Close starts the close handshake with code and reason (at most 123 bytes
 // of UTF-8). The final EventClose (or EventError on timeout) follows
-// through Pump. Closing a connection that is still dialing aborts it.
+// through Pump. Closing a connection that is still dialing aborts it (EventError
+// wrapping ErrAborted, which also matches ErrClosed).
 //
 // Close never waits behind queued data: the close frame goes out after
 // the bytes already handed to the socket's out buffers (at most about
@@ -159,6 +160,15 @@ func (c Conn) Close(code int, reason string) error {
 	}
 	return c.closeConn(code, reason)
 }
+
+// Abort ends the connection at once: no close handshake, output still
+// queued in the loop is dropped and the socket is shut down. The final
+// event is EventError wrapping ErrAborted (which also matches ErrClosed;
+// Code 1006), whatever the connection was doing (dialing, open, closing). The abort is not held
+// behind queued sends. Safe from any goroutine; on a connection that has
+// already ended it returns ErrClosed, after Pool.Close ErrClosed or
+// ErrPoolClosed.
+func (c Conn) Abort() error { return c.abort() }
 
 // Inject feeds b to a connection made by DialMemory as if its server had
 // sent it: frames are parsed by the C loop and delivered through Pump.
@@ -195,4 +205,5 @@ const (
 	cmdPong   = 4
 	cmdClose  = 5
 	cmdInject = 7
+	cmdAbort  = 8
 )

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x3f3f4024a7153d4b
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5c0929920e54e2c0
 import "C"
 
-const csrcHash = "3f3f4024a7153d4b"
+const csrcHash = "5c0929920e54e2c0"

@@ -40,6 +40,17 @@
 // including from inside a pump callback; they copy their data into a
 // command ring the loop drains.
 //
+// # Waiting
+//
+// When there is nothing to do, the loop and the pump wait as
+// Config.LoopWait and Config.ConsumerWait say. The default, WaitAdaptive,
+// spins (yielding the CPU as it goes) only while traffic is recent: the
+// pump while events have been arriving within Config.SpinTime of each
+// other, the loop for the answer a callback sends to what it just
+// delivered while such answers have come within SpinTime; a send made
+// then needs no wake-up of the loop. An idle Pool sleeps on both sides.
+// WaitSpin never sleeps (one core each), WaitBlock never spins.
+//
 // # Memory lifetime
 //
 // A payload slice given to a callback points into a C arena, not the Go
@@ -99,6 +110,34 @@
 // pump callback: calls racing it return ErrPoolClosed (Conn.State
 // StateClosed, Stats zero) and never read freed memory, the pump returns
 // ErrPoolClosed, ConnCount is 0 and every handle is StateClosed.
+// # Heartbeat, read timeout and abort
+//
+// DialOptions.PingInterval makes the loop send a ping whenever nothing has
+// arrived on an open connection for that long; DialOptions.ReadTimeout
+// fails a connection on which nothing at all (data, ping, pong) has
+// arrived for that long, with EventError wrapping ErrReadTimeout (code
+// 1006, no close handshake). Both are timers in the C loop: no goroutine
+// per connection, and nothing is done per message (the loop stamps the
+// time of each receive completion and checks lazily when the timer is
+// due). Use a PingInterval below the ReadTimeout so a quiet but healthy
+// peer answers in time; a frozen peer (TCP up, nothing flowing) is then
+// detected within ReadTimeout.
+//
+// Conn.Abort ends a connection at once, without a close handshake and
+// without waiting for queued output: the final event is EventError
+// wrapping ErrAborted.
+//
+// # Closing
+//
+// Conn.Close starts the close handshake. Once both close frames have
+// crossed, the client ends its side of the connection (over TLS with a
+// close_notify, then a TCP FIN), so servers that wait for it (Python's
+// websockets over TLS) close at once; the final EventClose follows when
+// the server has closed TCP. A close that does not complete within
+// Config.CloseTimeout ends with EventError wrapping ErrCloseTimeout.
+// Pool.Close sends 1001 (going away) to every open connection and waits,
+// bounded by CloseTimeout, for their close handshakes before it frees the
+// loop.
 //
 // # Errors
 //

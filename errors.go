@@ -34,6 +34,8 @@ var (
 	ErrMessageTooBig    = errors.New("talaris: message exceeds the maximum message size")
 	ErrConnectionLost   = errors.New("talaris: connection lost without a close frame")
 	ErrCloseTimeout     = errors.New("talaris: close handshake timed out")
+	ErrReadTimeout      = errors.New("talaris: nothing received within DialOptions.ReadTimeout")
+	ErrAborted          = errors.New("talaris: connection aborted") // by Conn.Abort, or Close while dialing; also matches ErrClosed
 	ErrTLS              = errors.New("talaris: TLS failure")
 	ErrTLSUnknownCA     = errors.New("talaris: TLS certificate signed by an unknown authority")
 	ErrTLSHostname      = errors.New("talaris: TLS certificate does not match the host name")
@@ -164,6 +166,7 @@ const (
 	cErrTLS          = 9  // TL_E_TLS: aux is a TL_TLS_*
 	cErrAborted      = 10 // TL_E_ABORTED
 	cErrShutdown     = 11 // TL_E_SHUTDOWN
+	cErrReadTimeout  = 12 // TL_E_READ_TIMEOUT
 
 	cTLSUnknownCA = 1 // TL_TLS_UNKNOWN_CA
 	cTLSHostname  = 2 // TL_TLS_HOSTNAME
@@ -193,8 +196,9 @@ var (
 		cErrLost:         ErrConnectionLost,
 		cErrCloseTimeout: ErrCloseTimeout,
 		cErrTLS:          ErrTLS,
-		cErrAborted:      ErrClosed,
+		cErrAborted:      ErrAborted,
 		cErrShutdown:     ErrPoolClosed,
+		cErrReadTimeout:  ErrReadTimeout,
 	}
 	httpCauses = map[int32]error{
 		cHTTPStatus:    ErrBadStatus,
@@ -234,6 +238,11 @@ func makeErr(e, aux int32, code int, detail string) error {
 	}
 	if c, ok := sub[aux]; ok {
 		cause, parent = c, cause
+	}
+	if e == cErrAborted {
+		// Ended by the user (Abort, or Close while dialing): before
+		// ErrAborted existed this was ErrClosed, and it still matches.
+		parent = ErrClosed
 	}
 	ce := &ConnError{Cause: cause, Parent: parent, Code: code, Detail: detail}
 	if (e == cErrDial || e == cErrLost) && aux > 0 {

@@ -292,16 +292,26 @@ func (p *Pool) closedErr() error {
 }
 
 // pumpBlocking dispatches at least one callback-worthy batch, sleeping
-// when the ring is empty.
+// when the ring is empty. How long it spins first is ConsumerWait's:
+// never (WaitBlock), always (WaitSpin), SpinTime (WaitSpinThenBlock), or
+// SpinTime only while the previous wait ended within SpinTime
+// (WaitAdaptive: spinning pays only while events come close together).
 func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, error) {
 	if err := p.enterPump(); err != nil {
 		return 0, err
 	}
 	defer p.leavePump()
-	spin := p.cfg.ConsumerWait != WaitBlock
-	spinFor := p.cfg.SpinTime
+	var spinFor time.Duration
+	switch p.cfg.ConsumerWait {
+	case WaitSpinThenBlock:
+		spinFor = p.cfg.SpinTime
+	case WaitAdaptive:
+		if p.lastWait <= p.cfg.SpinTime {
+			spinFor = p.cfg.SpinTime
+		}
+	}
+	var start time.Time // when the ring was first found empty
 	for {
-		var start time.Time
 		for i := 0; ; i++ {
 			if p.closed.Load() {
 				return 0, ErrPoolClosed
@@ -309,6 +319,10 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			tail := p.ev.loadTail()
 			if tail != p.ev.pos {
 				if n := p.dispatch(tail, fe, fd, fs); n > 0 {
+					p.lastWait = 0 // events were waiting: traffic is dense
+					if !start.IsZero() {
+						p.lastWait = time.Since(start)
+					}
 					return n, p.closedErr()
 				}
 				i = 0
@@ -326,14 +340,17 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 				}
 				continue
 			}
-			if !spin {
-				break
-			}
 			if i&63 == 0 {
 				if start.IsZero() {
 					start = time.Now()
-				} else if time.Since(start) > spinFor {
+				}
+				if time.Since(start) >= spinFor {
 					break
+				}
+				if i != 0 && p.cfg.ConsumerWait == WaitAdaptive {
+					// Let the loop thread run if it waits for this CPU
+					// (a busy machine): it is what we spin for.
+					osYield()
 				}
 			}
 		}
@@ -350,6 +367,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			futexWait(p.wakeSeq, seq, 100*time.Millisecond)
 		}
 		atomic.StoreUint32(p.consSleeping, 0)
+		spinFor = 0 // after a sleep, look once per wake-up
 	}
 }
 

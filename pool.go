@@ -30,16 +30,20 @@ type PoolStats struct {
 // NewPool starts a C loop thread configured by cfg.
 func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
 
-// Close shuts the loop down: open connections get a 1001 close frame and
-// their sockets are closed. Pending events are dropped. A Pump in progress
-// returns ErrPoolClosed (after the callback that called Close, when one
-// did: Close may be called from a pump callback and returns promptly).
-// Close is idempotent and safe against every concurrent call: a method
-// racing it, or called after it, returns ErrPoolClosed (Conn.State:
-// StateClosed, Conn.Stats: zero); it never reads freed memory. After Close
-// ConnCount is 0 and every handle reports StateClosed; Pool.Stats and
-// Pool.Metrics keep reporting the counters as they were when the loop
-// stopped.
+// Close shuts the loop down: open connections get a 1001 (going away)
+// close frame and Close waits for each close handshake to complete (the
+// server's echo and TCP end), at most Config.CloseTimeout, before the
+// sockets are closed and the loop is freed; connections still dialing are
+// dropped. Pending events are dropped (events that no longer fit in the
+// ring are discarded so a connection nobody pumps still reads its echo). A
+// Pump in progress returns ErrPoolClosed (after the callback that called
+// Close, when one did: Close may be called from a pump callback and
+// returns promptly). Close is idempotent and safe against every concurrent
+// call: a method racing it, or called after it, returns ErrPoolClosed
+// (Conn.State: StateClosed, Conn.Stats: zero); it never reads freed
+// memory. After Close ConnCount is 0 and every handle reports StateClosed;
+// Pool.Stats and Pool.Metrics keep reporting the counters as they were
+// when the loop stopped.
 func (p *Pool) Close() error { return p.close() }
 
 // ConnCount returns the number of connections of the pool that have not

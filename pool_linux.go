@@ -92,6 +92,10 @@ type pool struct {
 	// final holds the counters as they were when the loop was freed.
 	freeMu sync.RWMutex
 	final  C.struct_tl_pool_stats
+
+	// lastWait is how long the pump's previous wait for events lasted
+	// (WaitAdaptive spins only while it is short); owned by the pumper.
+	lastWait time.Duration
 }
 
 // closingBias is added to inflight by Close: far above any real count.
@@ -391,7 +395,11 @@ func (p *Pool) request(ctx context.Context, rawURL string, opts *DialOptions) (*
 		return nil, nil, ErrPoolClosed
 	}
 	if opts == nil {
-		opts = &DialOptions{}
+		d := dialDefaults // a copy: nothing may write the table
+		opts = &d
+	}
+	if err := opts.checkHeartbeat(); err != nil {
+		return nil, nil, err
 	}
 	// TLS options are checked for ws:// too: a bad value is a bug to hear
 	// about at once, not when the URL changes scheme.
@@ -446,6 +454,8 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 		dp.insecure = 1
 	}
 	dp.handshake_timeout_ns = C.uint64_t(opts.HandshakeTimeout)
+	dp.ping_interval_ns = C.uint64_t(opts.PingInterval)
+	dp.read_timeout_ns = C.uint64_t(opts.ReadTimeout)
 	var frees []*C.char
 	set := func(dst **C.char, dl *C.size_t, s string) {
 		*dst, *dl = cstr(s)
@@ -521,22 +531,26 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	pb := &p.pub[slot]
 	stp := (*uint32)(unsafe.Pointer(&pb.state))
 	var cancelled error
-	// ctx's end wakes the wait below; never after Dial returned (the
-	// slot's memory may be gone then).
-	var wakeMu sync.Mutex
+	// When ctx ends, the dial is aborted unless it opened meanwhile (then
+	// the loop ignores the command and Dial returns the open connection:
+	// the caller must not miss a Conn whose events it will see). Either
+	// way the loop changes the state word, which wakes the wait below
+	// without a lost wake-up. Never after Dial returned: the command needs
+	// Dial's enter (and its slot reference).
+	var abortMu sync.Mutex
 	waiting := true
 	stop := context.AfterFunc(ctx, func() {
-		wakeMu.Lock()
+		abortMu.Lock()
 		if waiting {
-			futexWake(stp)
+			p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil) // fails only once the pool closes
 		}
-		wakeMu.Unlock()
+		abortMu.Unlock()
 	})
 	defer func() {
 		stop()
-		wakeMu.Lock()
+		abortMu.Lock()
 		waiting = false
-		wakeMu.Unlock()
+		abortMu.Unlock()
 	}()
 	// wss: log "TLS done" once the state passed the TLS handshake (the
 	// upgrade started; a later state may be all Dial sees).
@@ -559,6 +573,9 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 				p.quiet[slot].CompareAndSwap(gen, 0)
 				return c, nil
 			}
+			if cancelled == nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err))) == cErrAborted {
+				cancelled = ctx.Err() // aborted by the context before Dial looked
+			}
 			if cancelled != nil {
 				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
 				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
@@ -576,20 +593,10 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			return Conn{}, ErrPoolClosed
 		}
 		if cancelled == nil {
-			if err := ctx.Err(); err != nil {
-				// Abort the dial unless it opened meanwhile (then the loop
-				// ignores this and Dial returns the open connection: the
-				// caller must not miss a Conn whose events it will see).
-				// Either way the state moves on at once, and wakes us.
-				cancelled = err
-				if err := p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil); err != nil {
-					return Conn{}, err
-				}
-				continue
-			}
+			cancelled = ctx.Err() // the abort is on its way (above)
 		}
-		// Woken by the loop's state change, by Close or by ctx; the
-		// timeout is only a defence.
+		// Woken by the loop's state change (the handshake, the abort) or
+		// by Close; the timeout is only a defence.
 		futexWait(stp, s, 100*time.Millisecond)
 	}
 }

@@ -31,6 +31,7 @@ func (c Conn) send(Opcode, []byte) error                         { return ErrUns
 func (c Conn) sendContext(context.Context, Opcode, []byte) error { return ErrUnsupported }
 func (c Conn) control(uint8, []byte) error                       { return ErrUnsupported }
 func (c Conn) closeConn(int, string) error                       { return ErrUnsupported }
+func (c Conn) abort() error                                      { return ErrUnsupported }
 func (c Conn) inject([]byte) error                               { return ErrUnsupported }
 func (c Conn) state() State                                      { return StateIdle }
 func (c Conn) stats() ConnStats                                  { return ConnStats{} }

@@ -39,3 +39,9 @@ var one = [8]byte{1, 0, 0, 0, 0, 0, 0, 0}
 func (p *Pool) wakeLoop() {
 	unix.Write(p.efd, one[:])
 }
+
+// osYield gives this thread's CPU to another runnable thread, if any
+// (sched_yield).
+func osYield() {
+	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}

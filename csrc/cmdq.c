@@ -61,6 +61,11 @@ static struct tl_conn *cmd_conn(struct tl_loop *l, const struct tl_cmd *cmd)
 
 static void cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 {
+	/* A dial still in the ring when the pool closes is dropped: started
+	 * after shutdown_all, it would keep the loop (and tl_loop_stop) alive
+	 * for as long as the connection lasts. Go's Close wakes its dialer. */
+	if (l->shutting_down)
+		return;
 	if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE && !l->conns[cmd->slot].dying) {
 		if (cmd->flags & TL_CMDF_MEMORY)
 			tl_loop_open_memory(l, cmd->slot, cmd->gen);
@@ -155,6 +160,11 @@ static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *
 	case TL_CMD_CLOSE:
 		if ((c = cmd_conn(l, cmd)) != NULL)
 			cmd_close(l, c, cmd, payload);
+		break;
+	case TL_CMD_ABORT:
+		/* At once: nothing queued for the connection is waited for. */
+		if ((c = cmd_conn(l, cmd)) != NULL)
+			tl_loop_abort(l, c);
 		break;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:

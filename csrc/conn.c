@@ -590,11 +590,21 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 	tl_loop_sample_msg(l, c);
 }
 
+/* ring_full says what an event that did not fit means: a stall
+ * (back-pressure, the rest waits for the pump) - except once the pool is
+ * closing: Go pumps no more (Close drops pending events) and the close
+ * handshake behind these messages must still be read, so the event is
+ * dropped (-1 then means nothing: callers see 0). Cold path only. */
+static int ring_full(const struct tl_loop *l)
+{
+	return l->shutting_down ? TL_FEED_OK : TL_FEED_STALL;
+}
+
 /* publish_data publishes a reassembled message, copied into the arena. */
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	if (tl_loop_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
-		return TL_FEED_STALL;
+		return ring_full(l);
 	count_in(l, c, n);
 	return TL_FEED_OK;
 }
@@ -610,7 +620,7 @@ static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, co
 	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
 								     : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
-		return TL_FEED_STALL;
+		return ring_full(l);
 	count_in(l, c, n);
 	return TL_FEED_OK;
 }
@@ -681,8 +691,14 @@ static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
 		tl_loop_teardown(l, c);
 		return TL_FEED_DEAD;
 	}
-	/* The server closes TCP first (RFC 6455 7.1.1); bound the wait. */
-	tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+	/* Both close frames are out: the handshake is complete. End our
+	 * sending side (TLS close_notify, then FIN) so the peer, which closes
+	 * TCP first (RFC 6455 7.1.1), is not left waiting for it (Python's
+	 * websockets over TLS waits for our close_notify). Bound the wait for
+	 * its end; a close we started keeps its earlier deadline. */
+	tl_loop_shut_wr(l, c);
+	if (!c->deadline_ns)
+		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 	return TL_FEED_DEAD; /* stop parsing: input is discarded from here */
 }
 
@@ -694,14 +710,14 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 	struct tl_conn_pub *pub = &l->pub[c->slot];
 	switch (c->h.opcode) {
 	case TL_OP_PING:
-		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
 			send_reply(l, c, TL_OP_PONG, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
-		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;

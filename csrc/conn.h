@@ -53,6 +53,7 @@ struct tl_dial {
 	uint32_t nalt, next_alt;      /* next_alt: the next one to try */
 	struct sockaddr_storage local; /* bound before connect when local_len != 0 */
 	uint32_t local_len;
+	uint64_t ping_interval_ns, read_timeout_ns; /* heartbeat; 0: off */
 };
 
 /* tl_dupn returns a malloced copy of s[0..n) plus a NUL (NULL on no
@@ -172,6 +173,12 @@ struct tl_conn {
 	 * for Go (tl_loop_fail_head) until the slot's next dial */
 	char *fail_head;
 	size_t fail_head_len;
+	/* heartbeat (loop.c): read timeout and pings, checked by the timer
+	 * scan, never per message */
+	uint8_t shut_wr;      /* 1: shutdown(SHUT_WR) once the out buffers drain; 2: done */
+	uint64_t hb_ns;       /* next heartbeat check (0: no heartbeat) */
+	uint64_t last_rx_ns;  /* loop's cached clock at the last recv completion */
+	uint64_t last_ping_ns; /* when the loop last sent a heartbeat ping */
 
 	/* send queue (frames waiting for out-buffer room) and accounting */
 	struct tl_sendq sq;

@@ -17,6 +17,7 @@ enum {
 	TL_WAIT_BLOCK = 1,
 	TL_WAIT_SPIN = 2,
 	TL_WAIT_SPIN_THEN_BLOCK = 3,
+	TL_WAIT_ADAPTIVE = 4, /* spin up to spin_ns after publishing, while replies come fast */
 };
 
 /* tl_config carries Config after Go filled in its defaults. */
@@ -94,6 +95,8 @@ struct tl_dial_params {
 	uint32_t local_len;
 	uint32_t nalt;                   /* further addresses tried in order when connect fails */
 	const struct sockaddr_storage *alt;
+	uint64_t ping_interval_ns;       /* 0: no heartbeat pings */
+	uint64_t read_timeout_ns;        /* 0: no read timeout */
 };
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
@@ -184,6 +187,8 @@ TL_LAYOUT(tl_dial_params, local, 368);
 TL_LAYOUT(tl_dial_params, local_len, 496);
 TL_LAYOUT(tl_dial_params, nalt, 500);
 TL_LAYOUT(tl_dial_params, alt, 504);
-_Static_assert(sizeof(struct tl_dial_params) == 512, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, ping_interval_ns, 512);
+TL_LAYOUT(tl_dial_params, read_timeout_ns, 520);
+_Static_assert(sizeof(struct tl_dial_params) == 528, "tl_dial_params size");
 
 #endif

@@ -280,9 +280,23 @@ func TestStates(t *testing.T) {
 		t.Errorf("live Stats %+v, want one message each way", s)
 	}
 	c.Close(CloseNormal, "")
-	pumpUntil(t, p, func(Conn, Event) {}, func() bool { return c.State() == StateClosed }, nil)
+	ended := false
+	pumpUntil(t, p, func(cc Conn, ev Event) {
+		if cc == c && (ev.Kind == EventClose || ev.Kind == EventError) {
+			ended = true
+		}
+	}, func() bool { return ended }, nil)
+	if st := c.State(); st != StateClosed {
+		t.Errorf("ended handle: %v, want closed", st)
+	}
 	if s := c.Stats(); s != (ConnStats{}) {
 		t.Errorf("Stats of an ended handle: %+v, want zero", s)
+	}
+	if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("SendText on an ended handle: %v, want ErrClosed", err)
+	}
+	if err := c.Close(CloseNormal, ""); !errors.Is(err, ErrClosed) {
+		t.Errorf("Close of an ended handle: %v, want ErrClosed", err)
 	}
 	live := dial(t, p, srv.URL+"/echo")
 	if p.ConnCount() != 21 {
@@ -385,7 +399,7 @@ func TestPoolCloseRace(t *testing.T) {
 	// 1,000 rounds over ws; the wss rounds run under each TLS backend.
 	// The ws rounds do not depend on the backend: the openssl build runs
 	// fewer of them (CI runs both builds).
-	wsRounds, wssRounds := 1000, 250
+	wsRounds, wssRounds := 1000, 150
 	if TLSBackend() == "openssl" {
 		wsRounds = 100
 	}

@@ -31,6 +31,7 @@ func TestRingFlagsAndWaits(t *testing.T) {
 		{"wait-block", Config{LoopWait: WaitBlock, ConsumerWait: WaitBlock}},
 		{"wait-spin", Config{LoopWait: WaitSpin, ConsumerWait: WaitSpin}},
 		{"wait-spin-then-block", Config{LoopWait: WaitSpinThenBlock, ConsumerWait: WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
+		{"wait-adaptive", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive}},
 		{"pinned-loop", Config{LoopCPU: 0, LoopCPUSet: true}},
 	}
 	for _, tc := range cases {

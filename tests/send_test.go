@@ -1023,7 +1023,7 @@ func TestSendAfterPeerClose(t *testing.T) {
 		<-release // keep TCP open: the client stays in StateClosing
 	}).Start(t)
 	defer close(release)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, Config{CloseTimeout: 500 * time.Millisecond}, hangGuard)
 	c := dial(t, p, srv.URL)
 	for i := 0; c.State() != StateClosing; i++ {
 		if i > 10000 {

@@ -100,23 +100,63 @@ func histInto(r *Result, h *hdrhistogram.Histogram) {
 type talVariant struct {
 	name       string
 	loop, cons talaris.WaitStrategy
-	spin       bool
+	spin       bool          // pump with PumpSpin instead of PumpData
 	spinTime   time.Duration // Config.SpinTime (0: the default)
+	ringFlags  uint32        // Config.RingFlags (0: the default)
+	evRing     uint32        // Config.EventRingSize (0: the default)
 }
 
+// talVariants are the talaris configurations the bench can run (--variants).
+// "default" is the zero Config: whatever WaitDefault means on this machine.
 var talVariants = []talVariant{
-	{"block", talaris.WaitBlock, talaris.WaitBlock, false, 0},
-	{"spin", talaris.WaitSpin, talaris.WaitSpin, true, 0},
-	{"spin-then-block", talaris.WaitSpinThenBlock, talaris.WaitSpinThenBlock, false, 0},
+	{name: "default"},
+	{name: "block", loop: talaris.WaitBlock, cons: talaris.WaitBlock},
+	{name: "spin", loop: talaris.WaitSpin, cons: talaris.WaitSpin, spin: true},
+	{name: "spin-then-block", loop: talaris.WaitSpinThenBlock, cons: talaris.WaitSpinThenBlock},
+	{name: "adaptive", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive},
 	// The loop blocks; the pump spins 5us before it sleeps, so a flood's next
 	// batch usually finds it awake (no futex wake-up per batch).
-	{"block+pumpspin", talaris.WaitBlock, talaris.WaitSpinThenBlock, false, 5 * time.Microsecond},
+	{name: "block+pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock, spinTime: 5 * time.Microsecond},
+	// Variants measured while choosing the default (issue 9).
+	{name: "adaptive50", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 50 * time.Microsecond},
+	{name: "adaptive35", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 35 * time.Microsecond},
+	{name: "adaptive100", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 100 * time.Microsecond},
+	{name: "adaptive200", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 200 * time.Microsecond},
+	{name: "adaptive-pump", loop: talaris.WaitBlock, cons: talaris.WaitAdaptive},
+	{name: "adaptive-loop", loop: talaris.WaitAdaptive, cons: talaris.WaitBlock},
+	{name: "loopspin", loop: talaris.WaitSpinThenBlock, cons: talaris.WaitBlock},
+	{name: "pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock},
+	{name: "sqpoll", ringFlags: talaris.RingSQPoll | talaris.RingSingleIssuer},
+	// The default with a 4096-event ring: how much of the orders
+	// workload's round trip is the flood queued ahead of the echo.
+	{name: "default-ring4k", evRing: 4096},
+}
+
+// variantNames lists the variants for --help.
+func variantNames() string {
+	var n []string
+	for _, v := range talVariants {
+		n = append(n, v.name)
+	}
+	return strings.Join(n, ",")
+}
+
+// variant returns the talVariant called name.
+func variant(name string) talVariant {
+	for _, v := range talVariants {
+		if v.name == name {
+			return v
+		}
+	}
+	panic("no talaris variant " + name)
 }
 
 type bench struct {
 	workloads, clients, variants  map[string]bool
 	conns                         []int
 	warm, dur, latDur, rttDur     time.Duration
+	idleDur, ordersDur            time.Duration
+	stallBytes                    int64
 	rate, decodeN, decodeRounds   int
 	clientCPU, serverCPU, loopCPU int
 	tlsMode                       string
@@ -152,9 +192,9 @@ func benchMain(args []string) error {
 		fs.PrintDefaults()
 	}
 	b := &bench{}
-	workloads := fs.String("workloads", "decode,ingress,latency,rtt", "workloads to run (floor runs with plain ingress)")
+	workloads := fs.String("workloads", "decode,ingress,latency,rtt,orders,idle", "workloads to run (floor runs with plain ingress)")
 	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
-	variants := fs.String("variants", "block,spin,spin-then-block", "talaris wait strategies to run")
+	variants := fs.String("variants", "default,block,spin,spin-then-block", "talaris configurations to run: "+variantNames())
 	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
 	samples := fs.String("sample", "off,64,1", "talaris decode and ingress rows per Config.SampleEvery: off, or N to stamp one completion in N (ingress: the first --variants entry only)")
 	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
@@ -162,6 +202,9 @@ func benchMain(args []string) error {
 	fs.DurationVar(&b.dur, "duration", 2*time.Second, "measurement time per ingress run")
 	fs.DurationVar(&b.latDur, "lat-duration", 10*time.Second, "measurement time per latency run")
 	fs.DurationVar(&b.rttDur, "rtt-duration", 3*time.Second, "measurement time per rtt run")
+	fs.DurationVar(&b.ordersDur, "orders-duration", 3*time.Second, "measurement time per orders run")
+	fs.DurationVar(&b.idleDur, "idle-duration", 10*time.Second, "idle workload: process CPU measured over this long")
+	fs.Int64Var(&b.stallBytes, "stall-bytes", 8<<20, "orders workload: bytes at most sent to the connection whose peer stopped reading (keep it under Config.MaxSendQueue while sends to a full queue block)")
 	fs.IntVar(&b.rate, "rate", 20000, "latency workload: messages per second")
 	fs.IntVar(&b.decodeN, "decode-n", 100000, "decode workload: messages per round")
 	fs.IntVar(&b.decodeRounds, "decode-rounds", 5, "decode workload: rounds (best is reported)")
@@ -190,6 +233,8 @@ func benchMain(args []string) error {
 		def("duration", func() { b.dur = 500 * time.Millisecond })
 		def("lat-duration", func() { b.latDur = 3 * time.Second })
 		def("rtt-duration", func() { b.rttDur = time.Second })
+		def("orders-duration", func() { b.ordersDur = time.Second })
+		def("idle-duration", func() { b.idleDur = 3 * time.Second })
 		def("decode-rounds", func() { b.decodeRounds = 3 })
 	}
 	b.workloads, b.clients, b.variants = splitSet(*workloads), splitSet(*clients), splitSet(*variants)
@@ -304,8 +349,10 @@ func summaryOf(r *Result) string {
 		return fmt.Sprintf("%8.1f ns/msg", r.NsPerMsg)
 	case "ingress":
 		return fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.2f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
+	case "idle":
+		return fmt.Sprintf("CPU %.2f %% of one core (%.1f ms in %.1f s)", idlePct(*r), r.CPUSecs*1e3, r.Secs)
 	default:
-		return fmt.Sprintf("p50 %7.1f  p99 %8.1f  p99.9 %8.1f  max %8.1f us (n=%d)", r.P50, r.P99, r.P999, r.Max, r.Count)
+		return fmt.Sprintf("p50 %7.1f  p99 %8.1f  p99.9 %8.1f  max %8.1f us (n=%d) CPU %.1f us/sample", r.P50, r.P99, r.P999, r.Max, r.Count, cpuPerSample(*r))
 	}
 }
 
@@ -509,6 +556,44 @@ func (b *bench) plan() []job {
 			}
 		}
 	}
+	if b.workloads["orders"] {
+		base := job{workload: "orders", transport: "ws", size: 64, conns: 3}
+		if want("talaris") {
+			for _, v := range tvs {
+				j := base
+				j.label, j.client = "orders talaris/"+v.name, "talaris/"+v.name
+				j.run = func() (Result, error) { return b.talOrders(v) }
+				add(j)
+			}
+		}
+		for _, p := range goPeers {
+			if want(p.name) {
+				j := base
+				j.label, j.client = "orders "+p.name, p.name
+				j.run = func() (Result, error) { return b.peerOrders(p) }
+				add(j)
+			}
+		}
+	}
+	if b.workloads["idle"] {
+		base := job{workload: "idle", transport: "ws", conns: 1}
+		if want("talaris") {
+			for _, v := range tvs {
+				j := base
+				j.label, j.client = "idle talaris/"+v.name, "talaris/"+v.name
+				j.run = func() (Result, error) { return b.talIdle(v) }
+				add(j)
+			}
+		}
+		for _, p := range goPeers {
+			if want(p.name) {
+				j := base
+				j.label, j.client = "idle "+p.name, p.name
+				j.run = func() (Result, error) { return b.peerIdle(p) }
+				add(j)
+			}
+		}
+	}
 	return jobs
 }
 
@@ -696,7 +781,8 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 // ---- ingress ----
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
-	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, SampleEvery: sampleEvery}
+	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
+		SampleEvery: sampleEvery}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
@@ -814,7 +900,7 @@ func closePool(p *talaris.Pool, cs []talaris.Conn) error {
 	select {
 	case <-done:
 		return nil
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second): // Close may wait CloseTimeout (5 s) for close handshakes
 		leakedPools.Add(1)
 		return fmt.Errorf("Pool.Close hung (core bug; %d connections left, loop thread leaked and spinning: later results are disturbed)", p.ConnCount())
 	}
@@ -1017,6 +1103,8 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	recording := false
 	got := false
 	var frames uint64
+	var c0 float64
+	var t0rec time.Time
 	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) {
 		got = true
 		if recording && wl == "latency" && len(pl) >= 16 {
@@ -1032,7 +1120,9 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	msg := make([]byte, 64)
 	for {
 		now := time.Now()
-		recording = now.After(warmEnd)
+		if !recording && now.After(warmEnd) {
+			recording, c0, t0rec = true, cpuSeconds(), now
+		}
 		if now.After(end) {
 			break
 		}
@@ -1058,6 +1148,9 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 		}
 	}
 	r := Result{Frames: frames, Bytes: frames * 64}
+	if recording {
+		r.Secs, r.CPUSecs = time.Since(t0rec).Seconds(), cpuSeconds()-c0
+	}
 	histInto(&r, h)
 	return r, nil
 }
@@ -1071,6 +1164,8 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 	}
 	defer pc.close()
 	h := newHist()
+	var c0, c1 float64
+	var t0, t1 time.Time
 	if wl == "latency" {
 		var rec atomic.Bool
 		done := make(chan struct{})
@@ -1083,9 +1178,11 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 			})
 		}()
 		time.Sleep(b.warm)
+		c0, t0 = cpuSeconds(), time.Now()
 		rec.Store(true)
 		time.Sleep(b.latDur)
 		rec.Store(false)
+		c1, t1 = cpuSeconds(), time.Now()
 		pc.close()
 		<-done
 	} else {
@@ -1093,7 +1190,7 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 		start := time.Now()
 		for i := uint64(0); time.Since(start) < b.warm+b.rttDur; i++ {
 			binary.LittleEndian.PutUint64(msg, i)
-			t0 := time.Now()
+			t := time.Now()
 			if err := pc.write(msg); err != nil {
 				return Result{}, err
 			}
@@ -1101,11 +1198,18 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 				return Result{}, err
 			}
 			if time.Since(start) > b.warm {
-				h.RecordValue(max(int64(time.Since(t0)), 1))
+				if t0.IsZero() {
+					c0, t0 = cpuSeconds(), t
+				}
+				h.RecordValue(max(int64(time.Since(t)), 1))
 			}
 		}
+		c1, t1 = cpuSeconds(), time.Now()
 	}
 	r := Result{Frames: uint64(h.TotalCount()), Bytes: uint64(h.TotalCount()) * 64}
+	if !t0.IsZero() {
+		r.Secs, r.CPUSecs = t1.Sub(t0).Seconds(), c1-c0
+	}
 	histInto(&r, h)
 	return r, nil
 }

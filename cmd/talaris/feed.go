@@ -51,6 +51,9 @@ import (
 //	    text message (a subscription).
 //	/echo
 //	    Every data message is sent back with its opcode.
+//	/stall?ms=T
+//	    Reads nothing after the upgrade (the client's sends fill the socket),
+//	    then closes after T ms (default 60000).
 //	anything else
 //	    A ticker: a JSON text message {"seq":i,"ts":ns} every 1/rate s
 //	    (rate default 2), and every data message echoed.
@@ -156,6 +159,8 @@ func serveFeedConn(c net.Conn) {
 		feedFlood(c, fr, op, max(qint("size", 64), 0), qint("n", 0), time.Duration(qint("ms", 0))*time.Millisecond)
 	case "/paced":
 		feedPaced(c, fr, max(qint("size", 64), 16), max(qint("rate", 20000), 1), max(qint("batch", 1), 1), q.Get("sub") == "1")
+	case "/stall":
+		time.Sleep(time.Duration(max(qint("ms", 60000), 0)) * time.Millisecond)
 	case "/echo":
 		for {
 			op, p, err := fr.next()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,7 +107,7 @@ func TestBenchHarness(t *testing.T) {
 			t.Fatalf("%s: %d bytes for %d frames of 64 B", name, r.Bytes, r.Frames)
 		}
 	}
-	r, err := b.talIngress(talVariants[2], flood, 2, nil, 0)
+	r, err := b.talIngress(variant("spin-then-block"), flood, 2, nil, 0)
 	r.Workload = "ingress"
 	check("talaris ingress", r, err)
 	r, err = b.peerIngress(goPeers[1], flood, 2, false)
@@ -115,12 +116,29 @@ func TestBenchHarness(t *testing.T) {
 	r, err = b.floor(addr, "/flood?size=64", 64, 1)
 	r.Workload = "ingress"
 	check("floor", r, err)
-	r, err = b.talLatency("latency", talVariants[0], "ws://"+addr+"/paced?size=64&rate=5000")
+	r, err = b.talLatency("latency", variant("block"), "ws://"+addr+"/paced?size=64&rate=5000")
 	check("talaris latency", r, err)
-	r, err = b.talLatency("rtt", talVariants[0], "ws://"+addr+"/echo")
+	r, err = b.talLatency("rtt", variant("block"), "ws://"+addr+"/echo")
 	check("talaris rtt", r, err)
 	r, err = b.peerLatency("rtt", goPeers[2], "ws://"+addr+"/echo")
 	check("gws rtt", r, err)
+	// orders and idle (issue 9): the accounting, on the in-process feed.
+	b.feed = &feedProc{WS: addr}
+	b.ordersDur, b.idleDur, b.stallBytes = 200*time.Millisecond, 200*time.Millisecond, 1<<20
+	r, err = b.talOrders(variant("default"))
+	check("talaris orders", r, err)
+	if r.Count == 0 || !strings.Contains(r.Note, "S accepted 1.0 MiB") {
+		t.Fatalf("talaris orders: %d samples, note %q", r.Count, r.Note)
+	}
+	r, err = b.peerOrders(goPeers[0])
+	check("gorilla orders", r, err)
+	for _, v := range []string{"default", "spin"} {
+		r, err = b.talIdle(variant(v))
+		if err != nil || r.Secs < 0.19 {
+			t.Fatalf("idle %s: %v, %v s", v, err, r.Secs)
+		}
+		t.Logf("idle %s: %.2f %% of a CPU", v, idlePct(r))
+	}
 	r, err = b.talDecode(0)
 	check("talaris decode", r, err)
 	for _, p := range goPeers {

@@ -91,17 +91,62 @@ func (b *bench) markdownTables() string {
 		} else {
 			fmt.Fprintf(&s, "### rtt: echo round trip, 64 B, one message outstanding, %v per run (microseconds)\n\n", b.rttDur)
 		}
-		s.WriteString("| client | p50 | p99 | p99.9 | max | samples |\n|---|---:|---:|---:|---:|---:|\n")
+		latencyTable(&s, rs, errCell)
+	}
+	if rs := by("orders"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### orders: echo round trip of 64 B orders on connection O while the same client reads a flood on F and keeps sending %d KiB messages to S, whose peer stopped reading (at most %d MiB); %v per run (microseconds)\n\n", stuckMsg>>10, b.stallBytes>>20, b.ordersDur)
+		latencyTable(&s, rs, errCell)
+		for _, r := range rs {
+			if r.Note != "" && r.Err == "" {
+				fmt.Fprintf(&s, "- %s: %s\n", r.Client, r.Note)
+			}
+		}
+		s.WriteString("\n")
+	}
+	if rs := by("idle"); len(rs) > 0 {
+		fmt.Fprintf(&s, "### idle: process CPU (getrusage) with one open, quiet connection and a goroutine waiting in the pump (Go peers: in a read), over %v\n\n", b.idleDur)
+		s.WriteString("| client | CPU % of one core | CPU ms |\n|---|---:|---:|\n")
 		for _, r := range rs {
 			if r.Err != "" {
-				fmt.Fprintf(&s, "| %s | %s | | | | |\n", r.Client, errCell(r))
+				fmt.Fprintf(&s, "| %s | %s | |\n", r.Client, errCell(r))
 				continue
 			}
-			fmt.Fprintf(&s, "| %s | %.1f | %.1f | %.1f | %.1f | %d |\n", r.Client, r.P50, r.P99, r.P999, r.Max, r.Count)
+			fmt.Fprintf(&s, "| %s | %.2f | %.1f |\n", r.Client, idlePct(r), r.CPUSecs*1e3)
 		}
 		s.WriteString("\n")
 	}
 	return s.String()
+}
+
+// latencyTable writes the percentile table of latency, rtt or orders
+// results, with the process CPU time per sample where it was measured.
+func latencyTable(s *strings.Builder, rs []Result, errCell func(Result) string) {
+	s.WriteString("| client | p50 | p99 | p99.9 | max | samples | CPU us / sample |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		if r.Err != "" {
+			fmt.Fprintf(s, "| %s | %s | | | | | |\n", r.Client, errCell(r))
+			continue
+		}
+		fmt.Fprintf(s, "| %s | %.1f | %.1f | %.1f | %.1f | %d | %s |\n", r.Client, r.P50, r.P99, r.P999, r.Max, r.Count, fmtF(cpuPerSample(r), 1))
+	}
+	s.WriteString("\n")
+}
+
+// cpuPerSample is the process CPU time per latency sample in microseconds
+// (0 when not measured).
+func cpuPerSample(r Result) float64 {
+	if r.Count == 0 || r.CPUSecs == 0 {
+		return 0
+	}
+	return r.CPUSecs * 1e6 / float64(r.Count)
+}
+
+// idlePct is an idle result's CPU time as a percentage of one core.
+func idlePct(r Result) float64 {
+	if r.Secs == 0 {
+		return 0
+	}
+	return 100 * r.CPUSecs / r.Secs
 }
 
 // bestOf returns the best value of metric among results of a workload
@@ -124,8 +169,12 @@ func (b *bench) bestOf(match func(Result) bool, metric func(Result) float64, low
 }
 
 func isTalaris(r Result) bool { return strings.HasPrefix(r.Client, "talaris") }
-func isRust(r Result) bool    { return strings.HasPrefix(r.Client, "rust-talaris") }
-func isGoPeer(r Result) bool  { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
+
+// isTalarisUnsampled: a talaris row without stage sampling (the targets
+// compare those; the +sampleN rows measure what sampling costs).
+func isTalarisUnsampled(r Result) bool { return isTalaris(r) && !strings.Contains(r.Client, "+sample") }
+func isRust(r Result) bool             { return strings.HasPrefix(r.Client, "rust-talaris") }
+func isGoPeer(r Result) bool           { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
 
 // targets checks the ratios of issue 5 on this run's numbers.
 func (b *bench) targets() string {
@@ -145,7 +194,7 @@ func (b *bench) targets() string {
 	}
 	and := func(a, c func(Result) bool) func(Result) bool { return func(r Result) bool { return a(r) && c(r) } }
 	ns := func(r Result) float64 { return r.NsPerMsg }
-	tv, tw := b.bestOf(wl("decode", isTalaris), ns, true)
+	tv, tw := b.bestOf(wl("decode", isTalarisUnsampled), ns, true)
 	gv, gw := b.bestOf(wl("decode", isGoPeer), ns, true)
 	row("decode <= 10 ns/msg", fmt.Sprintf("talaris %.1f ns/msg (best Go peer %s %.1f)", tv, gw, gv), tv <= 10, tv > 0)
 	_ = tw
@@ -153,7 +202,7 @@ func (b *bench) targets() string {
 	for _, tr := range []string{"ws", "wss"} {
 		for _, n := range b.conns {
 			m := func(r Result) bool { return r.Transport == tr && r.Conns == n }
-			tv, tw := b.bestOf(and(wl("ingress", isTalaris), m), fps, false)
+			tv, tw := b.bestOf(and(wl("ingress", isTalarisUnsampled), m), fps, false)
 			gv, gw := b.bestOf(and(wl("ingress", isGoPeer), m), fps, false)
 			rv, _ := b.bestOf(and(wl("ingress", isRust), m), fps, false)
 			if gv == 0 {
@@ -168,7 +217,7 @@ func (b *bench) targets() string {
 	}
 	p50 := func(r Result) float64 { return r.P50 }
 	p999 := func(r Result) float64 { return r.P999 }
-	tv, tw = b.bestOf(wl("latency", isTalaris), p50, true)
+	tv, tw = b.bestOf(wl("latency", isTalarisUnsampled), p50, true)
 	gv, gw = b.bestOf(wl("latency", isGoPeer), p50, true)
 	rv, rw := b.bestOf(wl("latency", isRust), p50, true)
 	if gv > 0 {
@@ -177,7 +226,7 @@ func (b *bench) targets() string {
 	if rv > 0 {
 		row("latency p50 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
 	}
-	tv, tw = b.bestOf(wl("latency", isTalaris), p999, true)
+	tv, tw = b.bestOf(wl("latency", isTalarisUnsampled), p999, true)
 	gv, gw = b.bestOf(wl("latency", isGoPeer), p999, true)
 	rv, rw = b.bestOf(wl("latency", isRust), p999, true)
 	if gv > 0 {
@@ -186,7 +235,58 @@ func (b *bench) targets() string {
 	if rv > 0 {
 		row("latency p99.9 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
 	}
+	// Issue 9: the default configuration against the best Go peer.
+	isDefault := func(r Result) bool { return r.Client == "talaris/default" }
+	for _, t := range []struct {
+		w, name string
+		metric  func(Result) float64
+	}{{"rtt", "p50", p50}, {"rtt", "p99.9", p999}, {"latency", "p50", p50}, {"orders", "p50", p50}, {"orders", "p99.9", p999}} {
+		dv, _ := b.bestOf(wl(t.w, isDefault), t.metric, true)
+		gv, gw := b.bestOf(wl(t.w, isGoPeer), t.metric, true)
+		if gv > 0 {
+			row(fmt.Sprintf("%s %s talaris/default <= best Go peer", t.w, t.name), fmt.Sprintf("%.1f us / %s %.1f us = %.2fx", dv, gw, gv, dv/gv), dv <= gv, dv > 0)
+		}
+	}
+	if iv, _ := b.bestOf(wl("idle", isDefault), idlePct, true); iv > 0 {
+		row("idle talaris/default < 1 % of a CPU", fmt.Sprintf("%.2f %%", iv), iv < 1, true)
+	}
+	b.samplingTargets(row)
 	return s.String()
+}
+
+// samplingTargets adds issue 12's sampling-cost rows: the difference
+// between a +sampleN row and its unsampled twin, in ns per message (decode:
+// wall time; ingress: client CPU per frame, steadier on a shared machine).
+func (b *bench) samplingTargets(row func(target, value string, ok, have bool)) {
+	find := func(w, client, tr string, conns int) *Result {
+		for i := range b.results {
+			r := &b.results[i]
+			if r.Err == "" && r.Workload == w && r.Client == client && (w == "decode" || r.Transport == tr && r.Conns == conns) {
+				return r
+			}
+		}
+		return nil
+	}
+	limits := map[string]float64{"+sample64": 2, "+sample1": 25}
+	for _, suf := range []string{"+sample64", "+sample1"} {
+		lim := limits[suf]
+		if off, on := find("decode", "talaris", "", 0), find("decode", "talaris"+suf, "", 0); off != nil && on != nil {
+			d := on.NsPerMsg - off.NsPerMsg
+			row(fmt.Sprintf("decode %s costs <= %g ns/msg", suf, lim), fmt.Sprintf("%.1f - %.1f = %+.1f ns/msg", on.NsPerMsg, off.NsPerMsg, d), d <= lim, true)
+		}
+		for _, r := range b.results {
+			if r.Workload != "ingress" || !strings.HasSuffix(r.Client, suf) || r.Err != "" || r.Frames == 0 {
+				continue
+			}
+			off := find("ingress", strings.TrimSuffix(r.Client, suf), r.Transport, r.Conns)
+			if off == nil || off.Frames == 0 {
+				continue
+			}
+			on, base := r.CPUSecs/float64(r.Frames)*1e9, off.CPUSecs/float64(off.Frames)*1e9
+			row(fmt.Sprintf("ingress %s x%d %s costs <= %g ns/msg (CPU)", r.Transport, r.Conns, suf, lim),
+				fmt.Sprintf("%.1f - %.1f = %+.1f ns/frame", on, base, on-base), on-base <= lim, true)
+		}
+	}
 }
 
 func (b *bench) markdownReport(mdPath string, plots []string) string {
@@ -208,13 +308,13 @@ func (b *bench) markdownReport(mdPath string, plots []string) string {
 	fmt.Fprintf(&s, "- load average when the run started (other processes on the machine): %s\n", b.loadAvg)
 	fmt.Fprintf(&s, "- pinning: client %s, feed server %s, talaris loop thread %s\n", pin(b.clientCPU), pin(b.serverCPU), pin(b.loopCPU))
 	s.WriteString("- feed server: `talaris feed-server` in a child process (pre-built frames in 256 KiB writes; crypto/tls for wss); Go peers use their fastest read API, crypto/tls for wss\n")
-	s.WriteString("- talaris variants: wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`)\n")
+	s.WriteString("- talaris variants: `default` is the zero Config (WaitDefault, i.e. WaitAdaptive); the others set the wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`, ...; see `talaris bench -h`)\n")
 	for _, n := range b.notes() {
 		fmt.Fprintf(&s, "- note: %s\n", n)
 	}
 	s.WriteString("\n")
 	s.WriteString(b.markdownTables())
-	s.WriteString("### targets (issue 5), computed from the tables above\n\n")
+	s.WriteString("### targets (issues 5 and 9), computed from the tables above\n\n")
 	s.WriteString(b.targets())
 	s.WriteString("\n")
 	if len(plots) > 0 {

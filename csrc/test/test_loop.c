@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../http.h"
+#include "../loop.h" /* test_dial_during_stop puts the loop in its shutdown state */
 #include "../talaris.h"
 #include "../ws.h"
 #include "check.h"
@@ -664,6 +665,28 @@ static void test_send_queue(void)
 	tl_loop_free(h.l);
 }
 
+/* A DIAL still in the command ring when the loop stops is dropped: the
+ * loop must not start a connection after it shut the others down (that
+ * one would live on, and tl_loop_stop would wait for it forever). Go
+ * publishes every command before tl_loop_stop, but a busy loop can see
+ * the stop request before it drains them. Reproduced here by putting the
+ * sleeping loop in its "shut down" state, then sending a DIAL. */
+static void test_dial_during_stop(void)
+{
+	struct harness h;
+
+	start(&h, 1024);
+	for (int i = 0; i < 20000 && !__atomic_load_n(&h.cr->loop_sleeping, __ATOMIC_SEQ_CST); i++)
+		usleep(100);
+	usleep(20000); /* past its last look at the ring: asleep in the kernel */
+	h.l->shutting_down = 1;
+	h.l->stop_done = 1; /* as after shutdown_all: it exits once nothing is live */
+	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 1, 1, NULL, 0); /* wakes it */
+	tl_loop_stop(h.l); /* joins: hangs if the DIAL started a connection */
+	CHECK(tl_loop_conns(h.l)[1].state == 0); /* never started */
+	tl_loop_free(h.l);
+}
+
 int main(void)
 {
 	test_memory_stream();
@@ -672,6 +695,7 @@ int main(void)
 	test_send_queue();
 	test_sampling();
 	test_refused_upgrade();
+	test_dial_during_stop();
 	printf("test_loop: %lu checks passed\n", check_passed);
 	return 0;
 }
