@@ -151,6 +151,9 @@ func (c Conn) admit(units uint64) error {
 	if !c.sendable() {
 		return ErrClosed
 	}
+	if c.inGap() {
+		return ErrWouldBlock // reconnecting: nothing is sent on a half-open socket
+	}
 	acc := p.txAcc[c.slot].Load()
 	if q := c.queued(acc); q > 0 && q+units > p.cfg.MaxSendQueue {
 		return ErrWouldBlock
@@ -292,7 +295,7 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 		if !c.sendable() {
 			return ErrClosed
 		}
-		if q := c.queued(p.txAcc[c.slot].Load()); q == 0 || q+units <= p.cfg.MaxSendQueue {
+		if q := c.queued(p.txAcc[c.slot].Load()); !c.inGap() && (q == 0 || q+units <= p.cfg.MaxSendQueue) {
 			return nil
 		}
 		futexWait(seq, s, time.Second) // the timeout is a defence only
@@ -397,8 +400,6 @@ func (c Conn) control(op uint8, b []byte) error {
 	return nil
 }
 
-// abort sends the abort command; like closeConn, it ends sends on c at
-// once (ErrClosed) and wakes a SendContext waiting on it.
 func (c Conn) abort() error {
 	if !c.enter() {
 		return c.endedErr()
@@ -407,24 +408,22 @@ func (c Conn) abort() error {
 	defer p.exit()
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
-	if !c.live() {
-		return ErrClosed
+	if p.closed.Load() {
+		return ErrPoolClosed
 	}
-	c.endSends()
+	if !c.live() {
+		return ErrClosed // also after an earlier Abort took effect
+	}
+	// As after Close: sends return ErrClosed, a waiting SendContext returns.
+	p.userClosed[c.slot].Store(c.gen)
+	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
+	atomic.AddUint32(seq, 1)
+	futexWake(seq)
 	if err := p.putRecord(cmdAbort, 0, 0, c.slot, c.gen, nil); err != nil {
 		return err
 	}
 	p.publish()
 	return nil
-}
-
-// endSends marks c closed for sends and wakes its SendContext waiters.
-// Called with sendMu held, inside enter.
-func (c Conn) endSends() {
-	c.p.userClosed[c.slot].Store(c.gen)
-	seq := (*uint32)(unsafe.Pointer(&c.p.pub[c.slot].tx_seq))
-	atomic.AddUint32(seq, 1)
-	futexWake(seq)
 }
 
 // closeConn sends the close command; from here on Send* on c returns
@@ -444,7 +443,10 @@ func (c Conn) closeConn(code int, reason string) error {
 	if !c.live() || p.userClosed[c.slot].Load() == c.gen {
 		return ErrClosed
 	}
-	c.endSends()
+	p.userClosed[c.slot].Store(c.gen)
+	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
+	atomic.AddUint32(seq, 1)
+	futexWake(seq)
 	if err := p.putRecord(cmdClose, 0, uint16(code), c.slot, c.gen, []byte(reason)); err != nil {
 		return err
 	}

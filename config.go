@@ -150,6 +150,10 @@ var defaults = Config{
 	SampleEvery:      0, // off: stamping is opt-in
 }
 
+// The ReconnectPolicy defaults (MinDelay 100ms, MaxDelay 30s or MinDelay
+// if larger, MaxAttempts 0: forever) are in defaultReconnect in
+// reconnect.go, beside the type.
+
 // Derived defaults and the Decoder's sizes.
 const (
 	cqPerSQ             = 4       // CQEntries = cqPerSQ x SQEntries
@@ -283,7 +287,8 @@ type DialOptions struct {
 	Header       http.Header // extra request headers (not Upgrade, Connection, Sec-WebSocket-*)
 	Subprotocols []string    // offered in Sec-WebSocket-Protocol
 	TLS          TLSOptions
-	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial.
+	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial
+	// (each attempt, under a reconnect policy).
 	HandshakeTimeout time.Duration
 	// LocalAddr is the source address the connection's socket is bound to
 	// before it connects: an IP address ("127.0.0.2", "::1") or an IP and
@@ -309,6 +314,15 @@ type DialOptions struct {
 	// loop itself holds the connection's input back (the pump lags) does
 	// not count. 0 (the default): no timeout. At least 1ms.
 	ReadTimeout time.Duration
+	// Reconnect, when set, makes the loop re-dial after every drop, with
+	// backoff; the Conn handle stays valid (see ReconnectPolicy). Zero
+	// delays take the defaults written beside ReconnectPolicy's fields.
+	Reconnect *ReconnectPolicy
+	// Subscribe holds text messages (valid UTF-8, 1 MiB in all) the loop
+	// sends after every open, the first included, before anything the
+	// application sends: the subscription a feed needs again after each
+	// reconnect. They count in ConnStats.MsgsOut.
+	Subscribe [][]byte
 }
 
 // dialDefaults is the table of DialOptions defaults, as defaults is for

@@ -75,7 +75,14 @@ func (c Conn) stats() ConnStats {
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out),
 		Resumed:    atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.resumed))) != 0,
 		SendQueued: c.queued(c.p.txAcc[c.slot].Load()), SendQueueFull: c.p.txFull[c.slot].Load(),
+		Reconnects: ld(&pb.reconnects),
 	}
+}
+
+// inGap reports whether c waits to reconnect (from its EventReconnecting
+// until the next open): sends then return ErrWouldBlock. Call after live.
+func (c Conn) inGap() bool {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.p.pub[c.slot].gap))) != 0
 }
 
 func (c Conn) subprotocol() string {

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5c0929920e54e2c0
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x84d87cc6a48ddc8b
 import "C"
 
-const csrcHash = "5c0929920e54e2c0"
+const csrcHash = "84d87cc6a48ddc8b"

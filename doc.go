@@ -139,6 +139,20 @@
 // bounded by CloseTimeout, for their close handshakes before it frees the
 // loop.
 //
+// With DialOptions.Reconnect the end of a connection is not final unless
+// the policy gives up: the loop delivers EventReconnecting (Err says why,
+// Delay how long it waits), waits on a timer of its own, re-dials the same
+// slot (the Conn handle stays valid and equal to itself), sends
+// DialOptions.Subscribe first and delivers EventOpen with Reconnects
+// counting the re-opens. In the gap State reports StateConnecting (or a
+// later handshake state) and Send*, Ping and Pong return ErrWouldBlock:
+// the application resubscribes through Subscribe and resyncs its state
+// when the EventReconnecting/EventOpen pair arrives. Conn.Close and
+// Conn.Abort stop the reconnecting (during the wait they end the handle at
+// once with an EventError wrapping ErrAborted); Pool.Close ends every
+// handle.
+// ReconnectPolicy documents the backoff, Retry-After and MaxAttempts.
+//
 // # Errors
 //
 // Errors returned by this package and Event.Err wrap exported sentinels

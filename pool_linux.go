@@ -294,6 +294,7 @@ func (p *Pool) poolStats() PoolStats {
 		Events: uint64(s.events), Batches: uint64(s.batches), CQEs: uint64(s.cqes), Rearms: uint64(s.rearms),
 		NoBufs: uint64(s.nobufs), Stalls: uint64(s.stalls), LoopWakes: uint64(s.loop_wakes),
 		PumpSleeps: uint64(s.pump_sleeps),
+		Reconnects: uint64(s.reconnects),
 	}
 }
 
@@ -456,6 +457,20 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 	dp.handshake_timeout_ns = C.uint64_t(opts.HandshakeTimeout)
 	dp.ping_interval_ns = C.uint64_t(opts.PingInterval)
 	dp.read_timeout_ns = C.uint64_t(opts.ReadTimeout)
+	if opts.Reconnect != nil {
+		rp, err := opts.Reconnect.withDefaults()
+		if err != nil {
+			return 0, 0, err
+		}
+		dp.rc_enabled = 1
+		dp.rc_min_ns = C.uint64_t(rp.MinDelay)
+		dp.rc_max_ns = C.uint64_t(rp.MaxDelay)
+		dp.rc_max_attempts = C.uint32_t(min(rp.MaxAttempts, 1<<31))
+	}
+	sub, err := subscribeBlob(opts.Subscribe)
+	if err != nil {
+		return 0, 0, err
+	}
 	var frees []*C.char
 	set := func(dst **C.char, dl *C.size_t, s string) {
 		*dst, *dl = cstr(s)
@@ -482,6 +497,7 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 		set(&dp.sess_key, &dp.sess_key_len, pol.sessionKey(t.addrs[0].String(), t.serverName))
 		dp.min_version, dp.max_version = C.uint32_t(pol.minVersion), C.uint32_t(pol.maxVersion)
 	}
+	set(&dp.subscribe, &dp.subscribe_len, sub)
 	defer func() {
 		for _, f := range frees {
 			C.free(unsafe.Pointer(f))

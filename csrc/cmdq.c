@@ -92,7 +92,12 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 {
 	if ((cmd->flags & TL_CMDF_IF_DIALING) && c->state >= TL_ST_OPEN)
 		return; /* it opened first: Dial returns it after all */
-	if (c->fd < 0 && c->state == TL_ST_OPEN) {
+	tl_loop_stop_reconnect(c);
+	if (c->dying) /* ending already (or its EventReconnecting waits for room): now final */
+		return;
+	if (c->rc_wait) {
+		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed while waiting to reconnect");
+	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;
 		c->close_rcvd = 1;

@@ -47,6 +47,30 @@ void tl_conn_reset(struct tl_conn *c)
 	c->sq.p = sq;
 	c->sq.cap = sqc;
 	c->close_code = 1005;
+	c->retry_after = -1;
+}
+
+void tl_conn_reset_keep(struct tl_conn *c)
+{
+	uint32_t gen = c->gen, attempts = c->rc_attempts;
+	uint64_t opens = c->opens, mi = c->msgs_in, bi = c->bytes_in;
+	uint64_t tx_done = c->tx_done; /* Go's admission counts on it: it only grows */
+	struct tl_dial *d = c->dial;
+	struct tl_conn *stall_next = c->stall_next;
+	uint8_t stop = c->rc_stop, listed = c->on_stall_list;
+
+	tl_conn_reset(c);
+	/* Still linked on loop->stalled: run_stalled unlinks it. */
+	c->stall_next = stall_next;
+	c->on_stall_list = listed;
+	c->gen = gen;
+	c->dial = d;
+	c->rc_attempts = attempts;
+	c->opens = opens;
+	c->msgs_in = mi;
+	c->bytes_in = bi;
+	c->rc_stop = stop;
+	c->tx_done = tx_done;
 }
 
 /* ---- output ---- */
@@ -473,11 +497,38 @@ nomem:
 	return -1;
 }
 
+int tl_conn_send_subscribe(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_dial *d = c->dial;
+	struct tl_conn_pub *pub = &l->pub[c->slot];
+	size_t off = 0;
+
+	if (!d || !d->subscribe_len)
+		return 0;
+	while (off + 4 <= d->subscribe_len) {
+		uint32_t n;
+		memcpy(&n, d->subscribe + off, 4);
+		off += 4;
+		if (n > d->subscribe_len - off)
+			break; /* Go builds the blob; a short one is a bug, not input */
+		if (tl_conn_send_frame(l, c, TL_OP_TEXT, 1, (const uint8_t *)d->subscribe + off, n) < 0)
+			return -1;
+		__atomic_store_n(&pub->msgs_out, pub->msgs_out + 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&pub->bytes_out, pub->bytes_out + n, __ATOMIC_RELAXED);
+		off += n;
+	}
+	tl_loop_flush(l, c);
+	return 0;
+}
+
+/* publish_open publishes EventOpen; aux carries the handle's successful
+ * re-opens (0 on the first open). */
 static int publish_open(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
 	size_t n = strnlen(p->proto, sizeof(p->proto));
-	if (tl_loop_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, 0, 0) < 0) {
+	int reopens = c->opens > 1 ? (int)(c->opens - 1) : 0;
+	if (tl_loop_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, reopens, 0) < 0) {
 		c->open_pending = 1;
 		return TL_FEED_STALL;
 	}
@@ -528,6 +579,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		else
 			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
 		*used = n;
+		c->retry_after = rs.retry_after;
 		keep_head(c);
 		tl_loop_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
 		return TL_FEED_DEAD;
@@ -549,6 +601,10 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 	}
 	tl_loop_set_state(l, c, TL_ST_OPEN);
 	tl_loop_regroup(l, c);
+	/* Subscribe goes out first: user commands for this connection are
+	 * only run by the loop after this returns. */
+	if (tl_conn_send_subscribe(l, c) < 0)
+		return TL_FEED_DEAD;
 	return publish_open(l, c);
 }
 

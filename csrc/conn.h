@@ -54,6 +54,12 @@ struct tl_dial {
 	struct sockaddr_storage local; /* bound before connect when local_len != 0 */
 	uint32_t local_len;
 	uint64_t ping_interval_ns, read_timeout_ns; /* heartbeat; 0: off */
+	/* reconnect policy and subscribe messages (see tl_dial_params) */
+	int rc_enabled;
+	uint32_t rc_max_attempts;
+	uint64_t rc_min_ns, rc_max_ns;
+	char *subscribe;
+	size_t subscribe_len;
 };
 
 /* tl_dupn returns a malloced copy of s[0..n) plus a NUL (NULL on no
@@ -184,7 +190,21 @@ struct tl_conn {
 	struct tl_sendq sq;
 	uint64_t tx_done;     /* send units retired; mirrored to tl_conn_pub.tx_done */
 	uint8_t tx_msg_open;  /* a data message has frames in the out buffers but not its last */
+	/* reconnect (loop.c): these survive the reset between attempts */
+	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
+	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */
+	uint8_t rc_wait;       /* waiting for the backoff deadline to re-dial */
+	uint8_t rc_pending;    /* the EventReconnecting waits for ring room */
+	uint32_t rc_attempts;  /* attempts since the last open (the first dial counts) */
+	uint64_t opens;        /* successful opens of this handle */
+	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
+	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
 };
+
+/* tl_conn_send_subscribe queues c's subscribe messages (text frames, in
+ * order) after the upgrade completed, before any user command can run.
+ * Returns 0, or -1 after failing c. */
+int tl_conn_send_subscribe(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_shared is conn.c's state shared by every connection of a loop
  * (the loop thread is its only user). */
@@ -202,6 +222,11 @@ void tl_conn_shared_free(struct tl_conn_shared *cs);
  * and out buffers' allocations for reuse; the previous connection's
  * fail_head is freed. */
 void tl_conn_reset(struct tl_conn *c);
+
+/* tl_conn_reset_keep is tl_conn_reset between two attempts of one
+ * reconnecting handle: generation, dial parameters, counters and the
+ * reconnect bookkeeping survive. */
+void tl_conn_reset_keep(struct tl_conn *c);
 
 /* tl_conn_start_upgrade writes the HTTP upgrade request (through TLS when
  * c is wss) and prepares to read the response. Returns 0, or -1 after

@@ -88,8 +88,10 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 
 	if (c->send_inflight || c->fd < 0 || c->state == TL_ST_CONNECTING)
 		return;
-	if (c->send_errno) /* the socket refused a send: nobody reads these bytes */
+	if (c->send_errno) { /* the socket refused a send: nobody reads these bytes */
 		tl_conn_tx_drop_all(l, c);
+		return;
+	}
 	ob = &c->out[c->cur ^ 1];
 	if (ob->len > c->sent_off) {
 		submit_send(l, c, ob);
@@ -176,7 +178,8 @@ static int rx_cancel(struct tl_loop *l, struct tl_conn *c)
 static uint32_t rx_share(const struct tl_loop *l)
 {
 	uint32_t count = l->slots.main.count;
-	uint32_t share = l->live ? count / (2 * l->live) : count / 4;
+	uint32_t live = l->live - l->rc_waits; /* handles waiting to reconnect hold no slots */
+	uint32_t share = live ? count / (2 * live) : count / 4;
 	if (share > count / 4)
 		share = count / 4;
 	return share < 2 ? 2 : share;
@@ -313,8 +316,15 @@ void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 	c->state = (uint8_t)st;
 	/* Dial tells "opened, then ended before Dial looked" (the events are
 	 * in the ring: a success) from "failed during the handshake". */
-	if (st == TL_ST_OPEN)
+	if (st == TL_ST_OPEN) {
 		__atomic_store_n(&p->opened, 1, __ATOMIC_RELAXED);
+		c->was_open = 1;
+		if (++c->opens > 1) { /* a reconnect policy's re-open */
+			__atomic_store_n(&p->reconnects, c->opens - 1, __ATOMIC_RELAXED);
+			STAT_ADD(l, reconnects, 1);
+		}
+		__atomic_store_n(&p->gap, 0, __ATOMIC_RELAXED);
+	}
 	__atomic_store_n(&p->state, (uint32_t)st, __ATOMIC_RELEASE);
 	/* Dial may be waiting on this word. State changes are rare. */
 	futex_wake(&p->state);
@@ -461,6 +471,7 @@ static void free_dial(struct tl_dial *d)
 	free(d->ca_pem);
 	tl_tlsv_dial_free(d->tlsx);
 	free(d->alt);
+	free(d->subscribe);
 	free(d);
 }
 
@@ -499,10 +510,145 @@ static void finish(struct tl_loop *l, struct tl_conn *c)
 	l->live--;
 }
 
+/* ---- reconnect ---- */
+
+void tl_loop_stop_reconnect(struct tl_conn *c)
+{
+	c->rc_stop = 1;
+}
+
+/* rc_rand returns the next number of the loop's xorshift64* generator
+ * (jitter only: nothing secret depends on it). */
+static uint64_t rc_rand(struct tl_loop *l)
+{
+	uint64_t x = l->rc_seed;
+	if (!x)
+		x = tl_loop_now_ns() ^ (uint64_t)(uintptr_t)l ^ 0x9e3779b97f4a7c15ull;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	l->rc_seed = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+/* rc_backoff is the wait before c's next attempt: full jitter over
+ * [min, min(max, min * 2^attempts)], where attempts counts the attempts
+ * since the last open (0 right after a drop, so the first wait is min).
+ * A 429 or 503 whose Retry-After asks for longer gets that. */
+static uint64_t rc_backoff(struct tl_loop *l, struct tl_conn *c)
+{
+	const struct tl_dial *d = c->dial;
+	uint64_t hi = d->rc_min_ns, delay;
+
+	for (uint32_t i = 0; i < c->rc_attempts && hi < d->rc_max_ns; i++)
+		hi *= 2;
+	if (hi > d->rc_max_ns)
+		hi = d->rc_max_ns;
+	delay = d->rc_min_ns + (hi > d->rc_min_ns ? rc_rand(l) % (hi - d->rc_min_ns + 1) : 0);
+	if (c->fail_err == TL_E_HTTP && (c->fail_code == 429 || c->fail_code == 503) && c->retry_after >= 0) {
+		uint64_t ra = (uint64_t)c->retry_after * 1000000000ull;
+		if (delay < ra)
+			delay = ra;
+	}
+	return delay;
+}
+
+/* reconnect_wanted says whether c's end (its socket closed, every
+ * operation completed) is followed by another attempt rather than the
+ * final event: a policy, no Close/Abort, no Pool.Close, a cause that a
+ * retry can cure, and attempts left (a connection that opened always gets
+ * a new series). */
+static int reconnect_wanted(struct tl_loop *l, struct tl_conn *c)
+{
+	const struct tl_dial *d = c->dial;
+
+	if (!d || !d->rc_enabled || c->rc_stop || l->shutting_down)
+		return 0;
+	switch (c->fail_err) {
+	case TL_E_ABORTED:
+	case TL_E_SHUTDOWN:
+	case TL_E_NOMEM:
+	case TL_E_INTERNAL:
+		return 0;
+	case TL_E_TLS:
+		if (c->fail_aux == TL_TLS_CONFIG)
+			return 0;
+		break;
+	}
+	return c->was_open || d->rc_max_attempts == 0 || c->rc_attempts < d->rc_max_attempts;
+}
+
+/* reconnect_begin publishes EventReconnecting (not final) for c's end and
+ * arms the backoff deadline; on_deadline re-dials the same slot and
+ * generation. When the ring is full the connection waits on the stall
+ * list (rc_pending) and end_or_reconnect runs again. */
+static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	uint8_t buf[16 + sizeof(p->detail) + sizeof(c->reason)];
+	uint32_t next, zero = 0;
+	const uint8_t *why;
+	size_t wn;
+	uint16_t code = c->fail_err ? c->fail_code : c->close_code;
+	uint64_t delay;
+
+	if (!c->rc_pending) {
+		if (c->was_open)
+			c->rc_attempts = 0;
+		c->rc_delay_ns = rc_backoff(l, c);
+	}
+	next = c->rc_attempts + 1;
+	if (c->fail_err) {
+		why = (const uint8_t *)p->detail;
+		wn = strnlen(p->detail, sizeof(p->detail));
+	} else {
+		why = c->reason;
+		wn = c->reason_len;
+	}
+	memcpy(buf, &c->rc_delay_ns, 8);
+	memcpy(buf + 8, &next, 4);
+	memcpy(buf + 12, &zero, 4);
+	memcpy(buf + 16, why, wn);
+	if (tl_loop_emit(l, c, TL_EV_RECONNECTING, buf, 16 + wn, code, c->fail_err, c->fail_aux, 0) < 0) {
+		c->rc_pending = 1;
+		tl_loop_stall(l, c);
+		return;
+	}
+	c->rc_pending = 0;
+	__atomic_store_n(&p->gap, 1, __ATOMIC_RELAXED);
+	p->proto[0] = 0;
+	delay = c->rc_delay_ns;
+	/* Output of the dropped socket is never sent: retire its units so
+	 * Go's admission (accepted - tx_done) starts the next attempt empty. */
+	tl_conn_tx_drop_all(l, c);
+	tl_conn_reset_keep(c);
+	tl_loop_set_state(l, c, TL_ST_CONNECTING);
+	c->rc_wait = 1;
+	c->rc_delay_ns = delay;
+	l->rc_waits++;
+	tl_loop_set_deadline(l, c, delay);
+}
+
+/* end_or_reconnect ends c (final event) or, under a reconnect policy,
+ * starts the wait for its next attempt. c's socket is closed and no
+ * operation of it is in flight. */
+static void end_or_reconnect(struct tl_loop *l, struct tl_conn *c)
+{
+	if (reconnect_wanted(l, c)) {
+		reconnect_begin(l, c);
+		return;
+	}
+	c->rc_pending = 0;
+	free_dial(c->dial);
+	c->dial = NULL;
+	finish(l, c);
+}
+
 /* maybe_finish closes the socket once no operation is in flight. */
 static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 {
-	if (!c->dying || rx_in_kernel(c) || c->send_inflight || c->cancel_inflight || c->connect_inflight)
+	if (!c->dying || c->rc_pending || rx_in_kernel(c) || c->send_inflight || c->cancel_inflight ||
+	    c->connect_inflight)
 		return;
 	if (c->fd >= 0) {
 		close(c->fd);
@@ -512,12 +658,17 @@ static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 		tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
 		clear_deadline(l, c);
 		hb_clear(l, c);
+		if (c->rc_wait) {
+			c->rc_wait = 0;
+			l->rc_waits--;
+		}
 		tl_tls_free(c);
-		free_dial(c->dial);
-		c->dial = NULL;
 		free(c->hs);
 		c->hs = NULL;
-		finish(l, c);
+		if (c->final_pending)
+			finish(l, c);
+		else
+			end_or_reconnect(l, c);
 	}
 }
 
@@ -580,13 +731,14 @@ void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
  * event is EventError with TL_E_ABORTED whatever was under way. */
 void tl_loop_abort(struct tl_loop *l, struct tl_conn *c)
 {
+	tl_loop_stop_reconnect(c); /* an abort is final, also during a backoff wait */
 	if (c->dying)
 		return;
 	c->fail_err = TL_E_ABORTED;
 	c->fail_aux = 0;
 	c->fail_code = 1006;
 	tl_loop_detail(l, c, "aborted by Conn.Abort");
-	c->out[c->cur].len = 0;
+	tl_conn_tx_drop_all(l, c); /* queued output is dropped, its units retired */
 	c->msg_ready = 0;
 	c->ctrl_ready = 0;
 	c->open_pending = 0;
@@ -596,6 +748,8 @@ void tl_loop_abort(struct tl_loop *l, struct tl_conn *c)
 }
 
 /* ---- commands ---- */
+
+static void dial_start(struct tl_loop *l, struct tl_conn *c);
 
 /* start_connect opens a socket for addr (bound to the dial's local
  * address, if any) and submits its asynchronous connect. Returns 0, or -1
@@ -651,8 +805,19 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "dial without parameters");
 		return;
 	}
+	dial_start(l, c);
+}
+
+/* dial_start makes one attempt of c with c->dial: socket, then an
+ * asynchronous connect (the first dial, and each reconnect). */
+static void dial_start(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_dial *d = c->dial;
+
+	c->rc_attempts++;
 	c->is_tls = (uint8_t)d->tls;
 	tl_loop_set_deadline(l, c, d->handshake_timeout_ns);
+	d->next_alt = 0; /* every attempt starts from the first address */
 	start_connect(l, c, &d->addr);
 }
 
@@ -847,6 +1012,12 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 	clear_deadline(l, c);
 	if (c->dying)
 		return;
+	if (c->rc_wait) { /* the backoff is over: next attempt */
+		c->rc_wait = 0;
+		l->rc_waits--;
+		dial_start(l, c);
+		return;
+	}
 	if (c->state < TL_ST_OPEN) {
 		tl_loop_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
 	} else if (c->fail_err) {
@@ -933,9 +1104,14 @@ static void run_stalled(struct tl_loop *l)
 			finish(l, c);
 			continue;
 		}
+		if (c->rc_pending) {
+			end_or_reconnect(l, c);
+			continue;
+		}
 		/* A connection may have ended while it sat on the list: its slot
-		 * is Go's again and must not be driven. */
-		if (c->dying || c->state == TL_ST_IDLE)
+		 * is Go's again and must not be driven (nor one waiting to
+		 * reconnect: it has no socket). */
+		if (c->dying || c->state == TL_ST_IDLE || c->rc_wait)
 			continue;
 		tl_conn_drive(l, c);
 		rx_step(l, c, RX_RESUME, 0);
@@ -988,6 +1164,10 @@ static void shutdown_all(struct tl_loop *l)
 		struct tl_conn *c = &l->conns[i];
 		if (c->final_pending) {
 			finish(l, c); /* shutting down: the event is dropped if there is no room */
+			continue;
+		}
+		if (c->rc_pending) {
+			end_or_reconnect(l, c); /* no reconnect while shutting down: final */
 			continue;
 		}
 		if (c->state == TL_ST_IDLE || c->dying)
@@ -1102,9 +1282,12 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	}
 	if (timers_armed(l)) {
 		uint64_t now = tl_loop_now_ns();
+		/* No cap: next_timer_ns is never later than the earliest deadline
+		 * (tl_loop_timer_at lowers it, run_timers recomputes it), and
+		 * while a connection with a socket lives the sweep tick below
+		 * bounds the wait anyway. Only handles waiting out a reconnect
+		 * backoff then sleep until their deadline. */
 		wait_ns = l->next_timer_ns > now ? l->next_timer_ns - now : 0;
-		if (wait_ns > 50000000ull)
-			wait_ns = 50000000ull;
 	}
 	if (l->rx_want && (wait_ns == 0 || wait_ns > 1000000ull))
 		wait_ns = 1000000ull;
@@ -1112,7 +1295,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * look at the parked ones again (stalled, waiting for a re-arm,
 	 * holding deferred slots), so a missed wake-up costs a tick, never a
 	 * hang. */
-	if (l->live && (wait_ns == 0 || wait_ns > TL_SWEEP_NS))
+	if (l->live > l->rc_waits && (wait_ns == 0 || wait_ns > TL_SWEEP_NS))
 		wait_ns = TL_SWEEP_NS;
 	if (wait_ns) {
 		ts.tv_sec = (long long)(wait_ns / 1000000000ull);
@@ -1162,7 +1345,7 @@ static void loop_run(struct tl_loop *l)
 			}
 		}
 		{
-			uint64_t now = l->live && !busy ? tl_loop_now_ns() : 0;
+			uint64_t now = l->live > l->rc_waits && !busy ? tl_loop_now_ns() : 0;
 			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
 			if (sweep)
 				l->last_sweep_ns = now;
@@ -1407,6 +1590,10 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	d->handshake_timeout_ns = p->handshake_timeout_ns ? p->handshake_timeout_ns : l->cfg.handshake_timeout_ns;
 	d->ping_interval_ns = p->ping_interval_ns;
 	d->read_timeout_ns = p->read_timeout_ns;
+	d->rc_enabled = p->rc_enabled && p->rc_min_ns && p->rc_max_ns >= p->rc_min_ns;
+	d->rc_max_attempts = p->rc_max_attempts;
+	d->rc_min_ns = p->rc_min_ns;
+	d->rc_max_ns = p->rc_max_ns;
 #define DUP(f)                                              \
 	do {                                                \
 		d->f = tl_dupn(p->f ? p->f : "", p->f##_len); \
@@ -1421,6 +1608,7 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	DUP(server_name);
 	DUP(ca_file);
 	DUP(ca_pem);
+	DUP(subscribe);
 #undef DUP
 	if (p->tls && !(d->tlsx = tl_tlsv_dial_copy(p)))
 		goto fail;

@@ -77,6 +77,8 @@ struct tl_loop {
 	uint32_t rx_want;       /* connections in TL_RX_WANT */
 	int stall_kick;         /* a send completed: stalled conns may go on */
 	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
+	uint32_t rc_waits;      /* connections waiting out a reconnect backoff (no socket) */
+	uint64_t rc_seed;       /* reconnect jitter generator state */
 
 	struct tl_pool_stats *stats;
 
@@ -134,6 +136,10 @@ void tl_loop_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
  * tl_dial_prepare stored: socket, then an asynchronous connect. Failures
  * end the connection with an error event. */
 void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen);
+
+/* tl_loop_stop_reconnect ends c's reconnect policy: its next end is
+ * final (Conn.Close, and an abort, call it before ending c). */
+void tl_loop_stop_reconnect(struct tl_conn *c);
 
 /* tl_loop_now_ns returns CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tl_loop_now_ns(void);

@@ -32,6 +32,13 @@ enum {
 	TL_EV_PONG = 5,
 	TL_EV_CLOSE = 6,
 	TL_EV_ERROR = 7,
+	/* Not final: a connection with a reconnect policy dropped; the loop
+	 * re-dials the same slot and generation after a delay. code, err and
+	 * aux say why (err 0: the server closed with code); the payload is
+	 * the delay in nanoseconds (uint64), the number of the attempt that
+	 * follows counted since the last open (uint32), 4 zero bytes (host
+	 * order), then the error detail or the close reason. */
+	TL_EV_RECONNECTING = 8,
 };
 
 /* Error causes carried in tl_event.err and tl_conn_pub.err; mapped to Go
@@ -185,6 +192,9 @@ struct tl_conn_pub {
 	uint64_t tx_done;    /* send units (see TL_CMD_SEND) retired: written to the socket or dropped */
 	uint32_t tx_seq;     /* futex word: bumped when tx_done advances or the state changes */
 	uint32_t tx_waiters; /* Go goroutines sleeping on tx_seq; C wakes only when not 0 */
+	uint32_t gap;     /* 1 from a reconnecting drop until the next open: Send* refuse */
+	uint32_t pad0;
+	uint64_t reconnects; /* successful re-opens of this handle */
 };
 
 /* Layouts Go reads and writes through cgo and sync/atomic: a field moved
@@ -246,6 +256,8 @@ TL_LAYOUT(tl_conn_pub, resumed, 240);
 TL_LAYOUT(tl_conn_pub, tx_done, 248);
 TL_LAYOUT(tl_conn_pub, tx_seq, 256);
 TL_LAYOUT(tl_conn_pub, tx_waiters, 260);
-_Static_assert(sizeof(struct tl_conn_pub) == 264, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, gap, 264);
+TL_LAYOUT(tl_conn_pub, reconnects, 272);
+_Static_assert(sizeof(struct tl_conn_pub) == 280, "tl_conn_pub size");
 
 #endif

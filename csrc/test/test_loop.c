@@ -468,6 +468,28 @@ static void test_sampling(void)
 	tl_loop_free(h.l);
 }
 
+/* A DIAL still in the command ring when the loop stops is dropped: the
+ * loop must not start a connection after it shut the others down (that
+ * one would live on, and tl_loop_stop would wait for it forever). Go
+ * publishes every command before tl_loop_stop, but a busy loop can see
+ * the stop request before it drains them. Reproduced here by putting the
+ * sleeping loop in its "shut down" state, then sending a DIAL. */
+static void test_dial_during_stop(void)
+{
+	struct harness h;
+
+	start(&h, 1024);
+	for (int i = 0; i < 20000 && !__atomic_load_n(&h.cr->loop_sleeping, __ATOMIC_SEQ_CST); i++)
+		usleep(100);
+	usleep(20000); /* past its last look at the ring: asleep in the kernel */
+	h.l->shutting_down = 1;
+	h.l->stop_done = 1; /* as after shutdown_all: it exits once nothing is live */
+	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 1, 1, NULL, 0); /* wakes it */
+	tl_loop_stop(h.l); /* joins: hangs if the DIAL started a connection */
+	CHECK(tl_loop_conns(h.l)[1].state == 0); /* never started */
+	tl_loop_free(h.l);
+}
+
 /* ---- the send queue: a peer that reads only after the close ---- */
 
 struct sink {
@@ -662,28 +684,6 @@ static void test_send_queue(void)
 	printf("test_send_queue: %d of %d messages before the close\n", s.msgs, before + after);
 	close(s.lfd);
 	tl_loop_stop(h.l);
-	tl_loop_free(h.l);
-}
-
-/* A DIAL still in the command ring when the loop stops is dropped: the
- * loop must not start a connection after it shut the others down (that
- * one would live on, and tl_loop_stop would wait for it forever). Go
- * publishes every command before tl_loop_stop, but a busy loop can see
- * the stop request before it drains them. Reproduced here by putting the
- * sleeping loop in its "shut down" state, then sending a DIAL. */
-static void test_dial_during_stop(void)
-{
-	struct harness h;
-
-	start(&h, 1024);
-	for (int i = 0; i < 20000 && !__atomic_load_n(&h.cr->loop_sleeping, __ATOMIC_SEQ_CST); i++)
-		usleep(100);
-	usleep(20000); /* past its last look at the ring: asleep in the kernel */
-	h.l->shutting_down = 1;
-	h.l->stop_done = 1; /* as after shutdown_all: it exits once nothing is live */
-	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 1, 1, NULL, 0); /* wakes it */
-	tl_loop_stop(h.l); /* joins: hangs if the DIAL started a connection */
-	CHECK(tl_loop_conns(h.l)[1].state == 0); /* never started */
 	tl_loop_free(h.l);
 }
 
