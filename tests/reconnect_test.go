@@ -318,6 +318,14 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if st := c.State(); st >= StateOpen {
 		t.Errorf("State in the gap = %v, want one before open", st)
 	}
+	// SendContext waits the gap out and sends once the connection is back,
+	// after the Subscribe messages.
+	gapSent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		gapSent <- c.SendContext(ctx, OpText, []byte("after-gap"))
+	}()
 
 	b := startSrvProc(t, addr, tlsOn)
 	ticksBefore := log.ticks
@@ -343,15 +351,26 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if err := c.SendText([]byte("app-2")); err != nil {
 		t.Fatalf("SendText after the reconnect: %v", err)
 	}
+	if err := <-gapSent; err != nil {
+		t.Fatalf("SendContext across the gap: %v", err)
+	}
+	_, glines := b.waitLine("MSG 1 after-gap")
+	wantSubs(t, "restarted server", glines, 1)
 	_, blines := b.waitLine("MSG 1 app-2")
-	wantSubs(t, "restarted server", blines, 1)
+	// The dropped socket's output was retired: admission starts empty.
+	for deadline := time.Now().Add(5 * time.Second); c.Stats().SendQueued != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if q := c.Stats().SendQueued; q != 0 {
+		t.Errorf("SendQueued after the reconnect and delivery = %d, want 0", q)
+	}
 	for _, l := range blines {
 		if strings.Contains(l, "in-the-gap") {
 			t.Errorf("a message refused in the gap reached the server: %q", l)
 		}
 	}
-	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 6 {
-		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 6 (Subscribe twice, app-1, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
+	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 7 {
+		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 7 (Subscribe twice, app-1, after-gap, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
 	}
 	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
 		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)
