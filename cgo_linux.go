@@ -56,6 +56,10 @@ type (
 	_ [cErrAborted - C.TL_E_ABORTED]byte
 	_ [C.TL_E_SHUTDOWN - cErrShutdown]byte
 	_ [cErrShutdown - C.TL_E_SHUTDOWN]byte
+	_ [C.TL_E_READ_TIMEOUT - cErrReadTimeout]byte
+	_ [cErrReadTimeout - C.TL_E_READ_TIMEOUT]byte
+	_ [C.TL_CMD_ABORT - cmdAbort]byte
+	_ [cmdAbort - C.TL_CMD_ABORT]byte
 
 	_ [C.TL_TLS_UNKNOWN_CA - cTLSUnknownCA]byte
 	_ [cTLSUnknownCA - C.TL_TLS_UNKNOWN_CA]byte

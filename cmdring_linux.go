@@ -24,6 +24,9 @@ const (
 	cmdfFin    = 0x10 // with cmdSend: the last fragment of a message
 	cmdfCont   = 0x20 // with cmdSend: a continuation fragment
 	cmdfMemory = 0x1  // with cmdDial: a socketless connection fed by cmdInject
+	// with cmdClose: abort the connection only if it has not opened yet
+	// (Dial's context ended; an open connection is Dial's result).
+	cmdfIfDialing = 0x2
 
 	cmdHdr = 16
 )
@@ -124,11 +127,30 @@ func (p *Pool) command(op, flags uint8, code uint16, slot, gen uint32, payload [
 
 // send queues one data message, split into fragments of at most
 // maxRecord bytes.
-func (c Conn) send(op Opcode, b []byte) error { return c.putChunks(cmdSend, op, b) }
+func (c Conn) send(op Opcode, b []byte) error {
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
+	return c.putChunks(cmdSend, op, b)
+}
+
+// endedErr is the error of a call refused by enter: the zero Conn's is
+// ErrClosed, a closing pool's ErrPoolClosed.
+func (c Conn) endedErr() error {
+	if c.p == nil {
+		return ErrClosed
+	}
+	return ErrPoolClosed
+}
 
 // inject queues b for a memory connection in records of at most maxRecord
 // bytes (the loop parses across record boundaries).
 func (c Conn) inject(b []byte) error {
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
 	if len(b) == 0 {
 		if !c.live() {
 			return ErrClosed
@@ -140,7 +162,8 @@ func (c Conn) inject(b []byte) error {
 
 // putChunks appends b as records of op cmd of at most maxRecord bytes,
 // publishing after each so the loop can start on a large one. For cmdSend
-// the records are the fragments of one message of opcode op.
+// the records are the fragments of one message of opcode op. The caller
+// is inside p.enter.
 func (c Conn) putChunks(cmd uint8, op Opcode, b []byte) error {
 	if !c.live() {
 		return ErrClosed
@@ -180,13 +203,32 @@ func (c Conn) control(op uint8, b []byte) error {
 	if len(b) > 125 {
 		return ErrControlTooLong
 	}
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
 	if !c.live() {
 		return ErrClosed
 	}
 	return c.p.command(op, 0, 0, c.slot, c.gen, b)
 }
 
+func (c Conn) abort() error {
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
+	if !c.live() {
+		return ErrClosed
+	}
+	return c.p.command(cmdAbort, 0, 0, c.slot, c.gen, nil)
+}
+
 func (c Conn) closeConn(code int, reason string) error {
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
 	if !c.live() {
 		return ErrClosed
 	}

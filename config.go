@@ -3,6 +3,7 @@ package talaris
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -100,7 +101,7 @@ type Config struct {
 	MaxConns         uint32        // connections a Pool can hold at once (1024)
 	MaxMessageSize   uint64        // largest message accepted, else close 1009 (16 MiB)
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
-	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN (5s)
+	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN, also in Pool.Close (5s)
 	MaxSendQueue     uint64        // unsent bytes one connection may hold before its commands wait (64 MiB); see above
 
 	// SampleEvery turns on the stage stamps of Pool.Metrics and
@@ -118,6 +119,13 @@ type Config struct {
 	// written by the dialing goroutine and by the pumping goroutine when
 	// it passes a non-data event.
 	Logger *slog.Logger
+	// OnEvent, if set, receives every event that is not a data message
+	// (open, ping, pong, close, error) from the pumps that take a DataFunc
+	// (PumpData, PumpSpin, PumpNowait): on the pumping goroutine, in order
+	// with the data. Pump and PumpEventsNowait deliver every event to their
+	// own EventFunc and do not call it. Nil: those events are consumed
+	// without a callback.
+	OnEvent EventFunc
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -279,4 +287,54 @@ type DialOptions struct {
 	TLS          TLSOptions
 	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial.
 	HandshakeTimeout time.Duration
+	// LocalAddr is the source address the connection's socket is bound to
+	// before it connects: an IP address ("127.0.0.2", "::1") or an IP and
+	// port ("127.0.0.2:9000", "[::1]:9000"). Empty: the kernel chooses.
+	// Only the server's addresses of LocalAddr's family are tried.
+	LocalAddr string
+	// Resolver looks up a host name (nil: net.DefaultResolver). Every
+	// address found is tried in turn, IPv4 first, until one connects; the
+	// handshake timeout and Dial's context bound them all.
+	Resolver *net.Resolver
+	// PingInterval, when set, makes the loop send a ping whenever nothing
+	// has arrived on the open connection for that long (and again every
+	// interval while the silence lasts): a heartbeat that keeps idle
+	// connections (and the NATs and proxies on the way) alive and, with
+	// ReadTimeout, detects a dead peer. 0 (the default): no pings. At
+	// least 1ms.
+	PingInterval time.Duration
+	// ReadTimeout, when set, fails the open connection when nothing at
+	// all (data, ping, pong, anything) has been received for that long:
+	// the final event is EventError wrapping ErrReadTimeout with Code
+	// 1006, without waiting for a close handshake. Set PingInterval below
+	// it so a healthy idle peer answers in time. Time during which the
+	// loop itself holds the connection's input back (the pump lags) does
+	// not count. 0 (the default): no timeout. At least 1ms.
+	ReadTimeout time.Duration
+}
+
+// dialDefaults is the table of DialOptions defaults, as defaults is for
+// Config: a zero PingInterval and ReadTimeout mean off, a zero
+// HandshakeTimeout means Config.HandshakeTimeout.
+var dialDefaults = DialOptions{PingInterval: 0, ReadTimeout: 0}
+
+// minHeartbeat is the shortest PingInterval or ReadTimeout accepted: the
+// loop checks heartbeats on a timer, and a shorter period would keep it
+// busy with nothing but pings.
+const minHeartbeat = time.Millisecond
+
+// checkHeartbeat validates the heartbeat options of a dial.
+func (o *DialOptions) checkHeartbeat() error {
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"PingInterval", o.PingInterval}, {"ReadTimeout", o.ReadTimeout}} {
+		if v.d != 0 && v.d < minHeartbeat {
+			return fmt.Errorf("%w: DialOptions.%s %v must be 0 (off) or at least %v", ErrInvalidConfig, v.name, v.d, minHeartbeat)
+		}
+	}
+	if o.HandshakeTimeout < 0 {
+		return fmt.Errorf("%w: DialOptions.HandshakeTimeout %v is negative", ErrInvalidConfig, o.HandshakeTimeout)
+	}
+	return nil
 }

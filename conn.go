@@ -29,8 +29,8 @@ type State uint32
 
 // Connection states, in order.
 const (
-	StateIdle       State = 0 // not used (a dead or zero handle)
-	StateConnecting State = 1 // TCP connect in progress
+	StateIdle       State = 0 // the zero Conn (a handle from Dial or DialAsync never reports it)
+	StateConnecting State = 1 // TCP connect in progress (from the moment DialAsync returns)
 	StateTLS        State = 2 // TLS handshake in progress
 	StateUpgrading  State = 3 // HTTP upgrade in progress
 	StateOpen       State = 4
@@ -60,8 +60,10 @@ type ConnStats struct {
 // Conn is a handle to one connection of a Pool. It is a small value: copy
 // it, compare it, use it as a map key. A handle whose connection has ended
 // (after its EventClose or EventError) is dead: its methods return
-// ErrClosed and State returns StateClosed, even if the Pool reuses the
-// underlying slot for a new connection.
+// ErrClosed, State returns StateClosed and Stats zero, even if the Pool
+// reuses the underlying slot for a new connection. Once the Pool is
+// closed (also while Close runs) they return ErrPoolClosed, StateClosed
+// and zero.
 type Conn struct {
 	p    *Pool
 	slot uint32
@@ -98,7 +100,8 @@ func (c Conn) Pong(b []byte) error { return c.control(cmdPong, b) }
 
 // Close starts the close handshake with code and reason (at most 123 bytes
 // of UTF-8). The final EventClose (or EventError on timeout) follows
-// through Pump. Closing a connection that is still dialing aborts it.
+// through Pump. Closing a connection that is still dialing aborts it (EventError
+// wrapping ErrAborted, which also matches ErrClosed).
 func (c Conn) Close(code int, reason string) error {
 	if !closeCodeSendable(code) {
 		return fmt.Errorf("%w: %d", ErrInvalidCloseCode, code)
@@ -111,6 +114,15 @@ func (c Conn) Close(code int, reason string) error {
 	}
 	return c.closeConn(code, reason)
 }
+
+// Abort ends the connection at once: no close handshake, output still
+// queued in the loop is dropped and the socket is shut down. The final
+// event is EventError wrapping ErrAborted (which also matches ErrClosed;
+// Code 1006), whatever the connection was doing (dialing, open, closing). The abort is not held
+// behind queued sends. Safe from any goroutine; on a connection that has
+// already ended it returns ErrClosed, after Pool.Close ErrClosed or
+// ErrPoolClosed.
+func (c Conn) Abort() error { return c.abort() }
 
 // Inject feeds b to a connection made by DialMemory as if its server had
 // sent it: frames are parsed by the C loop and delivered through Pump.
@@ -143,4 +155,5 @@ const (
 	cmdPong   = 4
 	cmdClose  = 5
 	cmdInject = 7
+	cmdAbort  = 8
 )

@@ -15,9 +15,10 @@ import (
 	"unsafe"
 )
 
-// live reports whether c's connection has not ended.
+// live reports whether c's connection has not ended. The caller is
+// inside p.enter.
 func (c Conn) live() bool {
-	if c.p == nil || c.p.closed.Load() || c.slot >= uint32(len(c.p.pub)) {
+	if c.slot >= uint32(len(c.p.pub)) {
 		return false
 	}
 	pb := &c.p.pub[c.slot]
@@ -27,8 +28,19 @@ func (c Conn) live() bool {
 		atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.state))) < uint32(StateClosed)
 }
 
+// enter admits a call on c that reads the pool's shared memory (see
+// Pool.enter); false for the zero Conn and once the pool is closing.
+func (c Conn) enter() bool { return c.p != nil && c.p.enter() }
+
 func (c Conn) state() State {
-	if c.p == nil || c.p.freed.Load() || c.slot >= uint32(len(c.p.pub)) {
+	if c.p == nil {
+		return StateIdle
+	}
+	if !c.p.enter() {
+		return StateClosed // the pool closed: every connection ended with it
+	}
+	defer c.p.exit()
+	if c.slot >= uint32(len(c.p.pub)) {
 		return StateIdle
 	}
 	pb := &c.p.pub[c.slot]
@@ -39,13 +51,14 @@ func (c Conn) state() State {
 }
 
 func (c Conn) stats() ConnStats {
-	if c.p == nil || c.p.freed.Load() || c.slot >= uint32(len(c.p.pub)) {
+	if !c.enter() {
 		return ConnStats{}
+	}
+	defer c.p.exit()
+	if !c.live() {
+		return ConnStats{} // ended: zero, as documented
 	}
 	pb := &c.p.pub[c.slot]
-	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) != c.gen {
-		return ConnStats{}
-	}
 	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
 	return ConnStats{
 		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in), MsgsOut: ld(&pb.msgs_out), BytesOut: ld(&pb.bytes_out),
@@ -55,6 +68,10 @@ func (c Conn) stats() ConnStats {
 }
 
 func (c Conn) subprotocol() string {
+	if !c.enter() {
+		return ""
+	}
+	defer c.p.exit()
 	if !c.live() {
 		return ""
 	}

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xdb08666457db6751
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x2f15f79caffde30a
 import "C"
 
-const csrcHash = "db08666457db6751"
+const csrcHash = "2f15f79caffde30a"

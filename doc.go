@@ -74,6 +74,58 @@
 // Config.MaxSendQueue, so a peer that stops reading can fill the ring:
 // Config says for how long a Send then waits.
 //
+// # Connection lifecycle
+//
+// A Conn is StateConnecting from the moment Dial or DialAsync hands it
+// out, then StateTLS, StateUpgrading, StateOpen, StateClosing and finally
+// StateClosed; StateIdle only ever describes the zero Conn. Its events
+// start with EventOpen and end with exactly one final event, EventClose or
+// EventError; afterwards the handle is dead (StateClosed, zero Stats,
+// ErrClosed from its methods). A failed synchronous Dial delivers no event
+// at all: the caller gets the error, never the Conn. DialAsync's failure
+// is its EventError.
+//
+// Pump delivers every event to its EventFunc. PumpData, PumpSpin and
+// PumpNowait deliver data to their DataFunc and every other event to
+// Config.OnEvent, on the same goroutine and in order, so a consumer that
+// only pumps data still sees each open, close and error. PumpData never
+// blocks on a pool with no connection left: once the last connection's
+// final event has been consumed (that event wakes it) it returns
+// ErrNoConns; ConnCount says how many connections have not ended.
+//
+// Pool.Close may be called at any time from any goroutine, including a
+// pump callback: calls racing it return ErrPoolClosed (Conn.State
+// StateClosed, Stats zero) and never read freed memory, the pump returns
+// ErrPoolClosed, ConnCount is 0 and every handle is StateClosed.
+// # Heartbeat, read timeout and abort
+//
+// DialOptions.PingInterval makes the loop send a ping whenever nothing has
+// arrived on an open connection for that long; DialOptions.ReadTimeout
+// fails a connection on which nothing at all (data, ping, pong) has
+// arrived for that long, with EventError wrapping ErrReadTimeout (code
+// 1006, no close handshake). Both are timers in the C loop: no goroutine
+// per connection, and nothing is done per message (the loop stamps the
+// time of each receive completion and checks lazily when the timer is
+// due). Use a PingInterval below the ReadTimeout so a quiet but healthy
+// peer answers in time; a frozen peer (TCP up, nothing flowing) is then
+// detected within ReadTimeout.
+//
+// Conn.Abort ends a connection at once, without a close handshake and
+// without waiting for queued output: the final event is EventError
+// wrapping ErrAborted.
+//
+// # Closing
+//
+// Conn.Close starts the close handshake. Once both close frames have
+// crossed, the client ends its side of the connection (over TLS with a
+// close_notify, then a TCP FIN), so servers that wait for it (Python's
+// websockets over TLS) close at once; the final EventClose follows when
+// the server has closed TCP. A close that does not complete within
+// Config.CloseTimeout ends with EventError wrapping ErrCloseTimeout.
+// Pool.Close sends 1001 (going away) to every open connection and waits,
+// bounded by CloseTimeout, for their close handshakes before it frees the
+// loop.
+//
 // # Errors
 //
 // Errors returned by this package and Event.Err wrap exported sentinels
@@ -82,6 +134,14 @@
 // with a final EventError carrying the RFC 6455 close code that applied
 // (1002 protocol error, 1007 invalid UTF-8, 1009 too big, 1006 lost); a
 // completed close handshake ends it with EventClose.
+//
+// A refused or malformed upgrade response is a *HandshakeError (get it
+// with errors.As): StatusCode, Header, the first bytes of Body and
+// RetryAfter, parsed from the server's reply (a 429 or 503 with
+// Retry-After says when to come back). Connect failures are ErrDial
+// wrapping the errno (errors.Is(err, syscall.ECONNREFUSED)), after every
+// address of the host name was tried (IPv4 first); ErrResolve when the
+// name has none. DialOptions.LocalAddr binds the source address.
 //
 // # TLS
 //

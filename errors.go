@@ -1,6 +1,15 @@
 package talaris
 
-import "errors"
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"syscall"
+	"time"
+)
 
 // Sentinel errors. Errors returned by this package and Event.Err wrap one
 // of these; test with errors.Is.
@@ -25,6 +34,8 @@ var (
 	ErrMessageTooBig    = errors.New("talaris: message exceeds the maximum message size")
 	ErrConnectionLost   = errors.New("talaris: connection lost without a close frame")
 	ErrCloseTimeout     = errors.New("talaris: close handshake timed out")
+	ErrReadTimeout      = errors.New("talaris: nothing received within DialOptions.ReadTimeout")
+	ErrAborted          = errors.New("talaris: connection aborted") // by Conn.Abort, or Close while dialing; also matches ErrClosed
 	ErrTLS              = errors.New("talaris: TLS failure")
 	ErrTLSUnknownCA     = errors.New("talaris: TLS certificate signed by an unknown authority")
 	ErrTLSHostname      = errors.New("talaris: TLS certificate does not match the host name")
@@ -36,6 +47,7 @@ var (
 	ErrControlTooLong   = errors.New("talaris: control frame payload longer than 125 bytes")
 	ErrInvalidConfig    = errors.New("talaris: invalid configuration")
 	ErrWouldBlock       = errors.New("talaris: command ring full")
+	ErrNoConns          = errors.New("talaris: pool has no connection left to deliver an event")
 )
 
 // errInternal is the cause of a C error code this table does not know.
@@ -48,6 +60,9 @@ type ConnError struct {
 	Parent error  // ErrHandshake, ErrTLS or nil
 	Code   int    // close code sent or observed, or HTTP status
 	Detail string // what the loop saw
+	// Errno is the system error behind ErrDial and ErrConnectionLost (0
+	// when none): errors.Is(err, syscall.ECONNREFUSED) sees it.
+	Errno syscall.Errno
 }
 
 func (e *ConnError) Error() string {
@@ -62,8 +77,77 @@ func (e *ConnError) Is(target error) bool {
 	return target == e.Cause || (e.Parent != nil && target == e.Parent)
 }
 
-// Unwrap returns the cause.
-func (e *ConnError) Unwrap() error { return e.Cause }
+// Unwrap returns the cause and, when there is one, the errno.
+func (e *ConnError) Unwrap() []error {
+	if e.Errno != 0 {
+		return []error{e.Cause, e.Errno}
+	}
+	return []error{e.Cause}
+}
+
+// HandshakeError is the error of an upgrade the server refused or
+// answered wrongly (it wraps ErrHandshake and the specific cause, such as
+// ErrBadStatus): get it with errors.As from Dial's error or from an
+// EventError's Err. The response is the server's own: Header and Body are
+// bounded copies of what arrived with the head (at most 4 KiB of head and
+// maxHandshakeBody bytes of body).
+type HandshakeError struct {
+	StatusCode int         // the response's status (101 when the refusal was for a bad header)
+	Header     http.Header // the response headers, canonical names
+	Body       []byte      // the first bytes of the body that came with the head (may be empty)
+	// RetryAfter is the response's Retry-After (delta-seconds, or an
+	// HTTP-date relative to when the error was built), 0 when absent,
+	// malformed or in the past.
+	RetryAfter time.Duration
+	// Err is the *ConnError with the cause (ErrBadStatus, ErrBadAccept ...).
+	Err error
+}
+
+// maxHandshakeBody bounds HandshakeError.Body.
+const maxHandshakeBody = 1024
+
+// Error says what was refused and why.
+func (e *HandshakeError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying *ConnError: errors.Is(err, ErrHandshake)
+// and errors.Is(err, ErrBadStatus) hold through it.
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// newHandshakeError parses the start of a refused response (head, then
+// the first body bytes; possibly cut short) into a HandshakeError
+// wrapping cause. Malformed header lines are skipped: the error is about
+// the refusal, not about its syntax.
+func newHandshakeError(cause error, code int, resp []byte, now time.Time) *HandshakeError {
+	he := &HandshakeError{StatusCode: code, Header: http.Header{}, Err: cause}
+	head, body, complete := bytes.Cut(resp, []byte("\r\n\r\n"))
+	if complete && len(body) > 0 {
+		he.Body = bytes.Clone(body[:min(len(body), maxHandshakeBody)])
+	}
+	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
+	if f := bytes.Fields(line); len(f) >= 2 && he.StatusCode == 0 {
+		he.StatusCode, _ = strconv.Atoi(string(f[1]))
+	}
+	r := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(rest, "\r\n\r\n"...))))
+	if h, err := r.ReadMIMEHeader(); err == nil || len(h) > 0 {
+		he.Header = http.Header(h)
+	}
+	he.RetryAfter = retryAfter(he.Header.Get("Retry-After"), now)
+	return he
+}
+
+// retryAfter parses a Retry-After value: delta-seconds or an HTTP-date.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
 
 // The C core's error codes, mirrored here so the table below is plain Go;
 // cgo_linux.go fails to compile if one drifts from csrc/ring.h or
@@ -81,6 +165,7 @@ const (
 	cErrTLS          = 9  // TL_E_TLS: aux is a TL_TLS_*
 	cErrAborted      = 10 // TL_E_ABORTED
 	cErrShutdown     = 11 // TL_E_SHUTDOWN
+	cErrReadTimeout  = 12 // TL_E_READ_TIMEOUT
 
 	cTLSUnknownCA = 1 // TL_TLS_UNKNOWN_CA
 	cTLSHostname  = 2 // TL_TLS_HOSTNAME
@@ -110,8 +195,9 @@ var (
 		cErrLost:         ErrConnectionLost,
 		cErrCloseTimeout: ErrCloseTimeout,
 		cErrTLS:          ErrTLS,
-		cErrAborted:      ErrClosed,
+		cErrAborted:      ErrAborted,
 		cErrShutdown:     ErrPoolClosed,
+		cErrReadTimeout:  ErrReadTimeout,
 	}
 	httpCauses = map[int32]error{
 		cHTTPStatus:    ErrBadStatus,
@@ -152,5 +238,14 @@ func makeErr(e, aux int32, code int, detail string) error {
 	if c, ok := sub[aux]; ok {
 		cause, parent = c, cause
 	}
-	return &ConnError{Cause: cause, Parent: parent, Code: code, Detail: detail}
+	if e == cErrAborted {
+		// Ended by the user (Abort, or Close while dialing): before
+		// ErrAborted existed this was ErrClosed, and it still matches.
+		parent = ErrClosed
+	}
+	ce := &ConnError{Cause: cause, Parent: parent, Code: code, Detail: detail}
+	if (e == cErrDial || e == cErrLost) && aux > 0 {
+		ce.Errno = syscall.Errno(aux)
+	}
+	return ce
 }

@@ -34,6 +34,9 @@ type evConsumer struct {
 	// pool is the Pool the ring belongs to, nil for a Decoder: Conn
 	// handles carry it, and a final event frees its connection's slot.
 	pool *Pool
+	// onEvent is the Pool's Config.OnEvent: the non-data events of the
+	// pumps that take a DataFunc go to it (nil: consumed silently).
+	onEvent EventFunc
 	// err is a Decoder's sticky error: the first EventClose, or the
 	// latest EventError, seen by a data consume (pool == nil only).
 	err error
@@ -109,6 +112,7 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
 	n := 0
 	events, mask, pool := r.events, r.mask, r.pool // locals: the callbacks could write *r
+	onEv := r.onEvent
 	logged := pool != nil && pool.cfg.Logger != nil
 	for i := r.pos; i != tail; i++ {
 		e := &events[i&mask]
@@ -121,28 +125,15 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 			payload = unsafe.Slice((*byte)(unsafe.Pointer(e.ptr)), int(e.len))
 		}
 		kind := EventKind(e.kind)
-		if fd != nil {
-			if kind == EventText {
+		if kind == EventText || kind == EventBinary {
+			switch {
+			case fd != nil:
 				if e.flags&C.TL_EVF_STAMPED == 0 {
-					fd(c, OpText, payload)
+					fd(c, Opcode(kind-EventText)+OpText, payload)
 				} else {
-					r.dataSampled(i&mask, c, OpText, payload, fd)
+					r.dataSampled(i&mask, c, Opcode(kind-EventText)+OpText, payload, fd)
 				}
-				n++
-			} else if kind == EventBinary {
-				if e.flags&C.TL_EVF_STAMPED == 0 {
-					fd(c, OpBinary, payload)
-				} else {
-					r.dataSampled(i&mask, c, OpBinary, payload, fd)
-				}
-				n++
-			} else if pool == nil {
-				r.noteEnd(e, kind, payload)
-			} else if logged {
-				pool.logEvent(c, e, kind, payload)
-			}
-		} else if fs != nil {
-			if kind == EventText || kind == EventBinary {
+			case fs != nil:
 				var st Stamps
 				if e.flags&C.TL_EVF_STAMPED != 0 {
 					st = r.stampsAt(i & mask)
@@ -151,31 +142,37 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 				if st.CQE != 0 {
 					r.record(&st)
 				}
-				n++
-			} else if logged {
-				pool.logEvent(c, e, kind, payload)
-			}
-		} else {
-			if logged {
-				pool.logEvent(c, e, kind, payload)
-			}
-			ev := Event{Kind: kind, Payload: payload}
-			switch kind {
-			case EventClose:
-				ev.Code = int(e.code)
-				ev.Reason = payload
-				ev.Payload = nil
-			case EventError:
-				ev.Code = int(e.code)
-				ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
-				ev.Payload = nil
-			}
-			if e.flags&C.TL_EVF_STAMPED == 0 {
-				fe(c, ev)
-			} else {
-				r.eventSampled(i&mask, c, ev, fe)
+			default:
+				ev := Event{Kind: kind, Payload: payload}
+				if e.flags&C.TL_EVF_STAMPED == 0 {
+					fe(c, ev)
+				} else {
+					r.eventSampled(i&mask, c, ev, fe)
+				}
 			}
 			n++
+		} else if pool == nil {
+			if fe != nil {
+				fe(c, r.event(e, kind, payload))
+				n++
+			} else {
+				r.noteEnd(e, kind, payload)
+			}
+		} else if quiet := pool.quietEvent(e, kind); logged || (!quiet && (fe != nil || onEv != nil)) {
+			// A quiet event (a failed synchronous Dial) is still logged.
+			ev := r.event(e, kind, payload)
+			if logged {
+				pool.logEvent(c, &ev)
+			}
+			switch {
+			case quiet: // Dial returned this error; the caller never had the Conn
+			case fe != nil:
+				fe(c, ev)
+				n++
+			case onEv != nil:
+				onEv(c, ev)
+				n++
+			}
 		}
 		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
 			pool.nconns.Add(-1)
@@ -191,19 +188,50 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 // events only.
 //
 //go:noinline
-func (p *Pool) logEvent(c Conn, e *C.struct_tl_event, kind EventKind, payload []byte) {
+func (p *Pool) logEvent(c Conn, ev *Event) {
+	switch ev.Kind {
+	case EventOpen, EventClose, EventError:
+		logLifecycle(p.cfg.Logger, p.cfg.Name, c, ev)
+	}
+}
+
+// event builds the Event of a non-data record (the cold path: an
+// EventError's Err is built here).
+func (r *evConsumer) event(e *C.struct_tl_event, kind EventKind, payload []byte) Event {
 	ev := Event{Kind: kind, Payload: payload}
 	switch kind {
 	case EventClose:
-		ev.Code, ev.Reason, ev.Payload = int(e.code), payload, nil
+		ev.Code = int(e.code)
+		ev.Reason = payload
+		ev.Payload = nil
 	case EventError:
 		ev.Code = int(e.code)
 		ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
-	case EventOpen:
-	default:
-		return
+		if r.pool != nil && int32(e.err) == cErrHTTP {
+			ev.Err = r.pool.handshakeErr(uint32(e.slot), uint32(e.gen), ev.Err)
+		}
+		ev.Payload = nil
 	}
-	logLifecycle(p.cfg.Logger, p.cfg.Name, c, &ev)
+	return ev
+}
+
+// quietEvent reports whether a non-data event belongs to a synchronous
+// Dial's connection that never opened: its final event frees the slot
+// without a callback, since Dial returned the error and the caller never
+// had the Conn. EventOpen ends the quiet period (Dial returns that Conn).
+func (p *Pool) quietEvent(e *C.struct_tl_event, kind EventKind) bool {
+	q := &p.quiet[e.slot]
+	if q.Load() != uint32(e.gen) {
+		return false
+	}
+	if kind == EventOpen {
+		q.Store(0)
+		return false
+	}
+	if e.flags&C.TL_EVF_FINAL != 0 {
+		q.Store(0)
+	}
+	return true
 }
 
 // noteEnd records a Decoder's sticky error from an EventError (the latest
@@ -254,6 +282,15 @@ func (p *Pool) leavePump() {
 	}
 }
 
+// closedErr is ErrPoolClosed once Close ran (a callback may have called
+// it: the pump returns what it delivered and this error), else nil.
+func (p *Pool) closedErr() error {
+	if p.closed.Load() {
+		return ErrPoolClosed
+	}
+	return nil
+}
+
 // pumpBlocking dispatches at least one callback-worthy batch, sleeping
 // when the ring is empty. How long it spins first is ConsumerWait's:
 // never (WaitBlock), always (WaitSpin), SpinTime (WaitSpinThenBlock), or
@@ -286,10 +323,16 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 					if !start.IsZero() {
 						p.lastWait = time.Since(start)
 					}
-					return n, nil
+					return n, p.closedErr()
 				}
 				i = 0
 				continue
+			}
+			if fd != nil && p.nconns.Load() == 0 {
+				// Nothing pending and no connection left to deliver
+				// anything: the last final event was just consumed (it
+				// woke us), or there never was one.
+				return 0, ErrNoConns
 			}
 			if p.cfg.ConsumerWait == WaitSpin {
 				if i&255 == 255 {
@@ -338,7 +381,7 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	for i := 0; i < iters; i++ {
 		tail := p.ev.loadTail()
 		if tail != p.ev.pos {
-			return p.dispatch(tail, fe, fd, nil), nil
+			return p.dispatch(tail, fe, fd, nil), p.closedErr()
 		}
 		if p.closed.Load() {
 			return 0, ErrPoolClosed

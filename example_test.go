@@ -4,6 +4,7 @@ package talaris_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -84,6 +85,46 @@ func ExamplePool_DialMemory() {
 	// Output:
 	// text 7b227078223a3130312e357d
 	// binary cafe
+}
+
+// Config.OnEvent shows a PumpData consumer each connection's open and end,
+// in order with the data; PumpData returns ErrNoConns once no connection
+// is left.
+func ExampleConfig_onEvent() {
+	p, err := talaris.NewPool(talaris.Config{OnEvent: func(c talaris.Conn, ev talaris.Event) {
+		fmt.Println("event:", ev.Kind, ev.Code)
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	c, err := p.DialMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var frames []byte
+	frames = ws.AppendFrame(frames, true, ws.OpText, []byte("tick"))
+	frames = ws.AppendFrame(frames, true, ws.OpClose, []byte{0x03, 0xe8}) // 1000
+	if err := c.Inject(frames); err != nil {
+		log.Fatal(err)
+	}
+	for {
+		_, err := p.PumpData(func(c talaris.Conn, op talaris.Opcode, payload []byte) {
+			fmt.Printf("data: %s\n", payload)
+		})
+		if errors.Is(err, talaris.ErrNoConns) {
+			fmt.Println("no connection left")
+			break
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// event: open 0
+	// data: tick
+	// event: close 1000
+	// no connection left
 }
 
 // NewPool with a tuned configuration: the loop pinned to CPU 1, spinning

@@ -30,9 +30,20 @@ type PoolStats struct {
 // NewPool starts a C loop thread configured by cfg.
 func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
 
-// Close shuts the loop down: open connections get a 1001 close frame and
-// their sockets are closed. Pending events are dropped. A Pump in progress
-// returns ErrPoolClosed. Close is idempotent.
+// Close shuts the loop down: open connections get a 1001 (going away)
+// close frame and Close waits for each close handshake to complete (the
+// server's echo and TCP end), at most Config.CloseTimeout, before the
+// sockets are closed and the loop is freed; connections still dialing are
+// dropped. Pending events are dropped (events that no longer fit in the
+// ring are discarded so a connection nobody pumps still reads its echo). A
+// Pump in progress returns ErrPoolClosed (after the callback that called
+// Close, when one did: Close may be called from a pump callback and
+// returns promptly). Close is idempotent and safe against every concurrent
+// call: a method racing it, or called after it, returns ErrPoolClosed
+// (Conn.State: StateClosed, Conn.Stats: zero); it never reads freed
+// memory. After Close ConnCount is 0 and every handle reports StateClosed;
+// Pool.Stats and Pool.Metrics keep reporting the counters as they were
+// when the loop stopped.
 func (p *Pool) Close() error { return p.close() }
 
 // ConnCount returns the number of connections of the pool that have not
@@ -43,15 +54,26 @@ func (p *Pool) ConnCount() int { return p.connCount() }
 func (p *Pool) Stats() PoolStats { return p.poolStats() }
 
 // Dial connects, upgrades and returns an open connection, or the reason it
-// could not. The connection's events (EventOpen first) also reach Pump.
-// ctx bounds the whole dial; cancelling it aborts the connection.
+// could not. The connection's events (EventOpen first) also reach Pump; a
+// dial that fails delivers no event at all (the caller never had the
+// Conn). ctx bounds the whole dial, name resolution included; cancelling
+// it aborts the connection (unless it opened first: then Dial returns it).
+//
+// A host name is resolved to all its addresses, tried in turn (IPv4
+// first) until one connects. Errors: ErrDial wrapping the errno of the
+// last connect (errors.Is(err, syscall.ECONNREFUSED)), ErrResolve,
+// ErrTimeout, the TLS causes, and for a refused upgrade a *HandshakeError
+// (errors.As) that also matches ErrHandshake and its cause (ErrBadStatus
+// ...).
 func (p *Pool) Dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn, error) {
 	return p.dial(ctx, rawURL, opts)
 }
 
-// DialAsync starts a dial and returns at once. EventOpen or EventError for
-// the returned Conn follows through Pump. A host name is resolved before
-// it returns; use an IP address to avoid that wait.
+// DialAsync starts a dial and returns at once with a handle in
+// StateConnecting. EventOpen or EventError for the returned Conn follows
+// through the pumps (an EventError's Err is what Dial would have
+// returned). A host name is resolved before it returns; use an IP address
+// to avoid that wait.
 func (p *Pool) DialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 	return p.dialAsync(rawURL, opts)
 }
@@ -69,17 +91,26 @@ func (p *Pool) DialMemory() (Conn, error) { return p.dialMemory() }
 // ErrConcurrentPump. After Close it returns ErrPoolClosed.
 func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, nil) }
 
-// PumpData is Pump for data messages only: open, ping, pong, close and
-// error events are consumed without a callback (pings were answered by
-// the loop already). It blocks until at least one message was delivered.
+// PumpData is Pump for data messages: open, ping, pong, close and error
+// events go to Config.OnEvent, in order with the data, or are consumed
+// without a callback when it is nil (pings were answered by the loop
+// already). It blocks until at least one callback ran and returns how
+// many did.
+//
+// It returns ErrNoConns instead of blocking when nothing is pending and
+// the pool has no connection left (ConnCount is 0): none was dialed, or
+// the last one's final event was just consumed (that event wakes a
+// sleeping PumpData). A Dial or DialAsync counts from the moment it is
+// called. Pump, by contrast, blocks until Close.
 func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn, nil) }
 
 // PumpSpin busy-polls the ring up to iters times and delivers the first
-// batch it finds; it never sleeps. n == 0 means nothing arrived yet.
+// batch it finds (non-data events to Config.OnEvent, as PumpData); it
+// never sleeps. n == 0 means nothing arrived yet.
 func (p *Pool) PumpSpin(iters int, fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, iters) }
 
-// PumpNowait makes one non-blocking pass: it delivers what is pending and
-// returns at once.
+// PumpNowait makes one non-blocking pass: it delivers what is pending
+// (non-data events to Config.OnEvent, as PumpData) and returns at once.
 func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, 1) }
 
 // PumpEventsNowait is PumpNowait for every event kind.

@@ -13,8 +13,9 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,20 @@ type pool struct {
 	stopped atomic.Bool // tl_loop_stop returned (set by Close)
 	freed   atomic.Bool
 	closeMu sync.Mutex
-	users   atomic.Int32 // dialers touching the loop's C memory (useC); the last one out after Close frees it
+
+	// Close safety. Every method that reads the loop's shared memory (the
+	// public blocks, the stats, the command ring) runs between enter and
+	// exit; Close adds closingBias, which refuses new entries, and waits
+	// for the calls inside to leave before the loop may be freed. The
+	// pump has its own claim (pumping). No lock: one atomic add each way.
+	inflight  atomic.Int64
+	drained   chan struct{} // closed once inflight reaches closingBias
+	drainOnce sync.Once
+	// quiet[slot] is the generation of a synchronous Dial's connection
+	// that has not opened: if it ends without opening, its final event
+	// is consumed without a callback (the caller never got the Conn; Dial
+	// returned the error). EventOpen clears it.
+	quiet []atomic.Uint32
 
 	// rec folds the stamps of sampled messages into Metrics' histograms
 	// (nil when Config.SampleEvery is 0). Written only by the pumper.
@@ -73,6 +87,27 @@ type pool struct {
 	// lastWait is how long the pump's previous wait for events lasted
 	// (WaitAdaptive spins only while it is short); owned by the pumper.
 	lastWait time.Duration
+}
+
+// closingBias is added to inflight by Close: far above any real count.
+const closingBias = 1 << 40
+
+// enter admits a call that reads the loop's shared memory; false once
+// Close started. A true enter must be paired with exit.
+func (p *Pool) enter() bool {
+	if p.inflight.Add(1) >= closingBias {
+		p.exit()
+		return false
+	}
+	return true
+}
+
+// exit ends a call admitted by enter; the last one out after Close
+// started lets Close go on.
+func (p *Pool) exit() {
+	if p.inflight.Add(-1) == closingBias {
+		p.drainOnce.Do(func() { close(p.drained) })
+	}
 }
 
 func newPool(cfg Config) (*Pool, error) {
@@ -119,6 +154,7 @@ func newPool(cfg Config) (*Pool, error) {
 	}
 	p.ev = newEvConsumer(loop, p)
 	p.ev.rec = p.rec
+	p.ev.onEvent = d.OnEvent
 	evr := C.tl_loop_evring(loop)
 	p.consSleeping = (*uint32)(unsafe.Pointer(&evr.cons_sleeping))
 	p.wakeSeq = (*uint32)(unsafe.Pointer(&evr.wake_seq))
@@ -138,6 +174,8 @@ func newPool(cfg Config) (*Pool, error) {
 	}
 	p.gens = make([]uint32, d.MaxConns)
 	p.refs = make([]int32, d.MaxConns)
+	p.quiet = make([]atomic.Uint32, d.MaxConns)
+	p.drained = make(chan struct{})
 	return p, nil
 }
 
@@ -147,34 +185,48 @@ func (p *Pool) close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
+	// Refuse new calls; the ones inside see closed and leave promptly (a
+	// Dial's wait, a Send waiting for ring room).
+	if p.inflight.Add(closingBias) == closingBias {
+		p.drainOnce.Do(func() { close(p.drained) })
+	}
 	p.sendMu.Lock() // no producer may be writing to the ring now
 	C.tl_loop_stop(p.loop)
 	p.sendMu.Unlock()
+	// Wake the dialers. The loop is gone, so Go may write the public
+	// blocks: a dialer's slot is marked closed first (its command may
+	// still have been in the ring, and a wake without a change could be
+	// lost between its check and its sleep).
+	p.slotMu.Lock()
+	for s, r := range p.refs {
+		if r > 1 {
+			st := (*uint32)(unsafe.Pointer(&p.pub[s].state))
+			if atomic.LoadUint32(st) < uint32(StateClosed) {
+				atomic.StoreUint32(st, uint32(StateClosed))
+			}
+			futexWake(st)
+		}
+	}
+	p.slotMu.Unlock()
+	<-p.drained
 	// Only now may release free the loop: a pumper that saw closed and
 	// left early must not run tl_loop_free (and a second pthread_join)
-	// while tl_loop_stop above is still joining the thread.
+	// while tl_loop_stop above is still joining the thread, nor while a
+	// call above still read the loop's memory.
 	p.stopped.Store(true)
-	// Wake a sleeping pumper so it sees closed.
+	// Wake a sleeping pumper so it sees closed. A pumper inside a
+	// callback (Close may be called from one) frees the loop on its way
+	// out: Close does not wait for it.
 	atomic.AddUint32(p.wakeSeq, 1)
 	futexWake(p.wakeSeq)
-	// Free C memory once nobody pumps; a pumper that is inside a callback
-	// frees on its way out.
-	// (pumping is 2 once a pumper leaving after Close has freed it.)
-	for i := 0; i < 2000 && p.pumping.Load() == 1; i++ {
-		time.Sleep(time.Millisecond)
-	}
 	p.release()
 	return nil
 }
 
-// release frees the C loop once Close stopped it and nobody pumps or
-// dials.
+// release frees the C loop once Close stopped it and nobody pumps.
 func (p *Pool) release() {
 	if !p.stopped.Load() {
 		return // Close has not stopped the loop yet; it releases itself
-	}
-	if p.users.Load() != 0 {
-		return // a dialer still reads the slot's public block; it releases on its way out
 	}
 	if p.pumping.CompareAndSwap(0, 2) {
 		p.freeMu.Lock()
@@ -187,30 +239,12 @@ func (p *Pool) release() {
 	}
 }
 
-// useC registers a goroutine that touches the loop's C memory outside the
-// command ring (a dial resets its slot's public block, hands the C core
-// its parameters and waits on the slot's state word), so that a
-// concurrent Close leaves the memory to the last such goroutine to free.
-// It returns false, registering nothing, once the Pool is closed. closed
-// is stored before Close releases, so either release sees this user or
-// this user sees closed.
-func (p *Pool) useC() bool {
-	p.users.Add(1)
+func (p *Pool) connCount() int {
 	if p.closed.Load() {
-		p.doneC()
-		return false
+		return 0 // every connection ended with the loop; their events were dropped
 	}
-	return true
+	return int(p.nconns.Load())
 }
-
-// doneC ends a useC section; the last one after Close frees the loop.
-func (p *Pool) doneC() {
-	if p.users.Add(-1) == 0 && p.closed.Load() {
-		p.release()
-	}
-}
-
-func (p *Pool) connCount() int { return int(p.nconns.Load()) }
 
 // loadStats copies the loop's counters: live ones with atomic loads, the
 // final copy once the loop is freed.
@@ -280,6 +314,9 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	// reset what Go reads of it before the dial command goes out.
 	p.pub[s] = C.struct_tl_conn_pub{}
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].gen)), p.gens[s])
+	// A new handle reports StateConnecting at once, before the loop has
+	// taken the dial command (StateIdle means a dead handle).
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].state)), uint32(StateConnecting))
 	return s, p.gens[s], nil
 }
 
@@ -301,11 +338,55 @@ func cstr(s string) (*C.char, C.size_t) {
 	return C.CString(s), C.size_t(len(s))
 }
 
-// prepare validates a dial, takes a slot for it and hands its parameters
-// to the C core; the caller then sends cmdDial. It logs the dial (or why
-// it could not start) to Config.Logger.
-func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (uint32, uint32, error) {
-	slot, gen, err := p.prepareDial(ctx, rawURL, opts)
+// putSockaddr writes ap as a sockaddr_in or sockaddr_in6 into ss and
+// returns its length.
+func putSockaddr(ss *C.struct_sockaddr_storage, ap netip.AddrPort) int {
+	port := ap.Port()
+	if a := ap.Addr(); a.Is4() {
+		raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(ss))
+		raw.Family = unix.AF_INET
+		raw.Port = port>>8 | port<<8 // network byte order
+		raw.Addr = a.As4()
+		return unix.SizeofSockaddrInet4
+	}
+	raw := (*unix.RawSockaddrInet6)(unsafe.Pointer(ss))
+	raw.Family = unix.AF_INET6
+	raw.Port = port>>8 | port<<8
+	raw.Addr = ap.Addr().As16()
+	return unix.SizeofSockaddrInet6
+}
+
+// request validates a dial and resolves its host. It reads no pool
+// memory, so it runs before enter: a slow name lookup never holds Close
+// up.
+func (p *Pool) request(ctx context.Context, rawURL string, opts *DialOptions) (*dialRequest, *DialOptions, error) {
+	if p.closed.Load() {
+		return nil, nil, ErrPoolClosed
+	}
+	if opts == nil {
+		d := dialDefaults // a copy: nothing may write the table
+		opts = &d
+	}
+	if err := opts.checkHeartbeat(); err != nil {
+		return nil, nil, err
+	}
+	// TLS options are checked for ws:// too: a bad value is a bug to hear
+	// about at once, not when the URL changes scheme.
+	pol, err := opts.TLS.policy()
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := newDialRequest(ctx, rawURL, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.pol = pol
+	return t, opts, nil
+}
+
+// logDial logs a dial that starts (err nil) or could not start to
+// Config.Logger.
+func (p *Pool) logDial(rawURL string, slot, gen uint32, err error) {
 	if l := p.cfg.Logger; l != nil {
 		if err != nil {
 			logDialFailed(l, p.cfg.Name, rawURL, err)
@@ -313,40 +394,27 @@ func (p *Pool) prepare(ctx context.Context, rawURL string, opts *DialOptions) (u
 			logDialing(l, p.cfg.Name, Conn{p: p, slot: slot, gen: gen}, rawURL)
 		}
 	}
-	return slot, gen, err
 }
 
-func (p *Pool) prepareDial(ctx context.Context, rawURL string, opts *DialOptions) (uint32, uint32, error) {
-	if p.closed.Load() {
-		return 0, 0, ErrPoolClosed
-	}
-	if opts == nil {
-		opts = &DialOptions{}
-	}
-	t, err := newDialRequest(ctx, rawURL, opts)
-	if err != nil {
-		return 0, 0, err
-	}
-	// TLS options are checked for ws:// too: a bad value is a bug to hear
-	// about at once, not when the URL changes scheme.
-	tlsPol, err := opts.TLS.policy()
-	if err != nil {
-		return 0, 0, err
-	}
+// prepare takes a slot for a validated dial and hands its parameters to
+// the C core; the caller (inside enter) then sends cmdDial.
+func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error) {
 	var dp C.struct_tl_dial_params
-	port := t.addr.Port()
-	if a := t.addr.Addr(); a.Is4() {
-		raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(&dp.addr))
-		raw.Family = unix.AF_INET
-		raw.Port = port>>8 | port<<8 // network byte order
-		raw.Addr = a.As4()
-		dp.addr_len = C.uint32_t(unix.SizeofSockaddrInet4)
-	} else {
-		raw := (*unix.RawSockaddrInet6)(unsafe.Pointer(&dp.addr))
-		raw.Family = unix.AF_INET6
-		raw.Port = port>>8 | port<<8
-		raw.Addr = a.As16()
-		dp.addr_len = C.uint32_t(unix.SizeofSockaddrInet6)
+	dp.addr_len = C.uint32_t(putSockaddr(&dp.addr, t.addrs[0]))
+	if t.local.IsValid() {
+		dp.local_len = C.uint32_t(putSockaddr(&dp.local, t.local))
+	}
+	if more := t.addrs[1:]; len(more) > 0 {
+		alt := (*C.struct_sockaddr_storage)(C.calloc(C.size_t(len(more)), C.size_t(unsafe.Sizeof(dp.addr))))
+		if alt == nil {
+			return 0, 0, fmt.Errorf("%w: preparing the dial: %w", ErrDial, unix.ENOMEM)
+		}
+		defer C.free(unsafe.Pointer(alt))
+		alts := unsafe.Slice(alt, len(more))
+		for i := range more {
+			putSockaddr(&alts[i], more[i])
+		}
+		dp.alt, dp.nalt = alt, C.uint32_t(len(more))
 	}
 	if t.tls {
 		dp.tls = 1
@@ -355,6 +423,8 @@ func (p *Pool) prepareDial(ctx context.Context, rawURL string, opts *DialOptions
 		dp.insecure = 1
 	}
 	dp.handshake_timeout_ns = C.uint64_t(opts.HandshakeTimeout)
+	dp.ping_interval_ns = C.uint64_t(opts.PingInterval)
+	dp.read_timeout_ns = C.uint64_t(opts.ReadTimeout)
 	var frees []*C.char
 	set := func(dst **C.char, dl *C.size_t, s string) {
 		*dst, *dl = cstr(s)
@@ -370,15 +440,16 @@ func (p *Pool) prepareDial(ctx context.Context, rawURL string, opts *DialOptions
 	set(&dp.ca_file, &dp.ca_file_len, opts.TLS.RootCAFile)
 	set(&dp.ca_pem, &dp.ca_pem_len, string(opts.TLS.RootCAPEM))
 	if t.tls {
-		set(&dp.client_cert, &dp.client_cert_len, tlsPol.clientCert)
-		set(&dp.client_key, &dp.client_key_len, tlsPol.clientKey)
-		set(&dp.ciphers12, &dp.ciphers12_len, tlsPol.ciphers12)
-		set(&dp.ciphers13, &dp.ciphers13_len, tlsPol.ciphers13)
+		pol := t.pol
+		set(&dp.client_cert, &dp.client_cert_len, pol.clientCert)
+		set(&dp.client_key, &dp.client_key_len, pol.clientKey)
+		set(&dp.ciphers12, &dp.ciphers12_len, pol.ciphers12)
+		set(&dp.ciphers13, &dp.ciphers13_len, pol.ciphers13)
 		var pins *C.char
-		set(&pins, &dp.pins_len, string(tlsPol.pins))
+		set(&pins, &dp.pins_len, string(pol.pins))
 		dp.pins = (*C.uint8_t)(unsafe.Pointer(pins))
-		set(&dp.sess_key, &dp.sess_key_len, tlsPol.sessionKey(t.addr.String(), t.serverName))
-		dp.min_version, dp.max_version = C.uint32_t(tlsPol.minVersion), C.uint32_t(tlsPol.maxVersion)
+		set(&dp.sess_key, &dp.sess_key_len, pol.sessionKey(t.addrs[0].String(), t.serverName))
+		dp.min_version, dp.max_version = C.uint32_t(pol.minVersion), C.uint32_t(pol.maxVersion)
 	}
 	defer func() {
 		for _, f := range frees {
@@ -401,11 +472,17 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if !p.useC() {
+	req, opts, err := p.request(ctx, rawURL, opts)
+	if err != nil {
+		p.logDial(rawURL, 0, 0, err)
+		return Conn{}, err
+	}
+	if !p.enter() {
 		return Conn{}, ErrPoolClosed
 	}
-	defer p.doneC()
-	slot, gen, err := p.prepare(ctx, rawURL, opts)
+	defer p.exit()
+	slot, gen, err := p.prepare(req, opts)
+	p.logDial(rawURL, slot, gen, err)
 	if err != nil {
 		return Conn{}, err
 	}
@@ -413,19 +490,44 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	p.refs[slot]++ // the dialer reads the slot's public state below
 	p.slotMu.Unlock()
 	defer p.unref(slot)
+	// Until it opens, the connection is the dialer's alone: a failure is
+	// Dial's error, not an event (see quiet).
+	p.quiet[slot].Store(gen)
 	c := Conn{p: p, slot: slot, gen: gen}
 	if err := p.command(cmdDial, 0, 0, slot, gen, nil); err != nil {
 		return Conn{}, err
 	}
-	st := &p.pub[slot].state
-	stp := (*uint32)(unsafe.Pointer(st))
+	pb := &p.pub[slot]
+	stp := (*uint32)(unsafe.Pointer(&pb.state))
+	var cancelled error
+	// When ctx ends, the dial is aborted unless it opened meanwhile (then
+	// the loop ignores the command and Dial returns the open connection:
+	// the caller must not miss a Conn whose events it will see). Either
+	// way the loop changes the state word, which wakes the wait below
+	// without a lost wake-up. Never after Dial returned: the command needs
+	// Dial's enter (and its slot reference).
+	var abortMu sync.Mutex
+	waiting := true
+	stop := context.AfterFunc(ctx, func() {
+		abortMu.Lock()
+		if waiting {
+			p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil) // fails only once the pool closes
+		}
+		abortMu.Unlock()
+	})
+	defer func() {
+		stop()
+		abortMu.Lock()
+		waiting = false
+		abortMu.Unlock()
+	}()
 	// wss: log "TLS done" once the state passed the TLS handshake (the
 	// upgrade started; a later state may be all Dial sees).
-	tlsPending := p.cfg.Logger != nil && len(rawURL) >= 4 && strings.EqualFold(rawURL[:4], "wss:")
+	tlsPending := p.cfg.Logger != nil && req.tls
 	for {
 		s := atomic.LoadUint32(stp)
 		if tlsPending && (s == uint32(StateUpgrading) || s == uint32(StateOpen) ||
-			atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[slot].opened))) != 0) {
+			atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) != 0) {
 			tlsPending = false
 			logTLSDone(p.cfg.Logger, p.cfg.Name, c)
 		}
@@ -434,33 +536,52 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			// stream, a drop) is still a successful dial: its events,
 			// EventOpen first, are in the ring.
 			if s == uint32(StateOpen) || s == uint32(StateClosing) ||
-				atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[slot].opened))) != 0 {
+				atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) != 0 {
+				// The caller has the Conn now: none of its events is
+				// quiet (a pump without OnEvent does not clear it).
+				p.quiet[slot].CompareAndSwap(gen, 0)
 				return c, nil
 			}
-			if err := p.connErr(slot); err != nil {
+			if cancelled == nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err))) == cErrAborted {
+				cancelled = ctx.Err() // aborted by the context before Dial looked
+			}
+			if cancelled != nil {
+				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
+				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
+				return Conn{}, err
+			}
+			if p.closed.Load() {
+				return Conn{}, ErrPoolClosed
+			}
+			if err := p.connErr(slot, gen); err != nil {
 				return Conn{}, err
 			}
 			return Conn{}, ErrClosed // not reached: a failed dial records why
 		}
-		if err := ctx.Err(); err != nil {
-			p.command(cmdClose, 0, 1000, slot, gen, nil)
-			err = fmt.Errorf("%w: %w", ErrTimeout, err)
-			logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
-			return Conn{}, err
-		}
 		if p.closed.Load() {
 			return Conn{}, ErrPoolClosed
 		}
-		futexWait(stp, s, 20*time.Millisecond)
+		if cancelled == nil {
+			cancelled = ctx.Err() // the abort is on its way (above)
+		}
+		// Woken by the loop's state change (the handshake, the abort) or
+		// by Close; the timeout is only a defence.
+		futexWait(stp, s, 100*time.Millisecond)
 	}
 }
 
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
-	if !p.useC() {
+	req, opts, err := p.request(context.Background(), rawURL, opts)
+	if err != nil {
+		p.logDial(rawURL, 0, 0, err)
+		return Conn{}, err
+	}
+	if !p.enter() {
 		return Conn{}, ErrPoolClosed
 	}
-	defer p.doneC()
-	slot, gen, err := p.prepare(context.Background(), rawURL, opts)
+	defer p.exit()
+	slot, gen, err := p.prepare(req, opts)
+	p.logDial(rawURL, slot, gen, err)
 	if err != nil {
 		return Conn{}, err
 	}
@@ -471,10 +592,10 @@ func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
 }
 
 func (p *Pool) dialMemory() (Conn, error) {
-	if !p.useC() {
+	if !p.enter() {
 		return Conn{}, ErrPoolClosed
 	}
-	defer p.doneC()
+	defer p.exit()
 	slot, gen, err := p.allocSlot(1)
 	if err != nil {
 		return Conn{}, err
@@ -485,12 +606,34 @@ func (p *Pool) dialMemory() (Conn, error) {
 	return Conn{p: p, slot: slot, gen: gen}, nil
 }
 
-// connErr builds the error a failed connection reported.
-func (p *Pool) connErr(slot uint32) error {
+// connErr builds the error a failed connection reported (a
+// *HandshakeError for a refused upgrade). The caller owns the ended slot.
+func (p *Pool) connErr(slot, gen uint32) error {
 	pb := &p.pub[slot]
 	e := int32(atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err))))
 	aux := int32(pb.aux)
 	code := int(pb.code)
 	detail := C.GoString(&pb.detail[0])
-	return makeErr(e, aux, code, detail)
+	err := makeErr(e, aux, code, detail)
+	if e == cErrHTTP {
+		err = p.handshakeErr(slot, gen, err)
+	}
+	return err
+}
+
+// handshakeErr wraps the ConnError of a refused upgrade in a
+// HandshakeError built from the response the loop kept. Cold path: one
+// cgo call. The caller owns the ended slot.
+func (p *Pool) handshakeErr(slot, gen uint32, err error) error {
+	ce, ok := err.(*ConnError)
+	if !ok {
+		return err
+	}
+	buf := make([]byte, C.TL_FAIL_HEAD_MAX)
+	n := C.tl_loop_fail_head(p.loop, C.uint32_t(slot), C.uint32_t(gen), (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	code := 0
+	if errors.Is(ce, ErrBadStatus) {
+		code = ce.Code
+	}
+	return newHandshakeError(ce, code, buf[:n], time.Now())
 }

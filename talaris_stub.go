@@ -30,6 +30,7 @@ func (p *Pool) dial(context.Context, string, *DialOptions) (Conn, error) {
 func (c Conn) send(Opcode, []byte) error   { return ErrUnsupported }
 func (c Conn) control(uint8, []byte) error { return ErrUnsupported }
 func (c Conn) closeConn(int, string) error { return ErrUnsupported }
+func (c Conn) abort() error                { return ErrUnsupported }
 func (c Conn) inject([]byte) error         { return ErrUnsupported }
 func (c Conn) state() State                { return StateIdle }
 func (c Conn) stats() ConnStats            { return ConnStats{} }

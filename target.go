@@ -11,15 +11,39 @@ import (
 	"strings"
 )
 
-// target is a validated ws:// or wss:// URL, resolved to one address.
+// maxAddrs bounds the addresses of one name a dial tries (the C core
+// refuses more).
+const maxAddrs = 16
+
+// target is a validated ws:// or wss:// URL, resolved to its addresses.
 type target struct {
 	tls        bool
-	addr       netip.AddrPort // IPv4 addresses are unmapped (Is4)
-	host, path string         // Host header and request-target of the upgrade
-	serverName string         // SNI and certificate name
+	addrs      []netip.AddrPort // in the order tried; IPv4 addresses are unmapped (Is4)
+	local      netip.AddrPort   // DialOptions.LocalAddr (port 0: any); invalid when unset
+	host, path string           // Host header and request-target of the upgrade
+	serverName string           // SNI and certificate name
 }
 
-// parseTarget validates rawURL and resolves its host (preferring IPv4).
+// parseLocalAddr parses DialOptions.LocalAddr: an IP address, or an
+// IP and port ("127.0.0.2", "127.0.0.2:9000", "::1", "[::1]:9000").
+func parseLocalAddr(s string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if a, err1 := netip.ParseAddr(s); err1 == nil {
+		ap, err = netip.AddrPortFrom(a, 0), nil
+	}
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%w: LocalAddr %q is not an IP address or IP:port", ErrBadURL, s)
+	}
+	if ap.Addr().Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("%w: LocalAddr %q: zones are not supported", ErrBadURL, s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// parseTarget validates rawURL and resolves its host to every address it
+// has (IPv4 first, then IPv6, each in the resolver's order): the loop
+// tries them in turn until one connects. With a LocalAddr only the
+// addresses of its family are kept.
 func parseTarget(ctx context.Context, rawURL string, opts *DialOptions) (*target, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -66,27 +90,47 @@ func parseTarget(ctx context.Context, rawURL string, opts *DialOptions) (*target
 	if opts != nil && opts.TLS.ServerName != "" {
 		t.serverName = opts.TLS.ServerName
 	}
-	ip := net.ParseIP(hostname)
-	if ip == nil {
-		ips, err := net.DefaultResolver.LookupIPAddr(ctx, hostname)
-		if err != nil || len(ips) == 0 {
-			return nil, fmt.Errorf("%w: %s: %v", ErrResolve, hostname, err)
+	if opts != nil && opts.LocalAddr != "" {
+		if t.local, err = parseLocalAddr(opts.LocalAddr); err != nil {
+			return nil, err
 		}
-		ip = ips[0].IP
-		for _, a := range ips { // prefer IPv4: loopback feeds usually listen there
-			if a.IP.To4() != nil {
-				ip = a.IP
-				break
+	}
+	var ips []netip.Addr
+	if a, err := netip.ParseAddr(hostname); err == nil {
+		if a.Zone() != "" {
+			return nil, fmt.Errorf("%w: zoned address %q not supported", ErrBadURL, hostname)
+		}
+		ips = []netip.Addr{a.Unmap()}
+	} else {
+		r := net.DefaultResolver
+		if opts != nil && opts.Resolver != nil {
+			r = opts.Resolver
+		}
+		found, err := r.LookupNetIP(ctx, "ip", hostname)
+		if err != nil || len(found) == 0 {
+			return nil, fmt.Errorf("%w: %s: %w", ErrResolve, hostname, err)
+		}
+		// IPv4 first: loopback feeds usually listen there, and a refused
+		// IPv4 connect costs one round trip before IPv6 is tried.
+		for _, v6 := range []bool{false, true} {
+			for _, a := range found {
+				if a = a.Unmap(); a.Is6() == v6 && a.Zone() == "" {
+					ips = append(ips, a)
+				}
 			}
 		}
 	}
-	var a netip.Addr
-	if v4 := ip.To4(); v4 != nil {
-		a = netip.AddrFrom4([4]byte(v4))
-	} else {
-		a = netip.AddrFrom16([16]byte(ip.To16()))
+	for _, a := range ips {
+		if t.local.IsValid() && a.Is4() != t.local.Addr().Is4() {
+			continue // a socket bound to one family cannot reach the other
+		}
+		if len(t.addrs) < maxAddrs {
+			t.addrs = append(t.addrs, netip.AddrPortFrom(a, uint16(pn)))
+		}
 	}
-	t.addr = netip.AddrPortFrom(a, uint16(pn))
+	if len(t.addrs) == 0 {
+		return nil, fmt.Errorf("%w: %s has no address of LocalAddr %s's family", ErrResolve, hostname, t.local.Addr())
+	}
 	return t, nil
 }
 
@@ -147,6 +191,7 @@ type dialRequest struct {
 	*target
 	headers   string
 	protocols string
+	pol       *tlsPolicy // TLSOptions, checked and translated
 }
 
 // newDialRequest validates a Dial's URL and options (nil opts: defaults).

@@ -59,6 +59,11 @@ static struct tl_conn *cmd_conn(struct tl_loop *l, const struct tl_cmd *cmd)
 
 static int cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 {
+	/* A dial still in the ring when the pool closes is dropped: started
+	 * after shutdown_all, it would keep the loop (and tl_loop_stop) alive
+	 * for as long as the connection lasts. Go's Close wakes its dialer. */
+	if (l->shutting_down)
+		return CMD_DONE;
 	if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE && !l->conns[cmd->slot].dying) {
 		if (cmd->flags & TL_CMDF_MEMORY)
 			tl_loop_open_memory(l, cmd->slot, cmd->gen);
@@ -93,6 +98,8 @@ static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t
 
 static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
+	if ((cmd->flags & TL_CMDF_IF_DIALING) && c->state >= TL_ST_OPEN)
+		return CMD_DONE; /* it opened first: Dial returns it after all */
 	if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;
@@ -149,6 +156,12 @@ static int cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *p
 	case TL_CMD_CLOSE:
 		c = cmd_conn(l, cmd);
 		return c ? cmd_close(l, c, cmd, payload) : CMD_DONE;
+	case TL_CMD_ABORT:
+		/* At once: nothing queued for the connection is waited for. */
+		c = cmd_conn(l, cmd);
+		if (c)
+			tl_loop_abort(l, c);
+		return CMD_DONE;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
 	case TL_CMD_PONG:

@@ -27,6 +27,7 @@ void tl_conn_reset(struct tl_conn *c)
 	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap;
 	uint32_t slot = c->slot;
 
+	free(c->fail_head);
 	memset(c, 0, sizeof(*c));
 	c->slot = slot;
 	c->fd = -1;
@@ -227,6 +228,22 @@ static int publish_open(struct tl_loop *l, struct tl_conn *c)
 	return TL_FEED_OK;
 }
 
+/* keep_head moves the refused response (head and the body bytes that came
+ * with it, at most TL_FAIL_HEAD_MAX) to c->fail_head for Go. */
+static void keep_head(struct tl_conn *c)
+{
+	size_t n = c->hs_len < TL_FAIL_HEAD_MAX ? c->hs_len : TL_FAIL_HEAD_MAX;
+	char *h = realloc(c->hs, n ? n : 1);
+
+	if (!h)
+		return; /* c->hs stays and is freed at teardown; Go gets no head */
+	free(c->fail_head);
+	c->fail_head = h;
+	c->fail_head_len = n;
+	c->hs = NULL;
+	c->hs_len = 0;
+}
+
 /* upgrade_feed gathers the response head; on success it reports how many
  * bytes of p belonged to the head so the rest is parsed as frames. */
 static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
@@ -254,6 +271,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		else
 			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
 		*used = n;
+		keep_head(c);
 		tl_loop_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
 		return TL_FEED_DEAD;
 	}
@@ -315,11 +333,21 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 	tl_loop_sample_msg(l, c);
 }
 
+/* ring_full says what an event that did not fit means: a stall
+ * (back-pressure, the rest waits for the pump) - except once the pool is
+ * closing: Go pumps no more (Close drops pending events) and the close
+ * handshake behind these messages must still be read, so the event is
+ * dropped (-1 then means nothing: callers see 0). Cold path only. */
+static int ring_full(const struct tl_loop *l)
+{
+	return l->shutting_down ? TL_FEED_OK : TL_FEED_STALL;
+}
+
 /* publish_data publishes a reassembled message, copied into the arena. */
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	if (tl_loop_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
-		return TL_FEED_STALL;
+		return ring_full(l);
 	count_in(l, c, n);
 	return TL_FEED_OK;
 }
@@ -335,7 +363,7 @@ static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, co
 	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
 								     : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
-		return TL_FEED_STALL;
+		return ring_full(l);
 	count_in(l, c, n);
 	return TL_FEED_OK;
 }
@@ -406,8 +434,14 @@ static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
 		tl_loop_teardown(l, c);
 		return TL_FEED_DEAD;
 	}
-	/* The server closes TCP first (RFC 6455 7.1.1); bound the wait. */
-	tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+	/* Both close frames are out: the handshake is complete. End our
+	 * sending side (TLS close_notify, then FIN) so the peer, which closes
+	 * TCP first (RFC 6455 7.1.1), is not left waiting for it (Python's
+	 * websockets over TLS waits for our close_notify). Bound the wait for
+	 * its end; a close we started keeps its earlier deadline. */
+	tl_loop_shut_wr(l, c);
+	if (!c->deadline_ns)
+		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 	return TL_FEED_DEAD; /* stop parsing: input is discarded from here */
 }
 
@@ -419,14 +453,14 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 	struct tl_conn_pub *pub = &l->pub[c->slot];
 	switch (c->h.opcode) {
 	case TL_OP_PING:
-		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
 			tl_conn_send_frame(l, c, TL_OP_PONG, 1, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
-		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0)
+		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;

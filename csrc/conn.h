@@ -49,6 +49,11 @@ struct tl_dial {
 	int insecure;
 	uint64_t handshake_timeout_ns;
 	struct tl_tls_dial *tlsx; /* TLS policy (tls_verify.c), NULL for ws:// */
+	struct sockaddr_storage *alt; /* further addresses, tried in order when a connect fails */
+	uint32_t nalt, next_alt;      /* next_alt: the next one to try */
+	struct sockaddr_storage local; /* bound before connect when local_len != 0 */
+	uint32_t local_len;
+	uint64_t ping_interval_ns, read_timeout_ns; /* heartbeat; 0: off */
 };
 
 /* tl_dupn returns a malloced copy of s[0..n) plus a NUL (NULL on no
@@ -138,6 +143,16 @@ struct tl_conn {
 	 * here for the next data message this connection publishes. */
 	uint64_t smp_cqe;     /* CLOCK_MONOTONIC ns the completion was seen; 0: none pending */
 	uint64_t smp_pt;      /* ns its bytes reached the parser (after TLS); 0: not yet */
+	/* the response head (and first body bytes) of a refused upgrade, kept
+	 * for Go (tl_loop_fail_head) until the slot's next dial */
+	char *fail_head;
+	size_t fail_head_len;
+	/* heartbeat (loop.c): read timeout and pings, checked by the timer
+	 * scan, never per message */
+	uint8_t shut_wr;      /* 1: shutdown(SHUT_WR) once the out buffers drain; 2: done */
+	uint64_t hb_ns;       /* next heartbeat check (0: no heartbeat) */
+	uint64_t last_rx_ns;  /* loop's cached clock at the last recv completion */
+	uint64_t last_ping_ns; /* when the loop last sent a heartbeat ping */
 };
 
 /* tl_conn_shared is conn.c's state shared by every connection of a loop
@@ -153,7 +168,8 @@ struct tl_conn_shared {
 void tl_conn_shared_free(struct tl_conn_shared *cs);
 
 /* tl_conn_reset clears c for a new dial on its slot, keeping the message
- * and out buffers' allocations for reuse. */
+ * and out buffers' allocations for reuse; the previous connection's
+ * fail_head is freed. */
 void tl_conn_reset(struct tl_conn *c);
 
 /* tl_conn_start_upgrade writes the HTTP upgrade request (through TLS when

@@ -74,12 +74,17 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 	if (c->send_inflight || c->fd < 0 || c->state == TL_ST_CONNECTING)
 		return;
 	ob = &c->out[c->cur];
-	if (c->send_errno) { /* the socket refused a send: nobody reads these bytes */
+	if (c->send_errno) /* the socket refused a send: nobody reads these bytes */
 		ob->len = 0;
+	if (ob->len == 0) {
+		if (c->shut_wr == 1) {
+			/* Everything up to the close frame (and close_notify) has
+			 * left: tell the peer we are done writing. */
+			shutdown(c->fd, SHUT_WR);
+			c->shut_wr = 2;
+		}
 		return;
 	}
-	if (ob->len == 0)
-		return;
 	sqe = tl_loop_sqe(l);
 	if (!sqe)
 		return;
@@ -260,9 +265,13 @@ void tl_loop_stall(struct tl_loop *l, struct tl_conn *c)
 
 /* ---- connection lifecycle ---- */
 
+static void hb_start(struct tl_loop *l, struct tl_conn *c);
+
 void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
+	if (st == TL_ST_OPEN && c->state != TL_ST_OPEN)
+		hb_start(l, c);
 	c->state = (uint8_t)st;
 	/* Dial tells "opened, then ended before Dial looked" (the events are
 	 * in the ring: a success) from "failed during the handshake". */
@@ -279,13 +288,18 @@ void tl_loop_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
 	snprintf(p->detail, sizeof(p->detail), "%s", msg ? msg : "");
 }
 
+void tl_loop_timer_at(struct tl_loop *l, uint64_t at)
+{
+	if (l->next_timer_ns == 0 || at < l->next_timer_ns)
+		l->next_timer_ns = at;
+}
+
 void tl_loop_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now)
 {
 	if (!c->deadline_ns)
 		l->timed++;
 	c->deadline_ns = tl_loop_now_ns() + ns_from_now;
-	if (l->next_timer_ns == 0 || c->deadline_ns < l->next_timer_ns)
-		l->next_timer_ns = c->deadline_ns;
+	tl_loop_timer_at(l, c->deadline_ns);
 }
 
 static void clear_deadline(struct tl_loop *l, struct tl_conn *c)
@@ -294,6 +308,105 @@ static void clear_deadline(struct tl_loop *l, struct tl_conn *c)
 		c->deadline_ns = 0;
 		l->timed--;
 	}
+}
+
+/* ---- heartbeat: read timeout and pings ---- */
+
+/* timers_armed: some connection has a timer of any kind. */
+static inline int timers_armed(const struct tl_loop *l)
+{
+	return l->timed || l->hb_timed;
+}
+
+static void hb_clear(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->hb_ns) {
+		c->hb_ns = 0;
+		l->hb_timed--;
+	}
+}
+
+/* hb_next is when c's heartbeat must next be looked at: its read timeout
+ * counted from the last receive, or its next ping (an interval after the
+ * later of the last receive and the last ping). */
+static uint64_t hb_next(const struct tl_conn *c)
+{
+	const struct tl_dial *d = c->dial;
+	uint64_t t = 0;
+	if (d->read_timeout_ns)
+		t = c->last_rx_ns + d->read_timeout_ns;
+	if (d->ping_interval_ns) {
+		uint64_t base = c->last_ping_ns > c->last_rx_ns ? c->last_ping_ns : c->last_rx_ns;
+		uint64_t p = base + d->ping_interval_ns;
+		if (!t || p < t)
+			t = p;
+	}
+	return t;
+}
+
+static void hb_arm(struct tl_loop *l, struct tl_conn *c, uint64_t at)
+{
+	if (!c->hb_ns)
+		l->hb_timed++;
+	c->hb_ns = at;
+	tl_loop_timer_at(l, at);
+}
+
+/* hb_start arms c's heartbeat when it opens (dial options with a ping
+ * interval or read timeout): the silence counts from now. */
+static void hb_start(struct tl_loop *l, struct tl_conn *c)
+{
+	uint64_t now;
+	if (!c->dial || (!c->dial->ping_interval_ns && !c->dial->read_timeout_ns) || c->fd < 0)
+		return;
+	now = tl_loop_now_ns();
+	/* The cached clock may be stale while no heartbeat ran: refresh it so
+	 * this iteration's receives are not stamped in the past. */
+	l->now_ns = now;
+	c->last_rx_ns = now;
+	c->last_ping_ns = 0;
+	hb_arm(l, c, hb_next(c));
+}
+
+/* hb_due runs c's heartbeat at now: fail it when nothing arrived for the
+ * read timeout, send a ping when nothing arrived (and no ping left) for
+ * the ping interval, then re-arm for the next check. */
+static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now)
+{
+	const struct tl_dial *d = c->dial;
+
+	if (c->state != TL_ST_OPEN || c->dying || !d) {
+		hb_clear(l, c); /* closing or ended: the close timeout rules */
+		return;
+	}
+	if (c->stalled || c->rx == TL_RX_PAUSING || c->rx == TL_RX_PAUSED || c->rx == TL_RX_WANT)
+		c->last_rx_ns = now; /* we stopped reading (back-pressure), not the peer */
+	if (d->read_timeout_ns && now - c->last_rx_ns >= d->read_timeout_ns) {
+		hb_clear(l, c);
+		tl_loop_fail(l, c, TL_E_READ_TIMEOUT, 0, 1006, "no data, ping, pong or close from the peer");
+		return;
+	}
+	if (d->ping_interval_ns && !c->close_sent && !c->send_errno) {
+		uint64_t base = c->last_ping_ns > c->last_rx_ns ? c->last_ping_ns : c->last_rx_ns;
+		/* (A peer that does not read gets no more pings piled up.) */
+		if (now - base >= d->ping_interval_ns && c->out[0].len + c->out[1].len < l->cfg.max_send_queue) {
+			if (tl_conn_send_frame(l, c, TL_OP_PING, 1, NULL, 0) < 0)
+				return; /* c failed */
+			c->last_ping_ns = now;
+			tl_loop_flush(l, c);
+		}
+	}
+	hb_arm(l, c, hb_next(c));
+}
+
+void tl_loop_shut_wr(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->shut_wr || c->fd < 0 || c->dying)
+		return;
+	c->shut_wr = 1;
+	if (c->is_tls)
+		tl_tls_close_notify(c);
+	tl_loop_flush(l, c);
 }
 
 static void free_dial(struct tl_dial *d)
@@ -308,6 +421,7 @@ static void free_dial(struct tl_dial *d)
 	free(d->ca_file);
 	free(d->ca_pem);
 	tl_tlsv_dial_free(d->tlsx);
+	free(d->alt);
 	free(d);
 }
 
@@ -358,6 +472,7 @@ static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 	if (c->final_pending || c->state != TL_ST_IDLE) {
 		tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
 		clear_deadline(l, c);
+		hb_clear(l, c);
 		tl_tls_free(c);
 		free_dial(c->dial);
 		c->dial = NULL;
@@ -420,7 +535,63 @@ void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 	tl_loop_teardown(l, c);
 }
 
+/* tl_loop_abort ends c at once for Conn.Abort: output not yet handed to
+ * the kernel is dropped, the socket is shut down both ways (the peer sees
+ * the end now, and a send stuck on a full socket ends), and the final
+ * event is EventError with TL_E_ABORTED whatever was under way. */
+void tl_loop_abort(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->dying)
+		return;
+	c->fail_err = TL_E_ABORTED;
+	c->fail_aux = 0;
+	c->fail_code = 1006;
+	tl_loop_detail(l, c, "aborted by Conn.Abort");
+	c->out[c->cur].len = 0;
+	c->msg_ready = 0;
+	c->ctrl_ready = 0;
+	c->open_pending = 0;
+	if (c->fd >= 0 && !c->connect_inflight)
+		shutdown(c->fd, SHUT_RDWR);
+	tl_loop_teardown(l, c);
+}
+
 /* ---- commands ---- */
+
+/* start_connect opens a socket for addr (bound to the dial's local
+ * address, if any) and submits its asynchronous connect. Returns 0, or -1
+ * after failing c. */
+static int start_connect(struct tl_loop *l, struct tl_conn *c, const struct sockaddr_storage *addr)
+{
+	struct tl_dial *d = c->dial;
+	struct io_uring_sqe *sqe;
+	socklen_t alen = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	int one = 1, fd;
+
+	fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		tl_loop_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
+		return -1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->fd = fd;
+	if (d->local_len && bind(fd, (const struct sockaddr *)&d->local, d->local_len) < 0) {
+		char msg[80];
+		int e = errno;
+		snprintf(msg, sizeof(msg), "binding the local address: %s", strerror(e));
+		tl_loop_fail(l, c, TL_E_DIAL, e, 0, msg);
+		return -1;
+	}
+	sqe = tl_loop_sqe(l);
+	if (!sqe) {
+		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
+		return -1;
+	}
+	io_uring_prep_connect(sqe, fd, (const struct sockaddr *)addr, alen);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CONNECT, c->gen, c->slot));
+	c->connect_inflight = 1;
+	return 0;
+}
 
 /* tl_loop_dial starts connection slot/gen with the parameters
  * tl_dial_prepare stored: socket, then an asynchronous connect. */
@@ -428,8 +599,6 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 {
 	struct tl_conn *c = &l->conns[slot];
 	struct tl_dial *d = l->dials[slot];
-	struct io_uring_sqe *sqe;
-	int one = 1, fd;
 
 	l->dials[slot] = NULL;
 	tl_conn_reset(c);
@@ -445,21 +614,7 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 	}
 	c->is_tls = (uint8_t)d->tls;
 	tl_loop_set_deadline(l, c, d->handshake_timeout_ns);
-	fd = socket(d->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		tl_loop_fail(l, c, TL_E_DIAL, errno, 0, strerror(errno));
-		return;
-	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	c->fd = fd;
-	sqe = tl_loop_sqe(l);
-	if (!sqe) {
-		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "submission queue full");
-		return;
-	}
-	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&d->addr, d->addr_len);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CONNECT, gen, slot));
-	c->connect_inflight = 1;
+	start_connect(l, c, &d->addr);
 }
 
 /* tl_loop_open_memory opens a socketless connection: Go feeds it server bytes with
@@ -493,6 +648,7 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
 			STAT_ADD(l, wire_bytes, (uint64_t)cqe->res);
+			c->last_rx_ns = l->now_ns; /* heartbeat: one store per completion */
 		}
 	}
 	if (!more)
@@ -575,6 +731,16 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 		return;
 	}
 	if (res < 0) {
+		struct tl_dial *d = c->dial;
+		if (d && d->next_alt < d->nalt) {
+			/* The name had more addresses: try the next one (the
+			 * handshake deadline bounds them all). Nothing else is in
+			 * flight on this socket. */
+			close(c->fd);
+			c->fd = -1;
+			start_connect(l, c, &d->alt[d->next_alt++]);
+			return;
+		}
 		tl_loop_fail(l, c, TL_E_DIAL, -res, 0, strerror(-res));
 		return;
 	}
@@ -644,7 +810,9 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 	} else if (c->fail_err) {
 		tl_loop_teardown(l, c);
 	} else if (c->close_rcvd) {
-		/* We answered the peer's close; it did not drop TCP in time. */
+		/* The close frames crossed, but the peer did not end TCP in
+		 * time: a timed-out close, not a clean one. */
+		tl_loop_fail(l, c, TL_E_CLOSE_TIMEOUT, 0, c->close_code, "the peer did not close the connection in time");
 		tl_loop_teardown(l, c);
 	} else if (c->send_errno) {
 		/* A send failed and the receive side did not end in time. (If it
@@ -659,22 +827,44 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 	}
 }
 
+/* conn_timers fires c's due timers and returns its earliest armed one
+ * (0: none). */
+static uint64_t conn_timers(struct tl_loop *l, struct tl_conn *c, uint64_t now)
+{
+	uint64_t next = 0;
+	if (c->deadline_ns && c->deadline_ns <= now)
+		on_deadline(l, c);
+	if (c->hb_ns && c->hb_ns <= now)
+		hb_due(l, c, now);
+	if (c->deadline_ns)
+		next = c->deadline_ns;
+	if (c->hb_ns && (!next || c->hb_ns < next))
+		next = c->hb_ns;
+	return next;
+}
+
+/* run_timers scans the connections for due timers, only when the
+ * earliest one is due (see Timers in loop.h). */
 static void run_timers(struct tl_loop *l)
 {
 	uint64_t now, next = 0;
-	if (!l->timed || tl_loop_now_ns() < l->next_timer_ns)
+	if (!timers_armed(l))
 		return;
 	now = tl_loop_now_ns();
-	for (uint32_t i = 0; i < l->cfg.max_conns && l->timed; i++) {
+	if (now < l->next_timer_ns)
+		return;
+	l->next_timer_ns = 0; /* timers armed during the scan lower it again */
+	for (uint32_t i = 0; i < l->cfg.max_conns && timers_armed(l); i++) {
 		struct tl_conn *c = &l->conns[i];
-		if (!c->deadline_ns)
+		uint64_t t;
+		if (!c->deadline_ns && !c->hb_ns)
 			continue;
-		if (c->deadline_ns <= now)
-			on_deadline(l, c);
-		if (c->deadline_ns && (next == 0 || c->deadline_ns < next))
-			next = c->deadline_ns;
+		t = conn_timers(l, c, now);
+		if (t && (next == 0 || t < next))
+			next = t;
 	}
-	l->next_timer_ns = next;
+	if (next && (l->next_timer_ns == 0 || next < l->next_timer_ns))
+		l->next_timer_ns = next;
 }
 
 /* release_deferred recycles consumed slots whose in-place payloads the pump
@@ -743,6 +933,10 @@ static int space_freed(struct tl_loop *l)
 
 static void shutdown_all(struct tl_loop *l)
 {
+	/* Stalled connections go on (their events are dropped from now on,
+	 * see ring_full in conn.c) so their close handshakes can be read. */
+	if (l->stalled)
+		l->stall_kick = 1; /* (cleared by run_stalled, which runs only when one is) */
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
 		if (c->final_pending) {
@@ -751,15 +945,22 @@ static void shutdown_all(struct tl_loop *l)
 		}
 		if (c->state == TL_ST_IDLE || c->dying)
 			continue;
-		if (c->state == TL_ST_OPEN && !c->close_sent) {
-			tl_conn_send_close(l, c, 1001, (const uint8_t *)"pool closed", 11);
-			tl_loop_flush(l, c);
-		}
 		if (!c->fail_err && !c->close_rcvd) {
 			c->fail_err = TL_E_SHUTDOWN;
 			c->fail_code = 1001;
 			tl_loop_detail(l, c, "pool closed");
 		}
+		if (c->state == TL_ST_OPEN && !c->close_sent && c->fd >= 0 && !c->eof && !c->send_errno) {
+			/* Going away: send 1001 and let the close handshake run (the
+			 * echo, then TCP's end), bounded by the close timeout. */
+			tl_conn_send_close(l, c, 1001, (const uint8_t *)"pool closed", 11);
+			tl_loop_set_state(l, c, TL_ST_CLOSING);
+			tl_loop_flush(l, c);
+			tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+			continue;
+		}
+		if (c->state == TL_ST_CLOSING && c->deadline_ns)
+			continue; /* a close handshake under way ends by itself, bounded */
 		tl_loop_teardown(l, c);
 	}
 }
@@ -786,7 +987,7 @@ static int adaptive_spin(struct tl_loop *l)
 		return 0;
 	until = l->pub_ns + l->cfg.spin_ns;
 	while (tl_loop_now_ns() < until) {
-		if (tl_cmdq_pending(&l->cmdq) || __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED))
+		if (tl_cmdq_pending(&l->cmdq) || (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED)))
 			return 1;
 		/* The command ring is a load; completions cost a syscall under
 		 * DEFER_TASKRUN, so look at them less often. The yield hands the
@@ -845,14 +1046,14 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * back on the next natural wake-up, without an extra syscall. */
 	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rx_want))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
-	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) || l->shutting_down ||
-	    __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST)) {
+	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) ||
+	    (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST))) {
 		__atomic_store_n(&l->cmdq.r->loop_sleeping, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
 		io_uring_submit(&l->ring);
 		return;
 	}
-	if (l->timed) {
+	if (timers_armed(l)) {
 		uint64_t now = tl_loop_now_ns();
 		wait_ns = l->next_timer_ns > now ? l->next_timer_ns - now : 0;
 		if (wait_ns > 50000000ull)
@@ -870,7 +1071,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		ts.tv_sec = (long long)(wait_ns / 1000000000ull);
 		ts.tv_nsec = (long long)(wait_ns % 1000000000ull);
 		io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
-	} else if (l->timed) {
+	} else if (timers_armed(l)) {
 		io_uring_submit(&l->ring);
 	} else {
 		io_uring_submit_and_wait(&l->ring, 1);
@@ -897,6 +1098,8 @@ static void loop_run(struct tl_loop *l)
 			break;
 		loop_iteration_wait(l, busy);
 		busy = 0;
+		if (l->hb_timed) /* the clock receives are stamped with */
+			l->now_ns = tl_loop_now_ns();
 		while ((n = io_uring_peek_batch_cqe(&l->ring, cqes, TL_CQE_BATCH)) > 0) {
 			for (unsigned i = 0; i < n; i++)
 				handle_cqe(l, cqes[i]);
@@ -1135,16 +1338,28 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 {
 	struct tl_dial *d;
 
-	if (slot >= l->cfg.max_conns || p->addr_len > sizeof(p->addr))
+	if (slot >= l->cfg.max_conns || p->addr_len > sizeof(p->addr) || p->local_len > sizeof(p->local) ||
+	    p->nalt > 64 || (p->nalt && !p->alt))
 		return -EINVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	memcpy(&d->addr, &p->addr, sizeof(d->addr));
 	d->addr_len = p->addr_len;
+	memcpy(&d->local, &p->local, sizeof(d->local));
+	d->local_len = p->local_len;
+	if (p->nalt) {
+		d->alt = malloc(p->nalt * sizeof(*d->alt));
+		if (!d->alt)
+			goto fail;
+		memcpy(d->alt, p->alt, p->nalt * sizeof(*d->alt));
+		d->nalt = p->nalt;
+	}
 	d->tls = p->tls;
 	d->insecure = p->insecure;
 	d->handshake_timeout_ns = p->handshake_timeout_ns ? p->handshake_timeout_ns : l->cfg.handshake_timeout_ns;
+	d->ping_interval_ns = p->ping_interval_ns;
+	d->read_timeout_ns = p->read_timeout_ns;
 #define DUP(f)                                              \
 	do {                                                \
 		d->f = tl_dupn(p->f ? p->f : "", p->f##_len); \
@@ -1168,6 +1383,21 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 fail:
 	free_dial(d);
 	return -ENOMEM;
+}
+
+size_t tl_loop_fail_head(struct tl_loop *l, uint32_t slot, uint32_t gen, char *buf, size_t cap)
+{
+	struct tl_conn *c;
+	size_t n;
+
+	if (!l->conns || slot >= l->cfg.max_conns)
+		return 0;
+	c = &l->conns[slot];
+	if (c->gen != gen || !c->fail_head)
+		return 0;
+	n = c->fail_head_len < cap ? c->fail_head_len : cap;
+	memcpy(buf, c->fail_head, n);
+	return n;
 }
 
 void tl_loop_stop(struct tl_loop *l)
@@ -1198,6 +1428,7 @@ void tl_loop_free(struct tl_loop *l)
 			tl_tls_free(c);
 			free_dial(c->dial);
 			free(c->hs);
+			free(c->fail_head);
 			free(c->msg);
 			free(c->out[0].p);
 			free(c->out[1].p);

@@ -94,10 +94,29 @@ struct tl_loop {
 	struct tl_tls_shared ts;  /* tls.c's state shared by all connections */
 
 	uint32_t sample_left;     /* completions until the next sampled one (cfg.sample_every) */
+	/* timers (see "Timers" below) */
+	uint32_t hb_timed;      /* connections with a heartbeat check (tl_conn.hb_ns) */
+	uint64_t now_ns;        /* clock cached once per loop iteration while hb_timed */
 	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
 	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
 	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */
 };
+
+/* Timers. A connection has one field per kind of timer, each an absolute
+ * CLOCK_MONOTONIC time or 0 when unarmed:
+ *   deadline_ns  its lifecycle: handshake, close handshake, a failed
+ *                send's drain (tl_loop_set_deadline; l->timed counts them)
+ *   hb_ns        its heartbeat: read timeout and ping interval (l->hb_timed)
+ * l->next_timer_ns is a lower bound of every armed time: arming one lowers
+ * it, nothing else touches it. Once per loop iteration run_timers compares
+ * it with the clock and, only when it is due, scans the connections, fires
+ * what is due and recomputes it; the loop's wait is bounded by it, so an
+ * idle loop sleeps until the nearest timer (the 20 ms sweep aside). No
+ * timer work happens per message: a recv completion stores the loop's
+ * cached clock in c->last_rx_ns (one store per completion) and the
+ * heartbeat check compares it lazily when its time comes.
+ * A new kind of timer (a reconnect delay, say) adds a field, arms it with
+ * tl_loop_timer_at and is handled in conn_timers (loop.c). */
 
 /* loop.c */
 
@@ -144,12 +163,28 @@ void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
  * final event published once they have all completed. Idempotent. */
 void tl_loop_teardown(struct tl_loop *l, struct tl_conn *c);
 
+/* tl_loop_abort ends c at once (Conn.Abort): queued output dropped, the
+ * socket shut down both ways, then teardown; the final event is
+ * EventError with TL_E_ABORTED. No-op when c is already dying. */
+void tl_loop_abort(struct tl_loop *l, struct tl_conn *c);
+
 /* tl_loop_regroup moves c's recv from the handshake buffer group to the
  * main one; called as soon as the upgrade completes. */
 void tl_loop_regroup(struct tl_loop *l, struct tl_conn *c);
 
-/* tl_loop_set_deadline arms c's one timer ns_from_now from now. */
+/* tl_loop_set_deadline arms c's lifecycle timer ns_from_now from now. */
 void tl_loop_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now);
+
+/* tl_loop_timer_at makes sure the timer scan runs at or before the
+ * absolute time at (a connection's timer field was just set to at). */
+void tl_loop_timer_at(struct tl_loop *l, uint64_t at);
+
+/* tl_loop_shut_wr ends c's sending side once its close handshake is
+ * complete: TLS close_notify after the last frame, then shutdown(SHUT_WR)
+ * when every queued byte has left (tl_loop_flush). The peer sees the end
+ * at once and closes its side; the close timeout bounds the wait for
+ * that. Once per connection; no-op for memory or dying connections. */
+void tl_loop_shut_wr(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_loop_detail stores msg (copied, truncated) as c's public error
  * detail. */

@@ -47,10 +47,13 @@ enum {
 	TL_E_LOST = 7,          /* 1006: EOF or socket error without close frame; aux = errno or 0 */
 	TL_E_CLOSE_TIMEOUT = 8, /* close handshake did not finish in time */
 	TL_E_TLS = 9,           /* aux = TL_TLS_* cause */
-	TL_E_ABORTED = 10,      /* closed by the user before open */
+	TL_E_ABORTED = 10,      /* ended by Conn.Abort, or closed by the user before open */
 	TL_E_SHUTDOWN = 11,     /* the pool closed */
-	TL_E_NOMEM = 12,        /* allocation failed in the loop */
-	TL_E_INTERNAL = 13,
+	TL_E_READ_TIMEOUT = 12, /* nothing received for the dial's read timeout (1006, no handshake) */
+	/* Causes Go does not tell apart (all errInternal): kept out of the way
+	 * of the numbered public causes above, which other changes extend. */
+	TL_E_NOMEM = 64,        /* allocation failed in the loop */
+	TL_E_INTERNAL = 65,
 };
 
 /* TLS causes in aux for TL_E_TLS */
@@ -122,8 +125,10 @@ enum {
 	TL_CMD_CLOSE = 5,    /* code + reason payload */
 	/* 6 was a shutdown command; tl_loop_stop does that. Not reused. */
 	TL_CMD_INJECT = 7,   /* feed payload to a memory connection as if the server sent it */
+	TL_CMD_ABORT = 8,    /* end slot/gen at once: no close handshake, queued output dropped */
 };
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
+#define TL_CMDF_IF_DIALING 0x2 /* with TL_CMD_CLOSE: abort only a connection not yet open (Dial's context ended) */
 #define TL_CMDF_FIN 0x10
 #define TL_CMDF_CONT 0x20 /* continuation of a message started by an earlier record */
 

@@ -91,6 +91,12 @@ struct tl_dial_params {
 	const char *ciphers13; size_t ciphers13_len;     /* TLS 1.3 suites (OpenSSL only) */
 	const uint8_t *pins; size_t pins_len;            /* n x SHA-256 of the server's SPKI */
 	const char *sess_key; size_t sess_key_len;       /* session cache key; empty: no resumption */
+	struct sockaddr_storage local;   /* source address to bind, when local_len != 0 */
+	uint32_t local_len;
+	uint32_t nalt;                   /* further addresses tried in order when connect fails */
+	const struct sockaddr_storage *alt;
+	uint64_t ping_interval_ns;       /* 0: no heartbeat pings */
+	uint64_t read_timeout_ns;        /* 0: no read timeout */
 };
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
@@ -98,6 +104,17 @@ struct tl_dial_params {
  * negative errno (-ENOMEM, or -EINVAL for a bad slot or address length).
  * On failure nothing is kept. */
 int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p);
+
+/* TL_FAIL_HEAD_MAX bounds what a refused upgrade keeps of the response:
+ * a 4 KiB head and the first 1 KiB of body. */
+#define TL_FAIL_HEAD_MAX 5120
+
+/* tl_loop_fail_head copies to buf (cap bytes) the start of the response a
+ * refused upgrade of connection slot/gen received (head and first body
+ * bytes, at most TL_FAIL_HEAD_MAX) and returns the bytes copied: 0 when
+ * there is none or the slot now holds another connection. Go calls it
+ * only while it owns the ended slot (the loop does not touch it then). */
+size_t tl_loop_fail_head(struct tl_loop *l, uint32_t slot, uint32_t gen, char *buf, size_t cap);
 
 /* tl_loop_stop asks the thread to close every connection and exit, and
  * joins it. Events already published stay readable until tl_loop_free. */
@@ -166,6 +183,12 @@ TL_LAYOUT(tl_dial_params, ciphers12, 304);
 TL_LAYOUT(tl_dial_params, ciphers13, 320);
 TL_LAYOUT(tl_dial_params, pins, 336);
 TL_LAYOUT(tl_dial_params, sess_key, 352);
-_Static_assert(sizeof(struct tl_dial_params) == 368, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, local, 368);
+TL_LAYOUT(tl_dial_params, local_len, 496);
+TL_LAYOUT(tl_dial_params, nalt, 500);
+TL_LAYOUT(tl_dial_params, alt, 504);
+TL_LAYOUT(tl_dial_params, ping_interval_ns, 512);
+TL_LAYOUT(tl_dial_params, read_timeout_ns, 520);
+_Static_assert(sizeof(struct tl_dial_params) == 528, "tl_dial_params size");
 
 #endif

@@ -39,6 +39,7 @@ struct tl_tls {
 	int handshake_done;
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext since the last flush check */
+	int shutdown_sent; /* our close_notify is queued */
 };
 
 const char *tl_tls_backend(void)
@@ -287,6 +288,18 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	return tl_tls_drive(l, c) == TL_FEED_DEAD ? -1 : 0;
 }
 
+void tl_tls_close_notify(struct tl_conn *c)
+{
+	struct tl_tls *t = c->tls;
+	if (!t || !t->handshake_done || t->shutdown_sent)
+		return;
+	t->shutdown_sent = 1;
+	/* Writes close_notify through the slot BIO into the out buffer; 0
+	 * (the peer's is still to come) is the expected result. */
+	SSL_shutdown(t->ssl);
+	ERR_clear_error();
+}
+
 void tl_tls_free(struct tl_conn *c)
 {
 	struct tl_tls *t = c->tls;
@@ -518,15 +531,27 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			}
 			if (e == SSL_ERROR_ZERO_RETURN) {
 				/* close_notify: the TLS stream ended cleanly. What that means
-				 * for the WebSocket is decided like a TCP EOF. */
+				 * for the WebSocket is decided like a TCP EOF. Answer with
+				 * ours and our FIN now (the teardown that follows closes
+				 * the socket without waiting for a send). */
 				ERR_clear_error();
 				c->eof = 1;
+				if (!c->shut_wr && c->fd >= 0) {
+					tl_tls_close_notify(c);
+					send_alert_now(c);
+					if (!c->send_inflight) {
+						shutdown(c->fd, SHUT_WR);
+						c->shut_wr = 2;
+					}
+				}
 				break;
 			}
-			if (c->eof) {
+			if (c->eof || c->close_rcvd) {
 				/* Transport EOF without close_notify: BoringSSL says
 				 * SYSCALL, OpenSSL "unexpected eof". Report both the same way,
-				 * through the EOF path. */
+				 * through the EOF path. After the close handshake the
+				 * stream is over for us: what the library says about the
+				 * rest is no failure of the connection either. */
 				ERR_clear_error();
 				break;
 			}

@@ -29,6 +29,11 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c);
  * (handshake not done, or a TLS error: c is failed). */
 int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n);
 
+/* tl_tls_close_notify queues c's TLS close_notify alert in its out buffer
+ * (once the handshake is done; later calls do nothing). The caller sends
+ * it. */
+void tl_tls_close_notify(struct tl_conn *c);
+
 /* tl_tls_free releases c's TLS state (no-op without one). */
 void tl_tls_free(struct tl_conn *c);
 

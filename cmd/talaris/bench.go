@@ -900,7 +900,7 @@ func closePool(p *talaris.Pool, cs []talaris.Conn) error {
 	select {
 	case <-done:
 		return nil
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 		leakedPools.Add(1)
 		return fmt.Errorf("Pool.Close hung (core bug; %d connections left, loop thread leaked and spinning: later results are disturbed)", p.ConnCount())
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 func catMain(args []string) error {
 	fs := flag.NewFlagSet("cat", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: talaris cat [flags] URL\n\nDials a ws:// or wss:// URL, sends the --send messages once open, prints every\nmessage (text as is, binary as hex or length) and, on Ctrl-C, --count or\n--duration, the counts and the inter-arrival histogram.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: talaris cat [flags] URL\n\nDials a ws:// or wss:// URL, sends the --send messages once open, prints every\nmessage (text as is, binary as hex or length) and, on Ctrl-C, SIGTERM, --count or\n--duration, closes the connection (close handshake, at most --close-timeout; a\nsecond Ctrl-C drops it at once) and prints the counts and the inter-arrival\nhistogram.\n\n")
 		fs.PrintDefaults()
 	}
 	var headers, sends, protos multiFlag
@@ -42,6 +43,9 @@ func catMain(args []string) error {
 	quiet := fs.Bool("q", false, "do not print messages, only the summary")
 	stats := fs.Bool("stats", false, "print the per-stage latency breakdown and the loop counters at exit")
 	sample := fs.Uint("sample", 1, "with --stats: stamp one receive completion in N (Config.SampleEvery)")
+	ping := fs.Duration("ping", 0, "send a ping after this long without receiving anything (0: never)")
+	readTimeout := fs.Duration("read-timeout", 0, "fail when nothing at all arrives for this long (0: never); use with --ping below it")
+	closeTimeout := fs.Duration("close-timeout", 2*time.Second, "how long a stop waits for the server's close handshake")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -55,6 +59,8 @@ func catMain(args []string) error {
 		Header:       http.Header{},
 		Subprotocols: protos,
 		TLS:          talaris.TLSOptions{RootCAFile: *ca, InsecureSkipVerify: *insecure, ServerName: *serverName},
+		PingInterval: *ping,
+		ReadTimeout:  *readTimeout,
 	}
 	if err := tlsf.apply(&opts.TLS); err != nil {
 		return err
@@ -66,7 +72,7 @@ func catMain(args []string) error {
 		}
 		opts.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
-	cfg := talaris.Config{}
+	cfg := talaris.Config{CloseTimeout: *closeTimeout}
 	if *stats {
 		cfg.SampleEvery = uint32(*sample)
 	}
@@ -93,18 +99,30 @@ func catMain(args []string) error {
 		}
 	}
 
+	// A stop (signal, --duration, --count) starts the close handshake from
+	// whichever goroutine sees it: Close is safe from any goroutine, and
+	// the handshake's final event wakes a Pump that sleeps on an idle
+	// stream. The reason goes to the pumping loop through stopReq.
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
-	stopReq := make(chan string, 4)
+	stopReq := make(chan string, 1)
+	var stopOnce sync.Once
+	requestStop := func(why string) {
+		stopOnce.Do(func() {
+			stopReq <- why
+			c.Close(talaris.CloseNormal, "")
+		})
+	}
 	go func() {
+		s := <-sig
+		requestStop(map[os.Signal]string{os.Interrupt: "interrupted", syscall.SIGTERM: "terminated"}[s])
 		<-sig
-		stopReq <- "interrupted"
-		<-sig
-		pool.Close() // a second Ctrl-C does not wait for the close handshake
+		c.Abort() // a second signal does not wait for the close handshake
 	}()
 	if *duration > 0 {
-		time.AfterFunc(*duration, func() { stopReq <- "duration reached" })
+		tm := time.AfterFunc(*duration, func() { requestStop("duration reached") })
+		defer tm.Stop()
 	}
 
 	out := bufio.NewWriterSize(os.Stdout, 64<<10)
@@ -115,22 +133,17 @@ func catMain(args []string) error {
 	var final error
 	reason := ""
 	done := false
-	startClose := func(why string) {
-		if !closing {
+	noteStop := func() {
+		if closing {
+			return
+		}
+		select {
+		case why := <-stopReq:
 			closing, reason = true, why
-			c.Close(talaris.CloseNormal, "")
-			// Work around a core bug (the loop does not flush a queued close
-			// frame until other traffic arrives): do not wait for the close
-			// handshake longer than a second.
-			time.AfterFunc(time.Second, func() { pool.Close() })
+		default:
 		}
 	}
 	for !done {
-		select {
-		case why := <-stopReq:
-			startClose(why)
-		default:
-		}
 		_, err := pool.Pump(func(_ talaris.Conn, ev talaris.Event) {
 			switch ev.Kind {
 			case talaris.EventText, talaris.EventBinary:
@@ -142,11 +155,13 @@ func catMain(args []string) error {
 					printMsg(out, ev, *hexMax)
 				}
 				if *count > 0 && st.msgs >= uint64(*count) {
-					startClose("count reached")
+					requestStop("count reached")
+					noteStop()
 				}
 			case talaris.EventPing:
 				st.pings++
 			case talaris.EventClose:
+				noteStop()
 				if reason == "" {
 					reason = fmt.Sprintf("server closed: %d %q", ev.Code, ev.Reason)
 				} else {
@@ -154,25 +169,24 @@ func catMain(args []string) error {
 				}
 				done = true
 			case talaris.EventError:
-				final = describeDialErr(ev.Err)
+				noteStop()
 				done = true
+				switch {
+				case closing && errors.Is(ev.Err, talaris.ErrAborted):
+					reason += "; dropped without waiting for the close handshake"
+				case closing && errors.Is(ev.Err, talaris.ErrCloseTimeout):
+					reason += fmt.Sprintf("; no close handshake from the server within %v, connection dropped", *closeTimeout)
+				default:
+					if reason == "" {
+						reason = "connection failed"
+					}
+					final = describeDialErr(ev.Err)
+				}
 			}
 		})
 		out.Flush()
-		if errors.Is(err, talaris.ErrPoolClosed) {
-			if closing {
-				reason += "; no close frame from the server within 1s, connection dropped"
-			} else {
-				reason += "; aborted"
-			}
-			break
-		}
 		if err != nil {
 			return err
-		}
-		if closing && !done {
-			// Pump blocks until an event; the close handshake delivers one.
-			continue
 		}
 	}
 	out.Flush()
@@ -303,6 +317,8 @@ func describeDialErr(err error) error {
 		stage, hint = "timeout", "no answer in time (--timeout)"
 	case errors.Is(err, talaris.ErrConnectionLost):
 		stage = "connection lost"
+	case errors.Is(err, talaris.ErrReadTimeout):
+		stage, hint = "read timeout", "nothing arrived within --read-timeout: add --ping below it if the server is just quiet"
 	case errors.Is(err, talaris.ErrProtocol), errors.Is(err, talaris.ErrInvalidUTF8), errors.Is(err, talaris.ErrMessageTooBig):
 		stage = "protocol"
 	default:

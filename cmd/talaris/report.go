@@ -169,8 +169,12 @@ func (b *bench) bestOf(match func(Result) bool, metric func(Result) float64, low
 }
 
 func isTalaris(r Result) bool { return strings.HasPrefix(r.Client, "talaris") }
-func isRust(r Result) bool    { return strings.HasPrefix(r.Client, "rust-talaris") }
-func isGoPeer(r Result) bool  { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
+
+// isTalarisUnsampled: a talaris row without stage sampling (the targets
+// compare those; the +sampleN rows measure what sampling costs).
+func isTalarisUnsampled(r Result) bool { return isTalaris(r) && !strings.Contains(r.Client, "+sample") }
+func isRust(r Result) bool             { return strings.HasPrefix(r.Client, "rust-talaris") }
+func isGoPeer(r Result) bool           { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
 
 // targets checks the ratios of issue 5 on this run's numbers.
 func (b *bench) targets() string {
@@ -190,7 +194,7 @@ func (b *bench) targets() string {
 	}
 	and := func(a, c func(Result) bool) func(Result) bool { return func(r Result) bool { return a(r) && c(r) } }
 	ns := func(r Result) float64 { return r.NsPerMsg }
-	tv, tw := b.bestOf(wl("decode", isTalaris), ns, true)
+	tv, tw := b.bestOf(wl("decode", isTalarisUnsampled), ns, true)
 	gv, gw := b.bestOf(wl("decode", isGoPeer), ns, true)
 	row("decode <= 10 ns/msg", fmt.Sprintf("talaris %.1f ns/msg (best Go peer %s %.1f)", tv, gw, gv), tv <= 10, tv > 0)
 	_ = tw
@@ -198,7 +202,7 @@ func (b *bench) targets() string {
 	for _, tr := range []string{"ws", "wss"} {
 		for _, n := range b.conns {
 			m := func(r Result) bool { return r.Transport == tr && r.Conns == n }
-			tv, tw := b.bestOf(and(wl("ingress", isTalaris), m), fps, false)
+			tv, tw := b.bestOf(and(wl("ingress", isTalarisUnsampled), m), fps, false)
 			gv, gw := b.bestOf(and(wl("ingress", isGoPeer), m), fps, false)
 			rv, _ := b.bestOf(and(wl("ingress", isRust), m), fps, false)
 			if gv == 0 {
@@ -213,7 +217,7 @@ func (b *bench) targets() string {
 	}
 	p50 := func(r Result) float64 { return r.P50 }
 	p999 := func(r Result) float64 { return r.P999 }
-	tv, tw = b.bestOf(wl("latency", isTalaris), p50, true)
+	tv, tw = b.bestOf(wl("latency", isTalarisUnsampled), p50, true)
 	gv, gw = b.bestOf(wl("latency", isGoPeer), p50, true)
 	rv, rw := b.bestOf(wl("latency", isRust), p50, true)
 	if gv > 0 {
@@ -222,7 +226,7 @@ func (b *bench) targets() string {
 	if rv > 0 {
 		row("latency p50 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
 	}
-	tv, tw = b.bestOf(wl("latency", isTalaris), p999, true)
+	tv, tw = b.bestOf(wl("latency", isTalarisUnsampled), p999, true)
 	gv, gw = b.bestOf(wl("latency", isGoPeer), p999, true)
 	rv, rw = b.bestOf(wl("latency", isRust), p999, true)
 	if gv > 0 {
@@ -231,6 +235,7 @@ func (b *bench) targets() string {
 	if rv > 0 {
 		row("latency p99.9 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
 	}
+	b.samplingTargets(row)
 	// Issue 9: the default configuration against the best Go peer.
 	isDefault := func(r Result) bool { return r.Client == "talaris/default" }
 	for _, t := range []struct {
@@ -247,6 +252,41 @@ func (b *bench) targets() string {
 		row("idle talaris/default < 1 % of a CPU", fmt.Sprintf("%.2f %%", iv), iv < 1, true)
 	}
 	return s.String()
+}
+
+// samplingTargets adds issue 12's sampling-cost rows: the difference
+// between a +sampleN row and its unsampled twin, in ns per message (decode:
+// wall time; ingress: client CPU per frame, steadier on a shared machine).
+func (b *bench) samplingTargets(row func(target, value string, ok, have bool)) {
+	find := func(w, client, tr string, conns int) *Result {
+		for i := range b.results {
+			r := &b.results[i]
+			if r.Err == "" && r.Workload == w && r.Client == client && (w == "decode" || r.Transport == tr && r.Conns == conns) {
+				return r
+			}
+		}
+		return nil
+	}
+	limits := map[string]float64{"+sample64": 2, "+sample1": 25}
+	for _, suf := range []string{"+sample64", "+sample1"} {
+		lim := limits[suf]
+		if off, on := find("decode", "talaris", "", 0), find("decode", "talaris"+suf, "", 0); off != nil && on != nil {
+			d := on.NsPerMsg - off.NsPerMsg
+			row(fmt.Sprintf("decode %s costs <= %g ns/msg", suf, lim), fmt.Sprintf("%.1f - %.1f = %+.1f ns/msg", on.NsPerMsg, off.NsPerMsg, d), d <= lim, true)
+		}
+		for _, r := range b.results {
+			if r.Workload != "ingress" || !strings.HasSuffix(r.Client, suf) || r.Err != "" || r.Frames == 0 {
+				continue
+			}
+			off := find("ingress", strings.TrimSuffix(r.Client, suf), r.Transport, r.Conns)
+			if off == nil || off.Frames == 0 {
+				continue
+			}
+			on, base := r.CPUSecs/float64(r.Frames)*1e9, off.CPUSecs/float64(off.Frames)*1e9
+			row(fmt.Sprintf("ingress %s x%d %s costs <= %g ns/msg (CPU)", r.Transport, r.Conns, suf, lim),
+				fmt.Sprintf("%.1f - %.1f = %+.1f ns/frame", on, base, on-base), on-base <= lim, true)
+		}
+	}
 }
 
 func (b *bench) markdownReport(mdPath string, plots []string) string {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../http.h"
+#include "../loop.h" /* test_dial_during_stop puts the loop in its shutdown state */
 #include "../talaris.h"
 #include "../ws.h"
 #include "check.h"
@@ -232,6 +233,7 @@ struct server {
 	int lfd;
 	uint16_t port;
 	int frames;
+	int refuse; /* answer 429 with Retry-After and a body, then close */
 };
 
 static void *serve(void *arg)
@@ -248,6 +250,13 @@ static void *serve(void *arg)
 		req[got] = 0;
 		if (strstr(req, "\r\n\r\n"))
 			break;
+	}
+	if (s->refuse) {
+		static const char no[] = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\n"
+					 "Content-Length: 9\r\n\r\nslow down";
+		CHECK(write(fd, no, sizeof(no) - 1) == (ssize_t)(sizeof(no) - 1));
+		close(fd);
+		return NULL;
 	}
 	char *k = strcasestr(req, "Sec-WebSocket-Key: ");
 	CHECK(k != NULL);
@@ -297,11 +306,28 @@ static void test_socket(void)
 	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
 	CHECK(pthread_create(&th, NULL, serve, &s) == 0);
 
+	/* The first address refuses (bound, not listening): the loop goes on
+	 * to the alternative, from a socket bound to the local address. */
+	struct sockaddr_in r = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t rl = sizeof(r);
+	int rfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(rfd >= 0);
+	CHECK(bind(rfd, (struct sockaddr *)&r, sizeof(r)) == 0);
+	CHECK(getsockname(rfd, (struct sockaddr *)&r, &rl) == 0);
+	struct sockaddr_storage alt[1];
+	memset(alt, 0, sizeof(alt));
+	memcpy(&alt[0], &a, sizeof(a));
+	struct sockaddr_in local = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
 	start(&h, 1024);
 	struct tl_dial_params p;
 	memset(&p, 0, sizeof(p));
-	memcpy(&p.addr, &a, sizeof(a));
-	p.addr_len = sizeof(a);
+	memcpy(&p.addr, &r, sizeof(r));
+	p.addr_len = sizeof(r);
+	p.alt = alt;
+	p.nalt = 1;
+	memcpy(&p.local, &local, sizeof(local));
+	p.local_len = sizeof(local);
 	p.host = "127.0.0.1";
 	p.host_len = 9;
 	p.path = "/";
@@ -317,6 +343,66 @@ static void test_socket(void)
 	CHECK(ev.kind == TL_EV_CLOSE && ev.code == 1000 && ev.len == 4 && memcmp(pl, "done", 4) == 0);
 	CHECK(ev.flags & TL_EVF_FINAL);
 	pthread_join(th, NULL);
+	close(s.lfd);
+	/* Only the refusing address: the final error carries the errno. */
+	p.nalt = 0;
+	p.alt = NULL;
+	CHECK(tl_dial_prepare(h.l, 6, &p) == 0);
+	push(&h, TL_CMD_DIAL, 0, 0, 6, 3, NULL, 0);
+	CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+	CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_DIAL && ev.aux == ECONNREFUSED && (ev.flags & TL_EVF_FINAL));
+	CHECK(tl_loop_fail_head(h.l, 6, 3, (char *)pl, sizeof(pl)) == 0);
+	p.nalt = 65; /* too many alternatives */
+	p.alt = alt;
+	CHECK(tl_dial_prepare(h.l, 7, &p) == -EINVAL);
+	close(rfd);
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
+/* A refused upgrade: the error event carries the status, and the
+ * response (head and body) is kept for tl_loop_fail_head until the slot's
+ * next dial, which frees it. */
+static void test_refused_upgrade(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	struct server s = {.refuse = 1};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	pthread_t th;
+	static uint8_t pl[256];
+	static char head[TL_FAIL_HEAD_MAX];
+
+	s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(s.lfd >= 0);
+	CHECK(bind(s.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(s.lfd, 4) == 0);
+	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
+	start(&h, 1024);
+	struct tl_dial_params p;
+	memset(&p, 0, sizeof(p));
+	memcpy(&p.addr, &a, sizeof(a));
+	p.addr_len = sizeof(a);
+	p.host = "127.0.0.1";
+	p.host_len = 9;
+	p.path = "/";
+	p.path_len = 1;
+	for (uint32_t gen = 1; gen <= 2; gen++) {
+		CHECK(pthread_create(&th, NULL, serve, &s) == 0);
+		CHECK(tl_dial_prepare(h.l, 3, &p) == 0);
+		push(&h, TL_CMD_DIAL, 0, 0, 3, gen, NULL, 0);
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_HTTP && ev.code == 429 && (ev.flags & TL_EVF_FINAL));
+		size_t n = tl_loop_fail_head(h.l, 3, gen, head, sizeof(head));
+		CHECK(n > 0 && n < sizeof(head));
+		head[n] = 0;
+		CHECK(strncmp(head, "HTTP/1.1 429", 12) == 0 && strstr(head, "Retry-After: 1\r\n") != NULL);
+		CHECK(n >= 9 && memcmp(head + n - 9, "slow down", 9) == 0);
+		CHECK(tl_loop_fail_head(h.l, 3, gen + 7, head, sizeof(head)) == 0); /* another generation */
+		CHECK(tl_loop_fail_head(h.l, 3, gen, head, 4) == 4);                /* bounded by cap */
+		pthread_join(th, NULL);
+	}
 	close(s.lfd);
 	tl_loop_stop(h.l);
 	tl_loop_free(h.l);
@@ -382,12 +468,36 @@ static void test_sampling(void)
 	tl_loop_free(h.l);
 }
 
+/* A DIAL still in the command ring when the loop stops is dropped: the
+ * loop must not start a connection after it shut the others down (that
+ * one would live on, and tl_loop_stop would wait for it forever). Go
+ * publishes every command before tl_loop_stop, but a busy loop can see
+ * the stop request before it drains them. Reproduced here by putting the
+ * sleeping loop in its "shut down" state, then sending a DIAL. */
+static void test_dial_during_stop(void)
+{
+	struct harness h;
+
+	start(&h, 1024);
+	for (int i = 0; i < 20000 && !__atomic_load_n(&h.cr->loop_sleeping, __ATOMIC_SEQ_CST); i++)
+		usleep(100);
+	usleep(20000); /* past its last look at the ring: asleep in the kernel */
+	h.l->shutting_down = 1;
+	h.l->stop_done = 1; /* as after shutdown_all: it exits once nothing is live */
+	push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, 1, 1, NULL, 0); /* wakes it */
+	tl_loop_stop(h.l); /* joins: hangs if the DIAL started a connection */
+	CHECK(tl_loop_conns(h.l)[1].state == 0); /* never started */
+	tl_loop_free(h.l);
+}
+
 int main(void)
 {
 	test_memory_stream();
 	test_backpressure();
 	test_socket();
 	test_sampling();
+	test_refused_upgrade();
+	test_dial_during_stop();
 	printf("test_loop: %lu checks passed\n", check_passed);
 	return 0;
 }

@@ -6,7 +6,9 @@
 // Listens on 127.0.0.1 (free port), prints "LISTEN <port>", and for every
 // connection to /stream?n=N&size=S sends N binary messages, message i being
 // wstest.Payload(i, S) (8-byte little-endian i, then byte j =
-// i*31 + j*7 + (j>>8) mod 256), then closes with 1000 "done".
+// i*31 + j*7 + (j>>8) mod 256), then closes with 1000 "done" (with hold=1
+// it keeps the connection open instead, for a close the client starts).
+// Every close code the server receives is printed as "CLOSED <code>".
 'use strict';
 const fs = require('fs');
 const https = require('https');
@@ -49,8 +51,9 @@ wss.on('connection', (ws, req) => {
         return;
       }
     }
-    ws.close(1000, 'done');
+    if (q.get('hold') !== '1') ws.close(1000, 'done');
   };
+  ws.on('close', (code) => process.stdout.write('CLOSED ' + code + '\n'));
   pump();
   ws.on('error', () => {});
 });

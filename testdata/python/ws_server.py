@@ -4,6 +4,8 @@ path selects the behaviour:
   /stream?n=N&size=S   N binary messages, payload = 8-byte little-endian seq
                        followed by (seq + i) & 0xff filler, then close 1000 "done"
   /echo                echo every message until the client closes
+  /record              read until the connection ends, then print
+                       "CLOSED <code> <reason>" (the client's close frame)
 With --tls CERT KEY it serves wss://.
 """
 import asyncio
@@ -34,6 +36,13 @@ async def handler(ws):
     elif u.path == "/echo":
         async for msg in ws:
             await ws.send(msg)
+    elif u.path == "/record":
+        async for msg in ws:
+            pass
+        rcvd = getattr(getattr(ws, "protocol", ws), "close_rcvd", None)
+        code = rcvd.code if rcvd else ws.close_code
+        reason = rcvd.reason if rcvd else ws.close_reason
+        print(f"CLOSED {code} {reason}", flush=True)
 
 
 async def main():

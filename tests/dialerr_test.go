@@ -1,0 +1,374 @@
+//go:build linux && cgo
+
+package talaris_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+)
+
+// Dial errors and addressing (issue 10, item 5): HandshakeError with the
+// server's status, headers, body and Retry-After; errno wrapping; every
+// address of a name tried; LocalAddr.
+
+// refusing429 starts a raw server that answers every upgrade with 429,
+// retryAfter and a body in one write.
+func refusing429(t *testing.T, retryAfter, body string) *wstest.RawServer {
+	s := wstest.NewRaw(nil)
+	s.Response = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: " + retryAfter +
+		"\r\nContent-Type: text/plain\r\nX-Venue: test\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+	s.Extra = []byte(body)
+	return s.Start(t)
+}
+
+// checkHandshake429 checks err is the 429 HandshakeError of refusing429.
+func checkHandshake429(t *testing.T, err error, body string, minRetry, maxRetry time.Duration) {
+	t.Helper()
+	var he *HandshakeError
+	if !errors.As(err, &he) {
+		t.Fatalf("error %v (%T) is not a *HandshakeError", err, err)
+	}
+	if !errors.Is(err, ErrHandshake) || !errors.Is(err, ErrBadStatus) {
+		t.Errorf("%v: want errors.Is ErrHandshake and ErrBadStatus", err)
+	}
+	var ce *ConnError
+	if !errors.As(err, &ce) || ce.Code != 429 {
+		t.Errorf("ConnError under it: %+v", ce)
+	}
+	if he.StatusCode != 429 {
+		t.Errorf("StatusCode %d, want 429", he.StatusCode)
+	}
+	if he.Header.Get("X-Venue") != "test" || he.Header.Get("Content-Type") != "text/plain" {
+		t.Errorf("Header %v lacks the server's headers", he.Header)
+	}
+	if string(he.Body) != body {
+		t.Errorf("Body %q, want %q", he.Body, body)
+	}
+	if he.RetryAfter < minRetry || he.RetryAfter > maxRetry {
+		t.Errorf("RetryAfter %v, want within [%v, %v]", he.RetryAfter, minRetry, maxRetry)
+	}
+}
+
+// TestHandshakeError: a 429 with Retry-After and a body, through Dial's
+// error and through DialAsync's EventError; Retry-After as seconds and as
+// an HTTP-date; a body longer than the bound is cut.
+func TestHandshakeError(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	body := "slow down, you are over the limit\n"
+	t.Run("seconds", func(t *testing.T) {
+		srv := refusing429(t, "1", body)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, srv.URL, nil)
+		checkHandshake429(t, err, body, time.Second, time.Second)
+	})
+	t.Run("http-date", func(t *testing.T) {
+		srv := refusing429(t, time.Now().Add(5*time.Second).UTC().Format(http.TimeFormat), body)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, srv.URL, nil)
+		// whole seconds in the header, and the test may be slow
+		checkHandshake429(t, err, body, time.Second, 5*time.Second)
+	})
+	t.Run("absent-and-async", func(t *testing.T) {
+		srv := refusing429(t, "soon", body) // malformed: 0
+		c, err := p.DialAsync(srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := pumpOne(t, p, c, nil)
+		if ev.Kind != EventError {
+			t.Fatalf("final event %v, want error", ev.Kind)
+		}
+		checkHandshake429(t, ev.Err, body, 0, 0)
+	})
+	t.Run("long-body", func(t *testing.T) {
+		long := strings.Repeat("x", 3000)
+		srv := refusing429(t, "2", long)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, srv.URL, nil)
+		var he *HandshakeError
+		if !errors.As(err, &he) {
+			t.Fatalf("%v is not a HandshakeError", err)
+		}
+		if len(he.Body) == 0 || len(he.Body) > 1024 || !strings.HasPrefix(long, string(he.Body)) {
+			t.Errorf("Body of %d bytes, want a prefix of at most 1024", len(he.Body))
+		}
+		if he.RetryAfter != 2*time.Second {
+			t.Errorf("RetryAfter %v", he.RetryAfter)
+		}
+	})
+	t.Run("wss", func(t *testing.T) {
+		// The same refusal over TLS (run with -tags talaris_openssl for the
+		// other backend).
+		ln, err := tls.Listen("tcp4", "127.0.0.1:0", serverTLS(t, testCertFile, testKeyFile, 0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				nc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer nc.Close()
+					if _, err := http.ReadRequest(bufio.NewReader(nc)); err != nil {
+						return
+					}
+					io.WriteString(nc, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 7\r\nX-Venue: test\r\n"+
+						"Content-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+				}()
+			}
+		}()
+		url := "wss://" + ln.Addr().String() + "/"
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err = p.Dial(ctx, url, tlsOpts)
+		var he *HandshakeError
+		if !errors.As(err, &he) || !errors.Is(err, ErrBadStatus) {
+			t.Fatalf("wss 503: %v, want a HandshakeError matching ErrBadStatus", err)
+		}
+		if he.StatusCode != 503 || he.RetryAfter != 7*time.Second || string(he.Body) != body || he.Header.Get("X-Venue") != "test" {
+			t.Errorf("wss 503: status %d retry %v body %q header %v", he.StatusCode, he.RetryAfter, he.Body, he.Header)
+		}
+		c, err := p.DialAsync(url, tlsOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := pumpOne(t, p, c, nil)
+		if !errors.As(ev.Err, &he) || he.StatusCode != 503 || he.RetryAfter != 7*time.Second {
+			t.Errorf("wss 503 through the pump: %v", ev.Err)
+		}
+	})
+	t.Run("bad-accept", func(t *testing.T) {
+		srv := wstest.NewRaw(nil)
+		srv.Response = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n\r\n"
+		srv.Start(t)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, srv.URL, nil)
+		var he *HandshakeError
+		if !errors.As(err, &he) || !errors.Is(err, ErrBadAccept) || !errors.Is(err, ErrHandshake) {
+			t.Fatalf("%v: want a HandshakeError matching ErrBadAccept", err)
+		}
+		if he.StatusCode != 101 || he.Header.Get("Upgrade") != "websocket" {
+			t.Errorf("StatusCode %d Header %v", he.StatusCode, he.Header)
+		}
+	})
+}
+
+// TestDialErrno: connect failures wrap the errno, from Dial and from
+// DialAsync's event.
+func TestDialErrno(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	_, err := p.Dial(ctx, "ws://"+refusedAddr(t), nil)
+	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, ErrDial) {
+		t.Fatalf("refused: %v; want ErrDial and ECONNREFUSED", err)
+	}
+	var errno syscall.Errno
+	if !errors.As(err, &errno) || errno != syscall.ECONNREFUSED {
+		t.Errorf("errors.As errno: %v", errno)
+	}
+}
+
+// dualResolver answers every A query with 127.0.0.1 and every AAAA query
+// with ::1: a name with both families, served by a DNS server on
+// loopback (no change to /etc/hosts).
+func dualResolver(t *testing.T) *net.Resolver {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := buf[:n]
+			if len(q) < 12 || binary.BigEndian.Uint16(q[4:]) != 1 {
+				continue
+			}
+			// the question: labels, then type and class
+			i := 12
+			for i < len(q) && q[i] != 0 {
+				i += int(q[i]) + 1
+			}
+			if i+5 > len(q) {
+				continue
+			}
+			qtype := binary.BigEndian.Uint16(q[i+1:])
+			end := i + 5
+			resp := append([]byte{}, q[:end]...)
+			binary.BigEndian.PutUint16(resp[2:], 0x8180) // response, recursion available, no error
+			binary.BigEndian.PutUint16(resp[8:], 0)      // no authority
+			binary.BigEndian.PutUint16(resp[10:], 0)     // no additional (drops the client's OPT)
+			var rdata []byte
+			switch qtype {
+			case 1:
+				rdata = net.IPv4(127, 0, 0, 1).To4()
+			case 28:
+				rdata = net.IPv6loopback
+			}
+			if rdata != nil {
+				binary.BigEndian.PutUint16(resp[6:], 1)
+				resp = append(resp, 0xc0, 12) // the name: a pointer to the question's
+				resp = binary.BigEndian.AppendUint16(resp, qtype)
+				resp = binary.BigEndian.AppendUint16(resp, 1) // IN
+				resp = binary.BigEndian.AppendUint32(resp, 60)
+				resp = binary.BigEndian.AppendUint16(resp, uint16(len(rdata)))
+				resp = append(resp, rdata...)
+			} else {
+				binary.BigEndian.PutUint16(resp[6:], 0)
+			}
+			pc.WriteTo(resp, from)
+		}
+	}()
+	addr := pc.LocalAddr().String()
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp4", addr)
+	}}
+}
+
+// TestDialEveryAddress: a name resolving to 127.0.0.1 and ::1, served
+// only on [::1]:port (127.0.0.1:port refuses): the dial tries IPv4, is
+// refused, then connects over IPv6.
+func TestDialEveryAddress(t *testing.T) {
+	ln6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	port := ln6.Addr().(*net.TCPAddr).Port
+	// Keep 127.0.0.1:port refusing: bound, not listening.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Skipf("127.0.0.1:%d is taken: %v", port, err)
+	}
+	remote := make(chan string, 4)
+	up := websocket.Upgrader{}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		remote <- r.RemoteAddr
+		c.WriteMessage(websocket.TextMessage, []byte("over v6"))
+		c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "bye"), time.Now().Add(time.Second))
+		c.ReadMessage()
+		c.Close()
+	})}
+	go hs.Serve(ln6)
+	defer hs.Close()
+	p := newTestPool(t, Config{}, hangGuard)
+	url := "ws://dual.talaris.test:" + strconv.Itoa(port) + "/"
+	opts := &DialOptions{Resolver: dualResolver(t)}
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, url, opts)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", url, err)
+	}
+	var got string
+	ev := pumpOne(t, p, c, func(ev Event) {
+		if ev.Kind == EventText {
+			got = string(ev.Payload)
+		}
+	})
+	if got != "over v6" || ev.Kind != EventClose {
+		t.Errorf("got %q, final %v", got, ev.Kind)
+	}
+	if r := <-remote; !strings.HasPrefix(r, "[::1]:") {
+		t.Errorf("server saw %s, want [::1]", r)
+	}
+	// With an IPv4 LocalAddr only 127.0.0.1 is tried: refused.
+	_, err = p.Dial(ctx, url, &DialOptions{Resolver: opts.Resolver, LocalAddr: "127.0.0.1"})
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("IPv4-only dial: %v, want ECONNREFUSED", err)
+	}
+	// A name that does not resolve.
+	_, err = p.Dial(ctx, "ws://nowhere.invalid/", nil)
+	if !errors.Is(err, ErrResolve) {
+		t.Errorf("unresolvable name: %v, want ErrResolve", err)
+	}
+}
+
+// TestLocalAddr: DialOptions.LocalAddr binds the source address (and
+// port), as the server sees it; bad values are refused.
+func TestLocalAddr(t *testing.T) {
+	remote := make(chan net.Addr, 4)
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		remote <- c.Conn.RemoteAddr()
+		c.WriteClose(1000, "")
+		c.ExpectClose()
+	}).Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	// A free port on 127.0.0.2.
+	l, err := net.Listen("tcp4", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("127.0.0.2 unusable: %v", err)
+	}
+	freePort := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	for _, tc := range []struct {
+		local, wantIP string
+		wantPort      int
+	}{
+		{"127.0.0.2", "127.0.0.2", 0},
+		{"127.0.0.2:" + strconv.Itoa(freePort), "127.0.0.2", freePort},
+	} {
+		ctx, cancel := dialCtx(t)
+		c, err := p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: tc.local})
+		cancel()
+		if err != nil {
+			t.Fatalf("LocalAddr %s: %v", tc.local, err)
+		}
+		ra := (<-remote).(*net.TCPAddr)
+		if ra.IP.String() != tc.wantIP || (tc.wantPort != 0 && ra.Port != tc.wantPort) {
+			t.Errorf("LocalAddr %s: server saw %v", tc.local, ra)
+		}
+		pumpOne(t, p, c, nil)
+	}
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	for _, bad := range []string{"nonsense", "127.0.0.2:99999", "fe80::1%eth0"} {
+		if _, err := p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: bad}); !errors.Is(err, ErrBadURL) {
+			t.Errorf("LocalAddr %q: %v, want ErrBadURL", bad, err)
+		}
+	}
+	// IPv6 source, IPv4 server: no address to try.
+	if _, err := p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: "::1"}); !errors.Is(err, ErrResolve) {
+		t.Errorf("LocalAddr ::1 to an IPv4 server: %v, want ErrResolve", err)
+	}
+	// An address this host does not have: bind fails, errno wrapped.
+	_, err = p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: "192.0.2.77"})
+	if !errors.Is(err, ErrDial) || !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Errorf("LocalAddr not on this host: %v, want ErrDial wrapping EADDRNOTAVAIL", err)
+	}
+}
