@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x2f15f79caffde30a
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x90ffcf8361522d51
 import "C"
 
-const csrcHash = "2f15f79caffde30a"
+const csrcHash = "90ffcf8361522d51"

@@ -69,10 +69,23 @@
 // # Sending
 //
 // SendText, SendBinary, Ping, Pong and Close copy their data into the
-// command ring and return; they block only while that ring is full. The
-// loop holds a connection's sends back while its unsent bytes would pass
-// Config.MaxSendQueue, so a peer that stops reading can fill the ring:
-// Config says for how long a Send then waits.
+// command ring and return; the loop takes every command off that ring as
+// soon as it runs and keeps each connection's unsent frames in that
+// connection's own queue, so a peer that stops reading never delays
+// another connection's sends, dials, pings or closes.
+//
+// Back-pressure is per connection and decided in Go, without a round
+// trip: a send that would take the connection's unsent bytes
+// (ConnStats.SendQueued) past Config.MaxSendQueue returns ErrWouldBlock at
+// once and queues nothing (a message larger than the whole queue goes
+// when the queue is empty). SendContext waits for room instead, until its
+// context ends; the loop wakes it (a futex) as queued bytes reach the
+// socket, when the connection ends and when the Pool closes.
+// ConnStats.SendQueueFull counts the refusals and waits. Close and Pool
+// Close never wait behind queued data: the close frame follows what is
+// already in the connection's out buffers (at most about 256 KiB, and a
+// message already started is finished); queued messages not yet started
+// are dropped. After Close, sends return ErrClosed.
 //
 // # Connection lifecycle
 //
@@ -125,6 +138,20 @@
 // Pool.Close sends 1001 (going away) to every open connection and waits,
 // bounded by CloseTimeout, for their close handshakes before it frees the
 // loop.
+//
+// With DialOptions.Reconnect the end of a connection is not final unless
+// the policy gives up: the loop delivers EventReconnecting (Err says why,
+// Delay how long it waits), waits on a timer of its own, re-dials the same
+// slot (the Conn handle stays valid and equal to itself), sends
+// DialOptions.Subscribe first and delivers EventOpen with Reconnects
+// counting the re-opens. In the gap State reports StateConnecting (or a
+// later handshake state) and Send*, Ping and Pong return ErrWouldBlock:
+// the application resubscribes through Subscribe and resyncs its state
+// when the EventReconnecting/EventOpen pair arrives. Conn.Close and
+// Conn.Abort stop the reconnecting (during the wait they end the handle at
+// once with an EventError wrapping ErrAborted); Pool.Close ends every
+// handle.
+// ReconnectPolicy documents the backoff, Retry-After and MaxAttempts.
 //
 // # Errors
 //

@@ -1,6 +1,9 @@
 package talaris
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Opcode is a WebSocket data opcode as seen by a DataFunc.
 type Opcode uint8
@@ -26,7 +29,8 @@ func (o Opcode) String() string {
 type EventKind uint8
 
 // Event kinds. EventClose and EventError are final: no event for the same
-// Conn follows them and the Conn handle is dead afterwards.
+// Conn follows them and the Conn handle is dead afterwards. Every other
+// kind, EventReconnecting included, leaves the handle live.
 const (
 	EventOpen   EventKind = 1 // the upgrade completed; Payload holds the agreed subprotocol
 	EventText   EventKind = 2 // a complete text message (valid UTF-8)
@@ -35,9 +39,13 @@ const (
 	EventPong   EventKind = 5 // a pong arrived
 	EventClose  EventKind = 6 // the close handshake completed; Code and Reason are the peer's
 	EventError  EventKind = 7 // the connection failed; Err says why, Code is the close code used
+	// EventReconnecting is not final: a connection with a ReconnectPolicy
+	// dropped (or an attempt failed) and the loop re-dials after Delay.
+	// Err says why; for a close by the server, Code and Reason are its.
+	EventReconnecting EventKind = 8
 )
 
-var eventKindNames = [...]string{"", "open", "text", "binary", "ping", "pong", "close", "error"}
+var eventKindNames = [...]string{"", "open", "text", "binary", "ping", "pong", "close", "error", "reconnecting"}
 
 // String returns the kind's lower-case name.
 func (k EventKind) String() string {
@@ -56,7 +64,12 @@ type Event struct {
 	Payload []byte
 	Code    int    // close code for EventClose and EventError (0 when none applies)
 	Reason  []byte // close reason for EventClose; aliases loop memory like Payload
-	Err     error  // non-nil exactly for EventError; use errors.Is with the Err* sentinels
+	Err     error  // non-nil exactly for EventError and EventReconnecting; use errors.Is with the Err* sentinels
+	// Delay is the wait before the next attempt (EventReconnecting).
+	Delay time.Duration
+	// Reconnects counts the handle's successful re-opens (EventOpen): 0 on
+	// the first open, n after the nth reconnect.
+	Reconnects int
 }
 
 // DataFunc receives one complete data message. payload is valid only until

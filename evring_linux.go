@@ -13,6 +13,7 @@ package talaris
 import "C"
 
 import (
+	"encoding/binary"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -162,7 +163,7 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 			// A quiet event (a failed synchronous Dial) is still logged.
 			ev := r.event(e, kind, payload)
 			if logged {
-				pool.logEvent(c, &ev)
+				pool.logEvent(c, &ev, payload)
 			}
 			switch {
 			case quiet: // Dial returned this error; the caller never had the Conn
@@ -188,10 +189,12 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 // events only.
 //
 //go:noinline
-func (p *Pool) logEvent(c Conn, ev *Event) {
+func (p *Pool) logEvent(c Conn, ev *Event, payload []byte) {
 	switch ev.Kind {
 	case EventOpen, EventClose, EventError:
 		logLifecycle(p.cfg.Logger, p.cfg.Name, c, ev)
+	case EventReconnecting:
+		logReconnecting(p.cfg.Logger, p.cfg.Name, c, ev.Err, ev.Delay, reconnectAttempt(payload))
 	}
 }
 
@@ -211,8 +214,45 @@ func (r *evConsumer) event(e *C.struct_tl_event, kind EventKind, payload []byte)
 			ev.Err = r.pool.handshakeErr(uint32(e.slot), uint32(e.gen), ev.Err)
 		}
 		ev.Payload = nil
+	case EventOpen:
+		ev.Reconnects = int(e.aux)
+	case EventReconnecting:
+		reconnectingEvent(&ev, e, payload)
 	}
 	return ev
+}
+
+// reconnectingEvent fills ev from an EventReconnecting record. The
+// payload is the delay (uint64), the number of the attempt that follows
+// counted since the last open (uint32) and 4 zero bytes, host order, then
+// the error detail or, when the server closed (err 0), its close reason.
+// Err is a plain ConnError even for a refused upgrade: the loop still owns
+// the slot, so the response it kept cannot be read (HandshakeError comes
+// with the final EventError). Cold path.
+func reconnectingEvent(ev *Event, e *C.struct_tl_event, payload []byte) {
+	ev.Payload = nil
+	ev.Code = int(e.code)
+	if len(payload) < 16 {
+		ev.Err = &ConnError{Cause: errInternal, Detail: "short reconnecting event"}
+		return
+	}
+	ev.Delay = time.Duration(binary.NativeEndian.Uint64(payload))
+	rest := payload[16:]
+	if e.err == 0 {
+		ev.Reason = rest
+		ev.Err = &ConnError{Cause: ErrClosed, Code: int(e.code), Detail: "the server closed the connection"}
+		return
+	}
+	ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(rest))
+}
+
+// reconnectAttempt returns the attempt number an EventReconnecting payload
+// carries (for Config.Logger).
+func reconnectAttempt(payload []byte) int {
+	if len(payload) < 16 {
+		return 0
+	}
+	return int(binary.NativeEndian.Uint32(payload[8:]))
 }
 
 // quietEvent reports whether a non-data event belongs to a synchronous

@@ -115,8 +115,9 @@ func logLifecycle(l *slog.Logger, pool string, c Conn, ev *Event) {
 }
 
 // logReconnecting records a reconnect about to be attempted after delay
-// because of reason. The hook for the reconnect logic (ReconnectPolicy):
-// it calls this when it schedules an attempt.
+// because of reason (EventReconnecting, written by the pumping goroutine
+// like the other lifecycle records); attempt counts the attempts since
+// the last open, this one included.
 func logReconnecting(l *slog.Logger, pool string, c Conn, reason error, delay time.Duration, attempt int) {
 	if l == nil {
 		return
@@ -126,5 +127,3 @@ func logReconnecting(l *slog.Logger, pool string, c Conn, reason error, delay ti
 		append(logConnAttrs(pool, c), slog.Duration("delay", delay), slog.Int("attempt", attempt),
 			slog.String("class", class), slog.String("category", cat), slog.Any("reason", reason))...)
 }
-
-var _ = logReconnecting // used once the reconnect logic lands (branch recon)

@@ -25,6 +25,7 @@ type PoolStats struct {
 	Stalls     uint64 // times the loop held input back because the ring or arena was full
 	LoopWakes  uint64 // times Go woke a sleeping loop
 	PumpSleeps uint64 // times Pump slept waiting for events
+	Reconnects uint64 // successful re-opens by reconnect policies, all connections
 }
 
 // NewPool starts a C loop thread configured by cfg.
@@ -65,6 +66,13 @@ func (p *Pool) Stats() PoolStats { return p.poolStats() }
 // ErrTimeout, the TLS causes, and for a refused upgrade a *HandshakeError
 // (errors.As) that also matches ErrHandshake and its cause (ErrBadStatus
 // ...).
+//
+// Without DialOptions.Reconnect Dial makes exactly one attempt; with it,
+// Dial returns once an attempt opens or the policy gives up (the last
+// error), and ctx bounds all the attempts and waits together. A Dial that
+// gives up delivers no event; the EventReconnecting of attempts that
+// failed before the open reach the pump only if it passes them after
+// Dial returned the Conn (never before).
 func (p *Pool) Dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn, error) {
 	return p.dial(ctx, rawURL, opts)
 }

@@ -228,7 +228,24 @@ struct seen {
 	unsigned accepts, protocols;
 	const uint8_t *accept; size_t accept_len;
 	const uint8_t *protocol; size_t protocol_len;
+	int64_t retry_after;
 };
+
+/* retry_seconds parses a Retry-After delta-seconds value, clamped to a
+ * day; -1 when v is not all digits (an HTTP-date, say). */
+static int64_t retry_seconds(const uint8_t *v, size_t n)
+{
+	int64_t r = 0;
+	if (n == 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return -1;
+		if (r < 86400)
+			r = r * 10 + (v[i] - '0');
+	}
+	return r > 86400 ? 86400 : r;
+}
 
 static void classify(struct seen *s, const uint8_t *name, size_t nl, const uint8_t *v, size_t vl)
 {
@@ -241,6 +258,10 @@ static void classify(struct seen *s, const uint8_t *name, size_t nl, const uint8
 	case 10:
 		if (ieq(name, nl, "connection") && has_token(v, vl, "upgrade"))
 			s->connection_ok = 1;
+		break;
+	case 11:
+		if (ieq(name, nl, "retry-after"))
+			s->retry_after = retry_seconds(v, vl);
 		break;
 	case 17:
 		if (ieq(name, nl, "transfer-encoding"))
@@ -286,7 +307,9 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 	out->head_len = 0;
 	out->protocol = NULL;
 	out->protocol_len = 0;
+	out->retry_after = -1;
 	memset(&s, 0, sizeof s);
+	s.retry_after = -1;
 
 	/* status-line = HTTP-version SP status-code SP [reason-phrase] CRLF;
 	 * the SP before an empty reason is also tolerated as missing. */
@@ -371,6 +394,7 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 		classify(&s, p + ns, ne - ns, p + vs, ve - vs);
 	}
 	out->head_len = i;
+	out->retry_after = s.retry_after;
 
 	if (status != 101)
 		return TL_HTTP_ERR_STATUS;

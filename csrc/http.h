@@ -60,6 +60,7 @@ typedef struct tl_http_response {
 	int status;                 /* status code, once the status line parsed */
 	size_t head_len;            /* bytes of the head incl. the final CRLFCRLF; frame bytes follow */
 	const char *protocol; size_t protocol_len; /* agreed subprotocol, len 0 if none */
+	int64_t retry_after;        /* Retry-After in seconds (delta-seconds form), -1 if absent or not a number */
 } tl_http_response;
 
 /* tl_http_parse_response parses buf[0..len) as the server's reply to an
@@ -76,7 +77,9 @@ typedef struct tl_http_response {
  * ACCEPT, EXTENSION, PROTOCOL. A verdict other than NEED_MORE on a prefix
  * is the verdict on any longer buffer. out is always written: status once
  * the status line is complete (else 0), head_len once the head is
- * complete (else 0), protocol only with TL_HTTP_OK (else NULL, 0). */
+ * complete (else 0), protocol only with TL_HTTP_OK (else NULL, 0),
+ * retry_after once the head is complete (else -1; an HTTP-date value
+ * counts as absent; values are clamped to 86400). */
 int tl_http_parse_response(const char *buf, size_t len, const char *key,
 			   const char *protocols, size_t protocols_len,
 			   tl_http_response *out);

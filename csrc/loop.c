@@ -64,18 +64,42 @@ static void arm_efd(struct tl_loop *l)
 	l->efd_armed = 1;
 }
 
-/* tl_loop_flush submits the collected out buffer when no send is in flight.
- * One send per connection at a time keeps bytes in order. */
+/* submit_send puts one send of ob->p[c->sent_off..ob->len) in the SQ.
+ * Returns 0, or -1 when no SQE was free (the bytes stay; the sweep or the
+ * next flush retries). */
+static int submit_send(struct tl_loop *l, struct tl_conn *c, struct tl_outbuf *ob)
+{
+	struct io_uring_sqe *sqe = tl_loop_sqe(l);
+	if (!sqe)
+		return -1;
+	io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
+	c->send_inflight = 1;
+	return 0;
+}
+
+/* tl_loop_flush submits output when no send is in flight: first the rest
+ * of a buffer a short send left (when no SQE was free to continue it),
+ * else the collecting buffer, topped up from the send queue. One send per
+ * connection at a time keeps bytes in order. */
 void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 {
-	struct io_uring_sqe *sqe;
 	struct tl_outbuf *ob;
 
 	if (c->send_inflight || c->fd < 0 || c->state == TL_ST_CONNECTING)
 		return;
+	if (c->send_errno) { /* the socket refused a send: nobody reads these bytes */
+		tl_conn_tx_drop_all(l, c);
+		return;
+	}
+	ob = &c->out[c->cur ^ 1];
+	if (ob->len > c->sent_off) {
+		submit_send(l, c, ob);
+		return;
+	}
+	if (tl_conn_tx_refill(l, c) < 0 || c->dying)
+		return;
 	ob = &c->out[c->cur];
-	if (c->send_errno) /* the socket refused a send: nobody reads these bytes */
-		ob->len = 0;
 	if (ob->len == 0) {
 		if (c->shut_wr == 1) {
 			/* Everything up to the close frame (and close_notify) has
@@ -85,14 +109,30 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 		}
 		return;
 	}
-	sqe = tl_loop_sqe(l);
-	if (!sqe)
-		return;
-	io_uring_prep_send(sqe, c->fd, ob->p, ob->len, MSG_NOSIGNAL);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
-	c->send_inflight = 1;
 	c->sent_off = 0;
-	c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
+	if (submit_send(l, c, ob) == 0)
+		c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
+}
+
+/* tx_notify tells Go that c's send accounting or state changed: bump the
+ * futex word, and wake only when a SendContext announced that it sleeps
+ * (it sets tx_waiters, then rechecks; we bump, then check: seq_cst on
+ * both sides, Dekker style). */
+static void tx_notify(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	__atomic_fetch_add(&p->tx_seq, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&p->tx_waiters, __ATOMIC_SEQ_CST))
+		syscall(SYS_futex, &p->tx_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+void tl_loop_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units)
+{
+	if (!units)
+		return;
+	c->tx_done += units;
+	__atomic_store_n(&l->pub[c->slot].tx_done, c->tx_done, __ATOMIC_RELEASE);
+	tx_notify(l, c);
 }
 
 /* ---- the receive side: one state per connection, changed only here ---- */
@@ -138,7 +178,8 @@ static int rx_cancel(struct tl_loop *l, struct tl_conn *c)
 static uint32_t rx_share(const struct tl_loop *l)
 {
 	uint32_t count = l->slots.main.count;
-	uint32_t share = l->live ? count / (2 * l->live) : count / 4;
+	uint32_t live = l->live - l->rc_waits; /* handles waiting to reconnect hold no slots */
+	uint32_t share = live ? count / (2 * live) : count / 4;
 	if (share > count / 4)
 		share = count / 4;
 	return share < 2 ? 2 : share;
@@ -275,11 +316,19 @@ void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 	c->state = (uint8_t)st;
 	/* Dial tells "opened, then ended before Dial looked" (the events are
 	 * in the ring: a success) from "failed during the handshake". */
-	if (st == TL_ST_OPEN)
+	if (st == TL_ST_OPEN) {
 		__atomic_store_n(&p->opened, 1, __ATOMIC_RELAXED);
+		c->was_open = 1;
+		if (++c->opens > 1) { /* a reconnect policy's re-open */
+			__atomic_store_n(&p->reconnects, c->opens - 1, __ATOMIC_RELAXED);
+			STAT_ADD(l, reconnects, 1);
+		}
+		__atomic_store_n(&p->gap, 0, __ATOMIC_RELAXED);
+	}
 	__atomic_store_n(&p->state, (uint32_t)st, __ATOMIC_RELEASE);
 	/* Dial may be waiting on this word. State changes are rare. */
 	futex_wake(&p->state);
+	tx_notify(l, c); /* and a SendContext on tx_seq: it returns once the connection ends */
 }
 
 void tl_loop_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
@@ -422,6 +471,7 @@ static void free_dial(struct tl_dial *d)
 	free(d->ca_pem);
 	tl_tlsv_dial_free(d->tlsx);
 	free(d->alt);
+	free(d->subscribe);
 	free(d);
 }
 
@@ -460,10 +510,145 @@ static void finish(struct tl_loop *l, struct tl_conn *c)
 	l->live--;
 }
 
+/* ---- reconnect ---- */
+
+void tl_loop_stop_reconnect(struct tl_conn *c)
+{
+	c->rc_stop = 1;
+}
+
+/* rc_rand returns the next number of the loop's xorshift64* generator
+ * (jitter only: nothing secret depends on it). */
+static uint64_t rc_rand(struct tl_loop *l)
+{
+	uint64_t x = l->rc_seed;
+	if (!x)
+		x = tl_loop_now_ns() ^ (uint64_t)(uintptr_t)l ^ 0x9e3779b97f4a7c15ull;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	l->rc_seed = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+/* rc_backoff is the wait before c's next attempt: full jitter over
+ * [min, min(max, min * 2^attempts)], where attempts counts the attempts
+ * since the last open (0 right after a drop, so the first wait is min).
+ * A 429 or 503 whose Retry-After asks for longer gets that. */
+static uint64_t rc_backoff(struct tl_loop *l, struct tl_conn *c)
+{
+	const struct tl_dial *d = c->dial;
+	uint64_t hi = d->rc_min_ns, delay;
+
+	for (uint32_t i = 0; i < c->rc_attempts && hi < d->rc_max_ns; i++)
+		hi *= 2;
+	if (hi > d->rc_max_ns)
+		hi = d->rc_max_ns;
+	delay = d->rc_min_ns + (hi > d->rc_min_ns ? rc_rand(l) % (hi - d->rc_min_ns + 1) : 0);
+	if (c->fail_err == TL_E_HTTP && (c->fail_code == 429 || c->fail_code == 503) && c->retry_after >= 0) {
+		uint64_t ra = (uint64_t)c->retry_after * 1000000000ull;
+		if (delay < ra)
+			delay = ra;
+	}
+	return delay;
+}
+
+/* reconnect_wanted says whether c's end (its socket closed, every
+ * operation completed) is followed by another attempt rather than the
+ * final event: a policy, no Close/Abort, no Pool.Close, a cause that a
+ * retry can cure, and attempts left (a connection that opened always gets
+ * a new series). */
+static int reconnect_wanted(struct tl_loop *l, struct tl_conn *c)
+{
+	const struct tl_dial *d = c->dial;
+
+	if (!d || !d->rc_enabled || c->rc_stop || l->shutting_down)
+		return 0;
+	switch (c->fail_err) {
+	case TL_E_ABORTED:
+	case TL_E_SHUTDOWN:
+	case TL_E_NOMEM:
+	case TL_E_INTERNAL:
+		return 0;
+	case TL_E_TLS:
+		if (c->fail_aux == TL_TLS_CONFIG)
+			return 0;
+		break;
+	}
+	return c->was_open || d->rc_max_attempts == 0 || c->rc_attempts < d->rc_max_attempts;
+}
+
+/* reconnect_begin publishes EventReconnecting (not final) for c's end and
+ * arms the backoff deadline; on_deadline re-dials the same slot and
+ * generation. When the ring is full the connection waits on the stall
+ * list (rc_pending) and end_or_reconnect runs again. */
+static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	uint8_t buf[16 + sizeof(p->detail) + sizeof(c->reason)];
+	uint32_t next, zero = 0;
+	const uint8_t *why;
+	size_t wn;
+	uint16_t code = c->fail_err ? c->fail_code : c->close_code;
+	uint64_t delay;
+
+	if (!c->rc_pending) {
+		if (c->was_open)
+			c->rc_attempts = 0;
+		c->rc_delay_ns = rc_backoff(l, c);
+	}
+	next = c->rc_attempts + 1;
+	if (c->fail_err) {
+		why = (const uint8_t *)p->detail;
+		wn = strnlen(p->detail, sizeof(p->detail));
+	} else {
+		why = c->reason;
+		wn = c->reason_len;
+	}
+	memcpy(buf, &c->rc_delay_ns, 8);
+	memcpy(buf + 8, &next, 4);
+	memcpy(buf + 12, &zero, 4);
+	memcpy(buf + 16, why, wn);
+	if (tl_loop_emit(l, c, TL_EV_RECONNECTING, buf, 16 + wn, code, c->fail_err, c->fail_aux, 0) < 0) {
+		c->rc_pending = 1;
+		tl_loop_stall(l, c);
+		return;
+	}
+	c->rc_pending = 0;
+	__atomic_store_n(&p->gap, 1, __ATOMIC_RELAXED);
+	p->proto[0] = 0;
+	delay = c->rc_delay_ns;
+	/* Output of the dropped socket is never sent: retire its units so
+	 * Go's admission (accepted - tx_done) starts the next attempt empty. */
+	tl_conn_tx_drop_all(l, c);
+	tl_conn_reset_keep(c);
+	tl_loop_set_state(l, c, TL_ST_CONNECTING);
+	c->rc_wait = 1;
+	c->rc_delay_ns = delay;
+	l->rc_waits++;
+	tl_loop_set_deadline(l, c, delay);
+}
+
+/* end_or_reconnect ends c (final event) or, under a reconnect policy,
+ * starts the wait for its next attempt. c's socket is closed and no
+ * operation of it is in flight. */
+static void end_or_reconnect(struct tl_loop *l, struct tl_conn *c)
+{
+	if (reconnect_wanted(l, c)) {
+		reconnect_begin(l, c);
+		return;
+	}
+	c->rc_pending = 0;
+	free_dial(c->dial);
+	c->dial = NULL;
+	finish(l, c);
+}
+
 /* maybe_finish closes the socket once no operation is in flight. */
 static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 {
-	if (!c->dying || rx_in_kernel(c) || c->send_inflight || c->cancel_inflight || c->connect_inflight)
+	if (!c->dying || c->rc_pending || rx_in_kernel(c) || c->send_inflight || c->cancel_inflight ||
+	    c->connect_inflight)
 		return;
 	if (c->fd >= 0) {
 		close(c->fd);
@@ -473,12 +658,17 @@ static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 		tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
 		clear_deadline(l, c);
 		hb_clear(l, c);
+		if (c->rc_wait) {
+			c->rc_wait = 0;
+			l->rc_waits--;
+		}
 		tl_tls_free(c);
-		free_dial(c->dial);
-		c->dial = NULL;
 		free(c->hs);
 		c->hs = NULL;
-		finish(l, c);
+		if (c->final_pending)
+			finish(l, c);
+		else
+			end_or_reconnect(l, c);
 	}
 }
 
@@ -541,13 +731,14 @@ void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
  * event is EventError with TL_E_ABORTED whatever was under way. */
 void tl_loop_abort(struct tl_loop *l, struct tl_conn *c)
 {
+	tl_loop_stop_reconnect(c); /* an abort is final, also during a backoff wait */
 	if (c->dying)
 		return;
 	c->fail_err = TL_E_ABORTED;
 	c->fail_aux = 0;
 	c->fail_code = 1006;
 	tl_loop_detail(l, c, "aborted by Conn.Abort");
-	c->out[c->cur].len = 0;
+	tl_conn_tx_drop_all(l, c); /* queued output is dropped, its units retired */
 	c->msg_ready = 0;
 	c->ctrl_ready = 0;
 	c->open_pending = 0;
@@ -557,6 +748,8 @@ void tl_loop_abort(struct tl_loop *l, struct tl_conn *c)
 }
 
 /* ---- commands ---- */
+
+static void dial_start(struct tl_loop *l, struct tl_conn *c);
 
 /* start_connect opens a socket for addr (bound to the dial's local
  * address, if any) and submits its asynchronous connect. Returns 0, or -1
@@ -612,8 +805,19 @@ void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen)
 		tl_loop_fail(l, c, TL_E_INTERNAL, 0, 0, "dial without parameters");
 		return;
 	}
+	dial_start(l, c);
+}
+
+/* dial_start makes one attempt of c with c->dial: socket, then an
+ * asynchronous connect (the first dial, and each reconnect). */
+static void dial_start(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_dial *d = c->dial;
+
+	c->rc_attempts++;
 	c->is_tls = (uint8_t)d->tls;
 	tl_loop_set_deadline(l, c, d->handshake_timeout_ns);
+	d->next_alt = 0; /* every attempt starts from the first address */
 	start_connect(l, c, &d->addr);
 }
 
@@ -672,7 +876,11 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 
 	c->send_inflight = 0;
 	if (res < 0) {
+		tl_loop_tx_retire(l, c, ob->units);
+		ob->units = 0;
 		ob->len = 0;
+		ob->replies = 0;
+		c->sent_off = 0;
 		if (!c->dying && c->state >= TL_ST_OPEN && !c->fail_err && !c->close_rcvd && !c->send_errno) {
 			/* The peer reset while we wrote (a pong racing its RST). What
 			 * it sent before is still in our socket or slot queue,
@@ -682,7 +890,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 			 * Writes are dropped from here on; the close timeout bounds
 			 * the wait. */
 			c->send_errno = -res;
-			c->out[c->cur].len = 0;
+			tl_conn_tx_drop_all(l, c);
 			if (!c->deadline_ns)
 				tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 			return;
@@ -698,16 +906,15 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 	PUB_ADD(&l->pub[c->slot], wire_out, (uint64_t)res);
 	c->sent_off += (size_t)res;
 	if (c->sent_off < ob->len && !c->dying) {
-		/* Short send: the rest goes before anything newer. */
-		struct io_uring_sqe *sqe = tl_loop_sqe(l);
-		if (sqe) {
-			io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
-			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
-			c->send_inflight = 1;
-			return;
-		}
+		/* Short send: the rest goes before anything newer (tl_loop_flush
+		 * resumes it if no SQE is free now). */
+		submit_send(l, c, ob);
+		return;
 	}
+	tl_loop_tx_retire(l, c, ob->units);
+	ob->units = 0;
 	ob->len = 0;
+	ob->replies = 0;
 	c->sent_off = 0;
 	if (ob->cap > (1u << 20)) { /* give back memory after a burst */
 		free(ob->p);
@@ -805,6 +1012,12 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 	clear_deadline(l, c);
 	if (c->dying)
 		return;
+	if (c->rc_wait) { /* the backoff is over: next attempt */
+		c->rc_wait = 0;
+		l->rc_waits--;
+		dial_start(l, c);
+		return;
+	}
 	if (c->state < TL_ST_OPEN) {
 		tl_loop_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
 	} else if (c->fail_err) {
@@ -891,9 +1104,14 @@ static void run_stalled(struct tl_loop *l)
 			finish(l, c);
 			continue;
 		}
+		if (c->rc_pending) {
+			end_or_reconnect(l, c);
+			continue;
+		}
 		/* A connection may have ended while it sat on the list: its slot
-		 * is Go's again and must not be driven. */
-		if (c->dying || c->state == TL_ST_IDLE)
+		 * is Go's again and must not be driven (nor one waiting to
+		 * reconnect: it has no socket). */
+		if (c->dying || c->state == TL_ST_IDLE || c->rc_wait)
 			continue;
 		tl_conn_drive(l, c);
 		rx_step(l, c, RX_RESUME, 0);
@@ -919,6 +1137,11 @@ static void run_rearms(struct tl_loop *l, int sweep)
 		}
 		if (c->rx == TL_RX_WANT)
 			rx_step(l, c, RX_TICK, 0);
+		/* Output left behind when no SQE was free (a short send's rest,
+		 * a buffer never submitted): flush does nothing otherwise. */
+		if (sweep && !c->send_inflight && !c->dying && c->fd >= 0 && c->state != TL_ST_IDLE &&
+		    c->state != TL_ST_CONNECTING)
+			tl_loop_flush(l, c);
 	}
 }
 
@@ -941,6 +1164,10 @@ static void shutdown_all(struct tl_loop *l)
 		struct tl_conn *c = &l->conns[i];
 		if (c->final_pending) {
 			finish(l, c); /* shutting down: the event is dropped if there is no room */
+			continue;
+		}
+		if (c->rc_pending) {
+			end_or_reconnect(l, c); /* no reconnect while shutting down: final */
 			continue;
 		}
 		if (c->state == TL_ST_IDLE || c->dying)
@@ -1055,9 +1282,12 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	}
 	if (timers_armed(l)) {
 		uint64_t now = tl_loop_now_ns();
+		/* No cap: next_timer_ns is never later than the earliest deadline
+		 * (tl_loop_timer_at lowers it, run_timers recomputes it), and
+		 * while a connection with a socket lives the sweep tick below
+		 * bounds the wait anyway. Only handles waiting out a reconnect
+		 * backoff then sleep until their deadline. */
 		wait_ns = l->next_timer_ns > now ? l->next_timer_ns - now : 0;
-		if (wait_ns > 50000000ull)
-			wait_ns = 50000000ull;
 	}
 	if (l->rx_want && (wait_ns == 0 || wait_ns > 1000000ull))
 		wait_ns = 1000000ull;
@@ -1065,7 +1295,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * look at the parked ones again (stalled, waiting for a re-arm,
 	 * holding deferred slots), so a missed wake-up costs a tick, never a
 	 * hang. */
-	if (l->live && (wait_ns == 0 || wait_ns > TL_SWEEP_NS))
+	if (l->live > l->rc_waits && (wait_ns == 0 || wait_ns > TL_SWEEP_NS))
 		wait_ns = TL_SWEEP_NS;
 	if (wait_ns) {
 		ts.tv_sec = (long long)(wait_ns / 1000000000ull);
@@ -1115,7 +1345,7 @@ static void loop_run(struct tl_loop *l)
 			}
 		}
 		{
-			uint64_t now = l->live && !busy ? tl_loop_now_ns() : 0;
+			uint64_t now = l->live > l->rc_waits && !busy ? tl_loop_now_ns() : 0;
 			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
 			if (sweep)
 				l->last_sweep_ns = now;
@@ -1360,6 +1590,10 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	d->handshake_timeout_ns = p->handshake_timeout_ns ? p->handshake_timeout_ns : l->cfg.handshake_timeout_ns;
 	d->ping_interval_ns = p->ping_interval_ns;
 	d->read_timeout_ns = p->read_timeout_ns;
+	d->rc_enabled = p->rc_enabled && p->rc_min_ns && p->rc_max_ns >= p->rc_min_ns;
+	d->rc_max_attempts = p->rc_max_attempts;
+	d->rc_min_ns = p->rc_min_ns;
+	d->rc_max_ns = p->rc_max_ns;
 #define DUP(f)                                              \
 	do {                                                \
 		d->f = tl_dupn(p->f ? p->f : "", p->f##_len); \
@@ -1374,6 +1608,7 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	DUP(server_name);
 	DUP(ca_file);
 	DUP(ca_pem);
+	DUP(subscribe);
 #undef DUP
 	if (p->tls && !(d->tlsx = tl_tlsv_dial_copy(p)))
 		goto fail;
@@ -1432,6 +1667,7 @@ void tl_loop_free(struct tl_loop *l)
 			free(c->msg);
 			free(c->out[0].p);
 			free(c->out[1].p);
+			free(c->sq.p);
 		}
 	}
 	if (l->dials)

@@ -77,6 +77,8 @@ struct tl_loop {
 	uint32_t rx_want;       /* connections in TL_RX_WANT */
 	int stall_kick;         /* a send completed: stalled conns may go on */
 	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
+	uint32_t rc_waits;      /* connections waiting out a reconnect backoff (no socket) */
+	uint64_t rc_seed;       /* reconnect jitter generator state */
 
 	struct tl_pool_stats *stats;
 
@@ -135,6 +137,10 @@ void tl_loop_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
  * end the connection with an error event. */
 void tl_loop_dial(struct tl_loop *l, uint32_t slot, uint32_t gen);
 
+/* tl_loop_stop_reconnect ends c's reconnect policy: its next end is
+ * final (Conn.Close, and an abort, call it before ending c). */
+void tl_loop_stop_reconnect(struct tl_conn *c);
+
 /* tl_loop_now_ns returns CLOCK_MONOTONIC in nanoseconds. */
 uint64_t tl_loop_now_ns(void);
 
@@ -153,6 +159,11 @@ void tl_loop_stall(struct tl_loop *l, struct tl_conn *c);
 /* tl_loop_flush submits c's collected out buffer unless a send is in
  * flight (one send per connection at a time keeps bytes in order). */
 void tl_loop_flush(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_loop_tx_retire adds units send units to c's retired count (written
+ * to the socket, or dropped) and publishes it in tl_conn_pub.tx_done,
+ * waking a SendContext that sleeps on tx_seq. */
+void tl_loop_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units);
 
 /* tl_loop_fail records why c failed (the first cause wins) and starts its
  * end: a close frame with code when open (0: none), then teardown after

@@ -48,10 +48,10 @@ struct tl_config {
  * per published batch. */
 struct tl_pool_stats {
 	uint64_t events, batches, cqes, rearms, nobufs, stalls, loop_wakes, pump_sleeps;
-	uint64_t reconnects;   /* successful re-opens by reconnect policies: 0 until the reconnect logic counts them */
+	uint64_t reconnects;   /* successful re-opens by reconnect policies: counted in tl_loop_set_state */
 	uint64_t msgs, bytes;  /* data messages published and their payload bytes */
 	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
-	uint64_t sendq_full;   /* reads held back because a connection's unsent bytes passed max_send_queue */
+	uint64_t sendq_full;   /* reads held back because a connection's own replies (pongs, close) passed max_send_queue */
 };
 
 struct tl_loop;
@@ -97,6 +97,13 @@ struct tl_dial_params {
 	const struct sockaddr_storage *alt;
 	uint64_t ping_interval_ns;       /* 0: no heartbeat pings */
 	uint64_t read_timeout_ns;        /* 0: no read timeout */
+	/* Reconnect policy (rc_enabled 0: one attempt, ends are final). */
+	int32_t rc_enabled;
+	uint32_t rc_max_attempts;        /* 0: forever */
+	uint64_t rc_min_ns, rc_max_ns;   /* backoff bounds, 0 < min <= max */
+	/* Text messages the loop sends after every open, before any user
+	 * command: each one a 4-byte host-order length then its bytes. */
+	const char *subscribe; size_t subscribe_len;
 };
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
@@ -189,6 +196,11 @@ TL_LAYOUT(tl_dial_params, nalt, 500);
 TL_LAYOUT(tl_dial_params, alt, 504);
 TL_LAYOUT(tl_dial_params, ping_interval_ns, 512);
 TL_LAYOUT(tl_dial_params, read_timeout_ns, 520);
-_Static_assert(sizeof(struct tl_dial_params) == 528, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, rc_enabled, 528);
+TL_LAYOUT(tl_dial_params, rc_max_attempts, 532);
+TL_LAYOUT(tl_dial_params, rc_min_ns, 536);
+TL_LAYOUT(tl_dial_params, rc_max_ns, 544);
+TL_LAYOUT(tl_dial_params, subscribe, 552);
+_Static_assert(sizeof(struct tl_dial_params) == 568, "tl_dial_params size");
 
 #endif

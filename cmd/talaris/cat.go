@@ -25,7 +25,7 @@ import (
 func catMain(args []string) error {
 	fs := flag.NewFlagSet("cat", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: talaris cat [flags] URL\n\nDials a ws:// or wss:// URL, sends the --send messages once open, prints every\nmessage (text as is, binary as hex or length) and, on Ctrl-C, SIGTERM, --count or\n--duration, closes the connection (close handshake, at most --close-timeout; a\nsecond Ctrl-C drops it at once) and prints the counts and the inter-arrival\nhistogram.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: talaris cat [flags] URL\n\nDials a ws:// or wss:// URL, sends the --send messages once open, prints every\nmessage (text as is, binary as hex or length) and, on Ctrl-C, SIGTERM, --count or\n--duration, closes the connection (close handshake, at most --close-timeout; a\nsecond Ctrl-C drops it at once) and prints the counts and the inter-arrival\nhistogram.\nWith --reconnect the connection is re-dialed after every drop (with backoff)\nand the --send messages are sent again after every open.\n\n")
 		fs.PrintDefaults()
 	}
 	var headers, sends, protos multiFlag
@@ -46,6 +46,10 @@ func catMain(args []string) error {
 	ping := fs.Duration("ping", 0, "send a ping after this long without receiving anything (0: never)")
 	readTimeout := fs.Duration("read-timeout", 0, "fail when nothing at all arrives for this long (0: never); use with --ping below it")
 	closeTimeout := fs.Duration("close-timeout", 2*time.Second, "how long a stop waits for the server's close handshake")
+	reconnect := fs.Bool("reconnect", false, "re-dial after every drop, with exponential backoff; --send is re-sent after each open")
+	rcMin := fs.Duration("reconnect-min", 100*time.Millisecond, "with --reconnect: first and shortest wait between attempts")
+	rcMax := fs.Duration("reconnect-max", 30*time.Second, "with --reconnect: longest wait between attempts")
+	rcAttempts := fs.Int("reconnect-attempts", 0, "with --reconnect: attempts without an open before giving up (0: forever)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -61,6 +65,22 @@ func catMain(args []string) error {
 		TLS:          talaris.TLSOptions{RootCAFile: *ca, InsecureSkipVerify: *insecure, ServerName: *serverName},
 		PingInterval: *ping,
 		ReadTimeout:  *readTimeout,
+	}
+	dialCtx := context.Background()
+	if *reconnect {
+		// The loop sends the --send messages after every open, the first
+		// included; --timeout bounds each attempt, and Dial waits until
+		// one opens or the policy gives up.
+		opts.Reconnect = &talaris.ReconnectPolicy{MinDelay: *rcMin, MaxDelay: *rcMax, MaxAttempts: *rcAttempts}
+		opts.HandshakeTimeout = *timeout
+		for _, m := range sends {
+			opts.Subscribe = append(opts.Subscribe, []byte(m))
+		}
+		sends = nil
+	} else {
+		var cancel context.CancelFunc
+		dialCtx, cancel = context.WithTimeout(dialCtx, *timeout)
+		defer cancel()
 	}
 	if err := tlsf.apply(&opts.TLS); err != nil {
 		return err
@@ -81,10 +101,8 @@ func catMain(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
 	t0 := time.Now()
-	c, err := pool.Dial(ctx, rawURL, opts)
+	c, err := pool.Dial(dialCtx, rawURL, opts)
 	if err != nil {
 		return describeDialErr(err)
 	}
@@ -160,6 +178,13 @@ func catMain(args []string) error {
 				}
 			case talaris.EventPing:
 				st.pings++
+			case talaris.EventReconnecting:
+				st.reconnecting++
+				fmt.Fprintf(os.Stderr, "connection dropped (%v); reconnecting in %v\n", describeDialErr(ev.Err), ev.Delay.Round(time.Millisecond))
+			case talaris.EventOpen:
+				if ev.Reconnects > 0 {
+					fmt.Fprintf(os.Stderr, "reconnected to %s (reconnect %d)\n", rawURL, ev.Reconnects)
+				}
 			case talaris.EventClose:
 				noteStop()
 				if reason == "" {
@@ -202,6 +227,7 @@ type catStats struct {
 	last             int64
 	msgs, text, bin  uint64
 	bytes, pings     uint64
+	reconnecting     uint64     // EventReconnecting seen (drops and failed attempts)
 	buckets          [40]uint64 // inter-arrival: bucket k holds gaps in [2^k, 2^(k+1)) ns
 	minGap, maxGap   int64
 	sumGap, gapCount int64
@@ -246,6 +272,9 @@ func (s *catStats) print(w *os.File, reason string) {
 	fmt.Fprintf(w, "\n--- %s ---\n", strings.TrimPrefix(reason, "; "))
 	fmt.Fprintf(w, "%d messages (%d text, %d binary), %d payload bytes, %d pings in %.2f s (%.1f msg/s)\n",
 		s.msgs, s.text, s.bin, s.bytes, s.pings, el, float64(s.msgs)/max(el, 1e-9))
+	if s.reconnecting > 0 {
+		fmt.Fprintf(w, "%d drops or failed attempts while reconnecting\n", s.reconnecting)
+	}
 	if s.gapCount == 0 {
 		return
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -191,4 +192,55 @@ func TestCatHeartbeatFlags(t *testing.T) {
 			t.Errorf("read timeout of 300ms took %v", d)
 		}
 	})
+}
+
+// TestCatReconnect: `talaris cat --reconnect --send sub --count 2` against
+// a server whose first connection sends one message and drops: cat
+// reconnects, the server receives the --send message on both connections,
+// and cat prints both messages and exits cleanly.
+func TestCatReconnect(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	n := 0
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		mu.Lock()
+		n++
+		i := n
+		mu.Unlock()
+		_, sub, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		got = append(got, string(sub))
+		mu.Unlock()
+		if i == 1 {
+			c.WriteFrame(true, ws.OpText, []byte("one"))
+			return // the handler's return drops the connection
+		}
+		c.WriteFrame(true, ws.OpText, []byte("two"))
+		if code, _, err := c.ExpectClose(); err == nil { // cat closes after --count
+			c.WriteClose(code, "")
+		}
+	}).Start(t)
+	args := []string{"--reconnect", "--reconnect-min", "10ms", "--reconnect-max", "50ms", "--send", "sub", "--count", "2", srv.URL}
+	cmd := exec.Command(buildCat(t), append([]string{"cat"}, args...)...)
+	guard := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() }) // hang guard only
+	defer guard.Stop()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("cat: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if stdout.String() != "one\ntwo\n" {
+		t.Errorf("cat printed %q, want \"one\\ntwo\\n\"", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "reconnecting in") || !strings.Contains(stderr.String(), "reconnect 1") {
+		t.Errorf("cat's stderr does not report the reconnect:\n%s", stderr.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != "sub" || got[1] != "sub" {
+		t.Errorf("server received %q, want the --send message on both connections", got)
+	}
 }

@@ -53,15 +53,13 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var fConn []talaris.Conn
-	var sConn *talaris.Conn
+	var sConn talaris.Conn
 	defer func() {
 		stop.Store(true)
 		wg.Wait()
-		// S's peer reads nothing, so it would never answer the close
-		// frame Pool.Close sends: abort it rather than wait CloseTimeout.
-		if sConn != nil {
-			sConn.Abort()
-		}
+		// S's peer never reads: Pool.Close would wait CloseTimeout for its
+		// close handshake. A client gives up on such a peer with Abort.
+		sConn.Abort()
 		if cerr := closePool(p, fConn); cerr != nil {
 			res.Note = cerr.Error()
 		}
@@ -74,7 +72,7 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 	if err != nil {
 		return Result{}, err
 	}
-	sConn = &s
+	sConn = s
 	f, err := dial(fURL)
 	if err != nil {
 		return Result{}, err

@@ -2,6 +2,7 @@
  * parser's verdict on legal variants and every error class, one-shot and
  * fed byte by byte. */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../http.h"
@@ -395,6 +396,38 @@ static void test_incremental_chunks(void)
 	}
 }
 
+/* test_retry_after: the Retry-After of a refusal in delta-seconds
+ * (any case, OWS trimmed), clamped to a day; absent, an HTTP-date or
+ * junk give -1; an incomplete head gives -1 too. */
+static void test_retry_after(void)
+{
+	static const struct {
+		const char *hdr;
+		int64_t want;
+	} cases[] = {
+		{"Retry-After: 1\r\n", 1},
+		{"retry-after:   120  \r\n", 120},
+		{"RETRY-AFTER: 0\r\n", 0},
+		{"Retry-After: 99999999999999999999\r\n", 86400},
+		{"Retry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n", -1},
+		{"Retry-After: 1x\r\n", -1},
+		{"Retry-After:\r\n", -1},
+		{"X-Retry-After: 5\r\n", -1},
+		{"", -1},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char buf[256];
+		tl_http_response r;
+		int n = snprintf(buf, sizeof(buf), "HTTP/1.1 429 Too Many Requests\r\n%sContent-Length: 0\r\n\r\n",
+				 cases[i].hdr);
+		CHECK(tl_http_parse_response(buf, (size_t)n, KEY, "", 0, &r) == TL_HTTP_ERR_STATUS);
+		CHECK(r.status == 429);
+		CHECK(r.retry_after == cases[i].want);
+		CHECK(tl_http_parse_response(buf, (size_t)n - 2, KEY, "", 0, &r) == TL_HTTP_NEED_MORE);
+		CHECK(r.retry_after == -1);
+	}
+}
+
 static void test_strerror(void)
 {
 	for (int c = -9; c <= 1; c++) {
@@ -416,6 +449,7 @@ int main(void)
 	test_header_bomb();
 	test_head_size();
 	test_incremental_chunks();
+	test_retry_after();
 	test_strerror();
 	CHECK_DONE("test_http");
 }

@@ -1,0 +1,1183 @@
+//go:build linux && cgo
+
+package talaris_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// Reconnect tests (DialOptions.Reconnect, DialOptions.Subscribe): real
+// servers on loopback, one of them a separate process that is killed with
+// SIGKILL and restarted on the same port. Intervals are measured at the
+// server, with generous bounds: the machine is small and shared.
+
+// ---- the server process ----
+
+var (
+	reconsrvOnce sync.Once
+	reconsrvBin  string
+	reconsrvErr  error
+)
+
+// reconsrvPath builds internal/reconsrv once per test binary.
+func reconsrvPath(t *testing.T) string {
+	t.Helper()
+	reconsrvOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "reconsrv")
+		if err != nil {
+			reconsrvErr = err
+			return
+		}
+		reconsrvBin = filepath.Join(dir, "reconsrv")
+		out, err := exec.Command("go", "build", "-o", reconsrvBin, "./internal/reconsrv").CombinedOutput()
+		if err != nil {
+			reconsrvErr = fmt.Errorf("go build ./internal/reconsrv: %v\n%s", err, out)
+		}
+	})
+	if reconsrvErr != nil {
+		t.Fatal(reconsrvErr)
+	}
+	return reconsrvBin
+}
+
+// srvProc is one running reconsrv process and the lines it printed.
+type srvProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	cond  *sync.Cond
+	lines []string
+	done  bool
+}
+
+// startSrvProc starts reconsrv on addr (TLS when tlsOn) and waits for it
+// to listen.
+func startSrvProc(t *testing.T, addr string, tlsOn bool) *srvProc {
+	t.Helper()
+	args := []string{"-addr", addr}
+	if tlsOn {
+		args = append(args, "-cert", testCertFile, "-key", testKeyFile)
+	}
+	s := &srvProc{t: t, cmd: exec.Command(reconsrvPath(t), args...)}
+	s.cond = sync.NewCond(&s.mu)
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stderr = os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.lines = append(s.lines, sc.Text())
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		s.done = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}()
+	t.Cleanup(s.kill)
+	s.waitLine("READY")
+	return s
+}
+
+// kill ends the process with SIGKILL and reaps it.
+func (s *srvProc) kill() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	s.cmd.Wait()
+}
+
+// waitLine waits (30 s at most: a failure, never a hang) until a line
+// starting with prefix was printed and returns it and the lines before.
+func (s *srvProc) waitLine(prefix string) (string, []string) {
+	s.t.Helper()
+	stop := time.AfterFunc(30*time.Second, func() {
+		s.mu.Lock()
+		s.done = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := 0; ; i++ {
+		for ; i < len(s.lines); i++ {
+			if strings.HasPrefix(s.lines[i], prefix) {
+				return s.lines[i], append([]string(nil), s.lines[:i]...)
+			}
+		}
+		if s.done {
+			s.t.Fatalf("server process: no line %q; got %q", prefix, s.lines)
+		}
+		s.cond.Wait()
+		i--
+	}
+}
+
+// freePort returns a loopback address nobody listens on right now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// ---- event recording ----
+
+// rcLog records one connection's non-data events (copied) and counts its
+// data messages.
+type rcLog struct {
+	kinds  []EventKind
+	evs    []Event
+	ticks  int
+	final  *Event
+	others int // events of other handles
+}
+
+func (r *rcLog) fn(c Conn) EventFunc {
+	return func(cc Conn, ev Event) {
+		if cc != c {
+			r.others++
+			return
+		}
+		switch ev.Kind {
+		case EventText, EventBinary:
+			r.ticks++
+			return
+		case EventPing, EventPong:
+			return
+		}
+		cp := ev
+		cp.Payload = append([]byte(nil), ev.Payload...)
+		cp.Reason = append([]byte(nil), ev.Reason...)
+		r.kinds = append(r.kinds, ev.Kind)
+		r.evs = append(r.evs, cp)
+		if ev.Kind == EventClose || ev.Kind == EventError {
+			r.final = &cp
+		}
+	}
+}
+
+func (r *rcLog) count(k EventKind) int {
+	n := 0
+	for _, x := range r.kinds {
+		if x == k {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *rcLog) last(k EventKind) *Event {
+	for i := len(r.evs) - 1; i >= 0; i-- {
+		if r.evs[i].Kind == k {
+			return &r.evs[i]
+		}
+	}
+	return nil
+}
+
+// ---- kill -9 and restart ----
+
+// TestReconnectKillRestart: the server process is killed with SIGKILL and
+// restarted on the same port; the handle reconnects by itself, the new
+// server receives Subscribe again (before the application's own message),
+// and the application sees EventReconnecting then EventOpen{Reconnects:
+// 1}, with no final event in between, through Pump and through PumpData
+// with Config.OnEvent. Sends in the gap return ErrWouldBlock. ws:// and
+// wss:// (run the package with and without -tags talaris_openssl for the
+// two TLS backends).
+func TestReconnectKillRestart(t *testing.T) {
+	for _, tlsOn := range []bool{false, true} {
+		name := "ws"
+		if tlsOn {
+			name = "wss-" + TLSBackend()
+		}
+		for _, data := range []bool{false, true} {
+			pump := "/Pump"
+			if data {
+				pump = "/PumpData+OnEvent"
+			}
+			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data) })
+		}
+	}
+}
+
+func testKillRestart(t *testing.T, tlsOn, data bool) {
+	addr := freePort(t)
+	a := startSrvProc(t, addr, tlsOn)
+	var log rcLog
+	var c Conn
+	cfg := Config{}
+	if data {
+		cfg.OnEvent = func(cc Conn, ev Event) { log.fn(c)(cc, ev) }
+	}
+	p := newTestPool(t, cfg, hangGuard)
+	// pumpUntil: Pump with the log's EventFunc, or PumpData counting the
+	// data while OnEvent logs the rest.
+	pumpUntil := func(t *testing.T, p *Pool, fn EventFunc, done func() bool, _ func()) {
+		t.Helper()
+		for !done() {
+			var err error
+			if data {
+				_, err = p.PumpData(func(cc Conn, _ Opcode, _ []byte) {
+					if cc == c {
+						log.ticks++
+					} else {
+						log.others++
+					}
+				})
+			} else {
+				_, err = p.Pump(fn)
+			}
+			if err != nil {
+				t.Fatalf("pump: %v", err)
+			}
+		}
+	}
+	url := "ws://" + addr + "/feed"
+	opts := &DialOptions{
+		Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+		Subscribe: [][]byte{[]byte(`{"op":"subscribe","ch":"trades"}`), []byte("second")},
+	}
+	if tlsOn {
+		url = "wss://" + addr + "/feed"
+		opts.TLS = TLSOptions{RootCAFile: testCAFile}
+	}
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	var err error
+	c, err = p.Dial(ctx, url, opts)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	// Subscribe goes first, then what the application sends.
+	if err := c.SendText([]byte("app-1")); err != nil {
+		t.Fatal(err)
+	}
+	a.waitLine("MSG 1 app-1")
+	_, before := a.waitLine("MSG 1 app-1")
+	wantSubs(t, "first server", before, 1)
+
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 1 && log.ticks >= 3 }, nil)
+	if ev := log.last(EventOpen); ev.Reconnects != 0 {
+		t.Errorf("first EventOpen: Reconnects = %d, want 0", ev.Reconnects)
+	}
+
+	a.kill()
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) >= 1 }, nil)
+	rev := log.last(EventReconnecting)
+	if !errors.Is(rev.Err, ErrConnectionLost) && !errors.Is(rev.Err, ErrClosed) {
+		t.Errorf("EventReconnecting after SIGKILL: Err = %v, want ErrConnectionLost", rev.Err)
+	}
+	if rev.Delay < 20*time.Millisecond || rev.Delay > 200*time.Millisecond {
+		t.Errorf("EventReconnecting Delay = %v, want within [20ms, 200ms]", rev.Delay)
+	}
+	// The server is gone: every send in the gap is refused, nothing queued.
+	if err := c.SendText([]byte("in-the-gap")); !errors.Is(err, ErrWouldBlock) {
+		t.Errorf("SendText in the gap: %v, want ErrWouldBlock", err)
+	}
+	if err := c.Ping(nil); !errors.Is(err, ErrWouldBlock) {
+		t.Errorf("Ping in the gap: %v, want ErrWouldBlock", err)
+	}
+	if st := c.State(); st >= StateOpen {
+		t.Errorf("State in the gap = %v, want one before open", st)
+	}
+	// SendContext waits the gap out and sends once the connection is back,
+	// after the Subscribe messages.
+	gapSent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		gapSent <- c.SendContext(ctx, OpText, []byte("after-gap"))
+	}()
+
+	b := startSrvProc(t, addr, tlsOn)
+	ticksBefore := log.ticks
+	pumpUntil(t, p, log.fn(c), func() bool {
+		return log.count(EventOpen) == 2 && log.ticks >= ticksBefore+3
+	}, nil)
+	if log.final != nil {
+		t.Fatalf("final event %+v before the reconnect", *log.final)
+	}
+	// Order: Open, then one or more Reconnecting (the drop, then refused
+	// attempts while no server listened), then Open{Reconnects: 1}.
+	if log.kinds[0] != EventOpen || log.kinds[len(log.kinds)-1] != EventOpen {
+		t.Fatalf("event order %v", log.kinds)
+	}
+	for _, k := range log.kinds[1 : len(log.kinds)-1] {
+		if k != EventReconnecting {
+			t.Fatalf("event order %v: want Open, Reconnecting..., Open", log.kinds)
+		}
+	}
+	if ev := log.last(EventOpen); ev.Reconnects != 1 {
+		t.Errorf("second EventOpen: Reconnects = %d, want 1", ev.Reconnects)
+	}
+	if err := c.SendText([]byte("app-2")); err != nil {
+		t.Fatalf("SendText after the reconnect: %v", err)
+	}
+	if err := <-gapSent; err != nil {
+		t.Fatalf("SendContext across the gap: %v", err)
+	}
+	_, glines := b.waitLine("MSG 1 after-gap")
+	wantSubs(t, "restarted server", glines, 1)
+	_, blines := b.waitLine("MSG 1 app-2")
+	// The dropped socket's output was retired: admission starts empty.
+	for deadline := time.Now().Add(5 * time.Second); c.Stats().SendQueued != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if q := c.Stats().SendQueued; q != 0 {
+		t.Errorf("SendQueued after the reconnect and delivery = %d, want 0", q)
+	}
+	for _, l := range blines {
+		if strings.Contains(l, "in-the-gap") {
+			t.Errorf("a message refused in the gap reached the server: %q", l)
+		}
+	}
+	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 7 {
+		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 7 (Subscribe twice, app-1, after-gap, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
+	}
+	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
+		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)
+	}
+	if c.State() != StateOpen {
+		t.Errorf("State after the reconnect = %v", c.State())
+	}
+
+	// Close stops the policy: the handle ends with EventClose, no new
+	// connection reaches the server.
+	if err := c.Close(CloseNormal, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if log.final.Kind != EventClose || log.final.Code != CloseNormal {
+		t.Errorf("final event %+v, want EventClose 1000", *log.final)
+	}
+	if log.others != 0 {
+		t.Errorf("%d events for other handles", log.others)
+	}
+	b.mu.Lock()
+	for _, l := range b.lines {
+		if strings.HasPrefix(l, "OPEN 2") {
+			t.Errorf("a connection after Close reached the server")
+		}
+	}
+	b.mu.Unlock()
+}
+
+// wantSubs checks that the server's lines for connection n start with the
+// two Subscribe messages, in order.
+func wantSubs(t *testing.T, who string, lines []string, n int) {
+	t.Helper()
+	var msgs []string
+	pre := fmt.Sprintf("MSG %d ", n)
+	for _, l := range lines {
+		if strings.HasPrefix(l, pre) {
+			msgs = append(msgs, strings.TrimPrefix(l, pre))
+		}
+	}
+	want := []string{`{"op":"subscribe","ch":"trades"}`, "second"}
+	if len(msgs) != 2 || msgs[0] != want[0] || msgs[1] != want[1] {
+		t.Errorf("%s received %q before the application's message, want %q", who, msgs, want)
+	}
+}
+
+// ---- scripted raw servers ----
+
+// acceptLog is a TCP server that records when each connection arrived and
+// answers it with script(i, conn) (i counts from 0).
+type acceptLog struct {
+	ln    net.Listener
+	tls   bool
+	mu    sync.Mutex
+	times []time.Time
+	wg    sync.WaitGroup
+}
+
+func startAcceptLog(t *testing.T, script func(i int, nc net.Conn)) *acceptLog {
+	return startAcceptLogTLS(t, nil, script)
+}
+
+// startAcceptLogTLS is startAcceptLog behind TLS when cfg is not nil (the
+// script then reads and writes plaintext; the time is the TCP accept).
+func startAcceptLogTLS(t *testing.T, cfg *tls.Config, script func(i int, nc net.Conn)) *acceptLog {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &acceptLog{ln: ln, tls: cfg != nil}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			a.mu.Lock()
+			i := len(a.times)
+			a.times = append(a.times, time.Now())
+			a.mu.Unlock()
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				defer nc.Close()
+				script(i, nc)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); a.wg.Wait() })
+	return a
+}
+
+func (a *acceptLog) url() string {
+	if a.tls {
+		return "wss://" + a.ln.Addr().String() + "/"
+	}
+	return "ws://" + a.ln.Addr().String() + "/"
+}
+
+func (a *acceptLog) accepted() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.times...)
+}
+
+// readRequest reads an upgrade request and returns its Sec-WebSocket-Key.
+func readRequest(nc net.Conn) (string, error) {
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	req, err := http.ReadRequest(bufio.NewReader(nc))
+	if err != nil {
+		return "", err
+	}
+	return req.Header.Get("Sec-WebSocket-Key"), nil
+}
+
+// upgrade answers an upgrade request with a 101.
+func upgrade(nc net.Conn, key string) error {
+	_, err := io.WriteString(nc, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Accept: "+ws.AcceptKey(key)+"\r\n\r\n")
+	return err
+}
+
+// TestReconnectRetryAfter: 429 and 503 replies with Retry-After: 1 hold
+// the next attempt back at least 1 s (measured at the server) although
+// the policy's delays are 10-50 ms; the third attempt opens.
+func TestReconnectRetryAfter(t *testing.T) {
+	for _, status := range []string{"429 Too Many Requests", "503 Service Unavailable"} {
+		t.Run(status[:3], func(t *testing.T) {
+			srv := startAcceptLog(t, func(i int, nc net.Conn) {
+				key, err := readRequest(nc)
+				if err != nil {
+					return
+				}
+				if i < 2 {
+					io.WriteString(nc, "HTTP/1.1 "+status+"\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n")
+					return
+				}
+				upgrade(nc, key)
+				io.Copy(io.Discard, nc) // until the client closes
+			})
+			p := newTestPool(t, Config{}, hangGuard)
+			ctx, cancel := dialCtx(t)
+			defer cancel()
+			start := time.Now()
+			c, err := p.Dial(ctx, srv.url(), &DialOptions{
+				Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}})
+			if err != nil {
+				t.Fatalf("Dial: %v", err)
+			}
+			if el := time.Since(start); el < 2*time.Second {
+				t.Errorf("Dial returned after %v, want >= 2s (two Retry-After: 1)", el)
+			}
+			at := srv.accepted()
+			if len(at) != 3 {
+				t.Fatalf("%d attempts, want 3", len(at))
+			}
+			for i := 1; i < 3; i++ {
+				if d := at[i].Sub(at[i-1]); d < time.Second {
+					t.Errorf("attempt %d came %v after the previous one, want >= 1s (Retry-After)", i+1, d)
+				}
+			}
+			var log rcLog
+			pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 1 }, nil)
+			if log.count(EventReconnecting) != 2 {
+				t.Fatalf("events %v, want two EventReconnecting then EventOpen", log.kinds)
+			}
+			code, _ := strconv.Atoi(status[:3])
+			for _, ev := range log.evs[:2] {
+				if ev.Delay < time.Second || !errors.Is(ev.Err, ErrBadStatus) || ev.Code != code {
+					t.Errorf("EventReconnecting %+v, want Delay >= 1s, ErrBadStatus, Code %d", ev, code)
+				}
+			}
+			if ev := log.last(EventOpen); ev.Reconnects != 0 {
+				t.Errorf("first open after failed attempts: Reconnects = %d, want 0 (it counts re-opens)", ev.Reconnects)
+			}
+		})
+	}
+}
+
+// TestReconnectBackoff: a server that accepts and closes at once. The
+// attempts follow the backoff (each interval within [MinDelay, the
+// attempt's cap] with generous slack, and no shorter than the Delay the
+// event announced), MaxAttempts ends the handle with the last error as a
+// final EventError, and the process stays idle while it waits.
+func TestReconnectBackoff(t *testing.T) {
+	srv := startAcceptLog(t, func(int, net.Conn) {})
+	p := newTestPool(t, Config{}, hangGuard)
+	const attempts = 6
+	pol := &ReconnectPolicy{MinDelay: 50 * time.Millisecond, MaxDelay: 400 * time.Millisecond, MaxAttempts: attempts}
+	c, err := p.DialAsync(srv.url(), &DialOptions{Reconnect: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	at := srv.accepted()
+	if len(at) != attempts {
+		t.Fatalf("%d attempts, want MaxAttempts = %d", len(at), attempts)
+	}
+	if n := log.count(EventReconnecting); n != attempts-1 || log.count(EventOpen) != 0 {
+		t.Fatalf("events %v, want %d EventReconnecting then the final EventError", log.kinds, attempts-1)
+	}
+	if log.final.Kind != EventError || !errors.Is(log.final.Err, ErrConnectionLost) {
+		t.Errorf("final event %+v, want EventError wrapping ErrConnectionLost (the last attempt's error)", *log.final)
+	}
+	if c.State() != StateClosed {
+		t.Errorf("State after giving up = %v", c.State())
+	}
+	for i := 1; i < len(at); i++ {
+		d := at[i].Sub(at[i-1])
+		hi := min(pol.MinDelay<<i, pol.MaxDelay)
+		announced := log.evs[i-1].Delay
+		if announced < pol.MinDelay || announced > hi {
+			t.Errorf("wait %d: Delay %v outside [%v, %v]", i, announced, pol.MinDelay, hi)
+		}
+		// Slack: 5 ms for clocks, 1 s for a loaded machine.
+		if d < announced-5*time.Millisecond || d > hi+time.Second {
+			t.Errorf("attempt %d came %v after the previous one; announced %v, cap %v", i+1, d, announced, hi)
+		}
+	}
+
+	// Idle between attempts: two waits of 1 s cost the process far less
+	// than a CPU-second (the loop sleeps until the deadline).
+	srv2 := startAcceptLog(t, func(int, net.Conn) {})
+	cpu0 := cpuTime()
+	w0 := time.Now()
+	c2, err := p.DialAsync(srv2.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Second, MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log2 rcLog
+	pumpUntil(t, p, log2.fn(c2), func() bool { return log2.final != nil }, nil)
+	wall, cpu := time.Since(w0), cpuTime()-cpu0
+	if wall < 2*time.Second {
+		t.Errorf("3 attempts 1 s apart took %v", wall)
+	}
+	if cpu > 300*time.Millisecond {
+		t.Errorf("the process used %v of CPU over %v of backoff waits", cpu, wall)
+	}
+	t.Logf("backoff waits: wall %v, process CPU %v", wall, cpu)
+}
+
+// TestReconnectDialGivesUp: a synchronous Dial under a policy makes
+// MaxAttempts attempts and returns the last error; without a policy it
+// makes exactly one.
+func TestReconnectDialGivesUp(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	for _, tc := range []struct {
+		pol  *ReconnectPolicy
+		want int
+	}{{nil, 1}, {&ReconnectPolicy{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxAttempts: 3}, 3}} {
+		srv := startAcceptLog(t, func(int, net.Conn) {})
+		ctx, cancel := dialCtx(t)
+		_, err := p.Dial(ctx, srv.url(), &DialOptions{Reconnect: tc.pol})
+		cancel()
+		if !errors.Is(err, ErrConnectionLost) {
+			t.Errorf("policy %+v: Dial err %v, want ErrConnectionLost", tc.pol, err)
+		}
+		if n := len(srv.accepted()); n != tc.want {
+			t.Errorf("policy %+v: %d attempts, want %d", tc.pol, n, tc.want)
+		}
+	}
+	// The context bounds the whole wait: a policy that would retry forever
+	// stops when it expires.
+	addr := freePort(t) // nobody listens: every attempt is refused
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := p.Dial(ctx, "ws://"+addr+"/", &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond}})
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("Dial with an expiring context: %v, want ErrTimeout", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("Dial took %v after its context expired", el)
+	}
+}
+
+// TestReconnectCloseDuringBackoff: Conn.Close during a 30 s backoff wait
+// ends the handle at once with a final EventError wrapping ErrClosed;
+// Pool.Close does the same for every waiting handle and the pump returns
+// ErrPoolClosed.
+func TestReconnectCloseDuringBackoff(t *testing.T) {
+	addr := freePort(t)
+	pol := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 30 * time.Second}}
+	p := newTestPool(t, Config{}, hangGuard)
+	c, err := p.DialAsync("ws://"+addr+"/", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) == 1 }, nil)
+	if d := log.evs[0].Delay; d != 30*time.Second {
+		t.Errorf("Delay %v, want 30s (MinDelay, first wait)", d)
+	}
+	if !errors.Is(log.evs[0].Err, ErrDial) || !errors.Is(log.evs[0].Err, syscall.ECONNREFUSED) && !errors.Is(log.evs[0].Err, ErrDial) {
+		t.Errorf("EventReconnecting Err = %v, want ErrDial", log.evs[0].Err)
+	}
+	start := time.Now()
+	if err := c.Close(CloseNormal, ""); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Close during the backoff took %v", el)
+	}
+	if log.final.Kind != EventError || !errors.Is(log.final.Err, ErrClosed) {
+		t.Errorf("final event %+v, want EventError wrapping ErrClosed", *log.final)
+	}
+	if err := c.SendText([]byte("x")); !errors.Is(err, ErrClosed) {
+		t.Errorf("SendText after the end: %v, want ErrClosed", err)
+	}
+	if p.ConnCount() != 0 {
+		t.Errorf("ConnCount %d after the final event", p.ConnCount())
+	}
+
+	// Pool.Close while two handles wait: the pump returns promptly.
+	c1, err := p.DialAsync("ws://"+addr+"/", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := p.DialAsync("ws://"+addr+"/", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l1, l2 rcLog
+	pumpUntil(t, p, func(c Conn, ev Event) {
+		if c == c1 {
+			l1.fn(c1)(c, ev)
+		} else {
+			l2.fn(c2)(c, ev)
+		}
+	}, func() bool { return l1.count(EventReconnecting) == 1 && l2.count(EventReconnecting) == 1 }, nil)
+	start = time.Now()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		p.Close()
+	}()
+	for {
+		_, err := p.Pump(func(Conn, Event) {})
+		if err != nil {
+			if !errors.Is(err, ErrPoolClosed) {
+				t.Errorf("Pump: %v, want ErrPoolClosed", err)
+			}
+			break
+		}
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Pool.Close with handles in a backoff wait took %v", el)
+	}
+	if c1.State() != StateClosed && c1.State() != StateIdle {
+		t.Errorf("handle state after Pool.Close: %v", c1.State())
+	}
+}
+
+// TestReconnectRaceClose: handles that reconnect continuously (a server
+// that accepts, upgrades and drops at once) while other goroutines call
+// Close, Send, State and Stats on them and Pool.Close ends it all. No
+// panic, every call returns one of the documented errors, the pump ends
+// with ErrPoolClosed. ws:// and wss:// (both TLS backends: run with and
+// without -tags talaris_openssl). Run it under -race too.
+func TestReconnectRaceClose(t *testing.T) {
+	t.Run("ws", func(t *testing.T) { testReconnectRaceClose(t, nil) })
+	t.Run("wss-"+TLSBackend(), func(t *testing.T) {
+		testReconnectRaceClose(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+	})
+}
+
+func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
+	srv := startAcceptLogTLS(t, cfg, func(_ int, nc net.Conn) {
+		if key, err := readRequest(nc); err == nil {
+			upgrade(nc, key)
+		}
+	})
+	rounds := scaled(20)
+	reopens := 0 // EventOpen with Reconnects > 0, all rounds: the race ran against live reconnects
+	for r := 0; r < rounds; r++ {
+		p, err := NewPool(Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conns []Conn
+		for i := 0; i < 4; i++ {
+			c, err := p.DialAsync(srv.url(), &DialOptions{
+				Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond},
+				Subscribe: [][]byte{[]byte("sub")}, TLS: TLSOptions{RootCAFile: testCAFile}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		var wg sync.WaitGroup
+		for i, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < 200; k++ {
+					err := c.SendText([]byte("hello"))
+					if err != nil && !errors.Is(err, ErrWouldBlock) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrPoolClosed) {
+						t.Errorf("SendText: %v", err)
+						return
+					}
+					c.State()
+					c.Stats()
+					p.Stats()
+					if k == 50+i*30 && i%2 == 0 {
+						if err := c.Close(CloseNormal, ""); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrPoolClosed) {
+							t.Errorf("Close: %v", err)
+						}
+					}
+					runtime.Gosched()
+				}
+			}()
+		}
+		// Round 0 closes the pool only after a re-open (30 s at most), so
+		// the race surely overlaps live reconnects; the others at once.
+		reopened := make(chan struct{})
+		var once sync.Once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r == 0 {
+				select {
+				case <-reopened:
+				case <-time.After(30 * time.Second):
+				}
+			}
+			time.Sleep(time.Duration(5+r%10) * time.Millisecond)
+			p.Close()
+		}()
+		for {
+			if _, err := p.Pump(func(_ Conn, ev Event) {
+				if ev.Kind == EventOpen && ev.Reconnects > 0 {
+					reopens++
+					once.Do(func() { close(reopened) })
+				}
+			}); err != nil {
+				if !errors.Is(err, ErrPoolClosed) {
+					t.Errorf("Pump: %v", err)
+				}
+				break
+			}
+		}
+		wg.Wait()
+		p.Close()
+	}
+	if reopens == 0 {
+		t.Errorf("no reconnect completed in %d rounds: the race did not exercise reconnects", rounds)
+	}
+	t.Logf("%d re-opens over %d rounds", reopens, rounds)
+}
+
+// TestReconnectCycles: 1,000 drop/reconnect cycles (100 under -short)
+// against a server that upgrades, sends one message and closes. File
+// descriptors, threads and RSS do not grow.
+func TestReconnectCycles(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 100
+	}
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		c.WriteFrame(true, ws.OpText, []byte("hello"))
+	}).Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	c, err := p.DialAsync(srv.URL, &DialOptions{
+		Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond},
+		Subscribe: [][]byte{[]byte("sub")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log rcLog
+	total := 0 // EventOpen seen
+	pump := func(k int) {
+		for log.final == nil {
+			before := log.count(EventOpen)
+			if _, err := p.Pump(log.fn(c)); err != nil {
+				t.Fatalf("Pump: %v", err)
+			}
+			total += log.count(EventOpen) - before
+			log.kinds, log.evs = nil, nil // keep the log small over many cycles
+			if total >= k {
+				return
+			}
+		}
+	}
+	pump(50) // warm up: buffers, TLS-free paths, Go runtime threads
+	runtime.GC()
+	fd0, th0, rss0 := procCounts(t)
+	pump(50 + n)
+	if log.final != nil {
+		t.Fatalf("final event %+v after %d opens", *log.final, total)
+	}
+	runtime.GC()
+	fd1, th1, rss1 := procCounts(t)
+	t.Logf("%d cycles: fds %d -> %d, threads %d -> %d, RSS %d -> %d KiB", total-50, fd0, fd1, th0, th1, rss0, rss1)
+	if fd1 > fd0+8 {
+		t.Errorf("fds grew from %d to %d over %d reconnects", fd0, fd1, n)
+	}
+	if th1 > th0+4 {
+		t.Errorf("threads grew from %d to %d over %d reconnects", th0, th1, n)
+	}
+	if rss1 > rss0+32<<10 {
+		t.Errorf("RSS grew from %d to %d KiB over %d reconnects", rss0, rss1, n)
+	}
+	if got := c.Stats().Reconnects; got < uint64(n) {
+		t.Errorf("ConnStats.Reconnects = %d, want >= %d", got, n)
+	}
+	if err := c.Close(CloseNormal, ""); err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+}
+
+var statusRe = regexp.MustCompile(`(?m)^(Threads|VmRSS):\s+(\d+)`)
+
+// procCounts returns the process's open fds, threads and RSS (KiB).
+func procCounts(t *testing.T) (fds, threads, rssKiB int) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range statusRe.FindAllStringSubmatch(string(st), -1) {
+		v, _ := strconv.Atoi(m[2])
+		if m[1] == "Threads" {
+			threads = v
+		} else {
+			rssKiB = v
+		}
+	}
+	return len(ents), threads, rssKiB
+}
+
+// TestReconnectOptions: bad policies and Subscribe messages are refused
+// with clear errors before anything is dialed.
+func TestReconnectOptions(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	url := "ws://" + freePort(t) + "/"
+	for _, tc := range []struct {
+		opts *DialOptions
+		want error
+	}{
+		{&DialOptions{Reconnect: &ReconnectPolicy{MinDelay: -1}}, ErrInvalidConfig},
+		{&DialOptions{Reconnect: &ReconnectPolicy{MaxAttempts: -1}}, ErrInvalidConfig},
+		{&DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Millisecond}}, ErrInvalidConfig},
+		{&DialOptions{Reconnect: &ReconnectPolicy{MaxDelay: 25 * time.Hour}}, ErrInvalidConfig},
+		{&DialOptions{Subscribe: [][]byte{{0xff, 0xfe}}}, ErrInvalidUTF8},
+		{&DialOptions{Subscribe: [][]byte{make([]byte, 2<<20)}}, ErrInvalidConfig},
+	} {
+		if _, err := p.DialAsync(url, tc.opts); !errors.Is(err, tc.want) {
+			t.Errorf("DialAsync(%+v): %v, want %v", tc.opts.Reconnect, err, tc.want)
+		}
+	}
+	if p.ConnCount() != 0 {
+		t.Errorf("ConnCount %d after refused dials", p.ConnCount())
+	}
+}
+
+// TestReconnectServerClose: a close frame from the server (a venue's
+// maintenance close) is not final under a policy: EventReconnecting
+// carries the server's code and reason (Err wraps ErrClosed), then the
+// handle re-opens.
+func TestReconnectServerClose(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		mu.Lock()
+		n++
+		i := n
+		mu.Unlock()
+		if i == 1 {
+			c.WriteClose(CloseServiceRestart, "maintenance")
+			c.ExpectClose()
+			return
+		}
+		if code, _, err := c.ExpectClose(); err == nil {
+			c.WriteClose(code, "")
+		}
+	}).Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, srv.URL, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 2 || log.final != nil }, nil)
+	if len(log.kinds) != 3 || log.kinds[1] != EventReconnecting {
+		t.Fatalf("events %v, want open, reconnecting, open", log.kinds)
+	}
+	ev := log.evs[1]
+	if !errors.Is(ev.Err, ErrClosed) || ev.Code != CloseServiceRestart || string(ev.Reason) != "maintenance" ||
+		ev.Delay != 10*time.Millisecond {
+		t.Errorf("EventReconnecting %+v (reason %q), want ErrClosed, code 1012, reason \"maintenance\", Delay 10ms", ev, ev.Reason)
+	}
+	if log.evs[2].Reconnects != 1 {
+		t.Errorf("EventOpen.Reconnects = %d, want 1", log.evs[2].Reconnects)
+	}
+	c.Close(CloseNormal, "")
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if log.final.Kind != EventClose {
+		t.Errorf("final %+v, want EventClose", *log.final)
+	}
+}
+
+// TestReconnectRingFull: the drop happens while the event ring is full
+// (a server sends about a ring's worth of messages and closes TCP, nobody
+// pumps): EventReconnecting waits for room like any event, and the order
+// holds - every message, then EventReconnecting, then
+// EventOpen{Reconnects: 1}.
+func TestReconnectRingFull(t *testing.T) {
+	const ring = 256
+	for _, msgs := range []int{ring - 2, ring - 1, ring} {
+		t.Run(strconv.Itoa(msgs), func(t *testing.T) {
+			var burst []byte
+			for i := 0; i < msgs; i++ {
+				burst = ws.AppendFrame(burst, true, ws.OpText, []byte(strconv.Itoa(i)))
+			}
+			srv := wstest.NewRaw(func(c *wstest.RawConn) { c.Write(burst) }).Start(t)
+			p := newTestPool(t, Config{EventRingSize: ring}, hangGuard)
+			c, err := p.DialAsync(srv.URL, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 5 * time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // not pumping: let the ring fill (no assertion on time)
+			var seq []string
+			opens := 0
+			pumpUntil(t, p, func(cc Conn, ev Event) {
+				switch ev.Kind {
+				case EventText:
+					if opens == 1 {
+						seq = append(seq, string(ev.Payload))
+					}
+				case EventOpen:
+					opens++
+					if opens == 2 && ev.Reconnects != 1 {
+						t.Errorf("second open: Reconnects %d", ev.Reconnects)
+					}
+				case EventReconnecting:
+					if opens == 1 {
+						seq = append(seq, "R")
+					}
+				case EventClose, EventError:
+					t.Fatalf("final event %v: %v", ev.Kind, ev.Err)
+				}
+			}, func() bool { return opens == 2 }, nil)
+			if len(seq) != msgs+1 || seq[msgs] != "R" {
+				t.Fatalf("first connection delivered %d events ending %q, want %d messages then EventReconnecting", len(seq), seq[max(0, len(seq)-2):], msgs)
+			}
+			for i := 0; i < msgs; i++ {
+				if seq[i] != strconv.Itoa(i) {
+					t.Fatalf("message %d is %q", i, seq[i])
+				}
+			}
+			c.Close(CloseNormal, "")
+		})
+	}
+}
+
+// TestSubscribeOnce: without a policy, Subscribe is sent once, right after
+// the upgrade and before the application's first message; a drop is then
+// final.
+func TestSubscribeOnce(t *testing.T) {
+	got := make(chan []string, 1)
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		var msgs []string
+		for len(msgs) < 3 {
+			_, b, err := c.ReadMessage()
+			if err != nil {
+				break
+			}
+			msgs = append(msgs, string(b))
+		}
+		got <- msgs
+		// Return: the connection drops without a close frame.
+	}).Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, srv.URL, &DialOptions{Subscribe: [][]byte{[]byte("s1"), []byte("s2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendText([]byte("app")); err != nil {
+		t.Fatal(err)
+	}
+	msgs := <-got
+	if strings.Join(msgs, ",") != "s1,s2,app" {
+		t.Errorf("server received %q, want s1, s2, app", msgs)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if log.count(EventReconnecting) != 0 || log.final.Kind != EventError || !errors.Is(log.final.Err, ErrConnectionLost) {
+		t.Errorf("events %v, final %+v: want one open and a final ErrConnectionLost", log.kinds, *log.final)
+	}
+	if log.evs[0].Kind != EventOpen || log.evs[0].Reconnects != 0 {
+		t.Errorf("first event %+v, want EventOpen with Reconnects 0", log.evs[0])
+	}
+}
+
+// TestReconnectLogged: Config.Logger gets a Warn "talaris: reconnecting"
+// record per EventReconnecting (delay, attempt since the last open, error
+// class), written by the pump (PumpData here: the records do not depend
+// on the pump taking an EventFunc), and the re-open is logged as open.
+func TestReconnectLogged(t *testing.T) {
+	var out syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&out, nil))
+	srv := startAcceptLog(t, func(i int, nc net.Conn) {
+		key, err := readRequest(nc)
+		if err != nil || i == 1 {
+			return // the second attempt fails: connection lost during the upgrade
+		}
+		upgrade(nc, key)
+		if i == 0 {
+			return // the first connection drops once open
+		}
+		nc.Write(ws.AppendFrame(nil, true, ws.OpText, []byte("back")))
+		io.Copy(io.Discard, nc)
+	})
+	p := newTestPool(t, Config{Logger: logger, Name: "rc"}, hangGuard)
+	c, err := p.DialAsync(srv.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for got == "" {
+		if _, err := p.PumpData(func(cc Conn, _ Opcode, b []byte) {
+			if cc == c {
+				got = string(b)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != "back" {
+		t.Fatalf("message %q", got)
+	}
+	var recs []map[string]any
+	for _, r := range out.records(t) {
+		if r["msg"] == "talaris: reconnecting" {
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d reconnecting records, want 2: %v", len(recs), recs)
+	}
+	for i, r := range recs {
+		if r["level"] != "WARN" || r["pool"] != "rc" || r["class"] != "connection_lost" ||
+			r["attempt"] != float64(i+1) || r["delay"] != float64(20*time.Millisecond) {
+			t.Errorf("reconnecting record %d: %v; want WARN, pool rc, class connection_lost, attempt %d, delay 20ms", i, r, i+1)
+		}
+	}
+	c.Close(CloseNormal, "")
+}
+
+// TestReconnectAbort: Conn.Abort stops the reconnecting like Close: during
+// a 30 s backoff wait it ends the handle at once, and on an open handle
+// the final event is EventError wrapping ErrAborted with no new attempt.
+func TestReconnectAbort(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	pol := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 30 * time.Second}}
+	c, err := p.DialAsync("ws://"+freePort(t)+"/", pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) == 1 }, nil)
+	start := time.Now()
+	if err := c.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
+	if el := time.Since(start); el > 5*time.Second || log.final.Kind != EventError || !errors.Is(log.final.Err, ErrAborted) {
+		t.Errorf("Abort in the backoff wait: final %+v after %v, want EventError wrapping ErrAborted at once", *log.final, el)
+	}
+
+	srv := startAcceptLog(t, func(_ int, nc net.Conn) {
+		if key, err := readRequest(nc); err == nil {
+			upgrade(nc, key)
+			io.Copy(io.Discard, nc)
+		}
+	})
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c2, err := p.Dial(ctx, srv.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log2 rcLog
+	if err := c2.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	pumpUntil(t, p, log2.fn(c2), func() bool { return log2.final != nil }, nil)
+	if log2.count(EventReconnecting) != 0 || log2.final.Kind != EventError || !errors.Is(log2.final.Err, ErrAborted) {
+		t.Errorf("Abort of an open handle: events %v, final %+v; want no reconnect, ErrAborted", log2.kinds, *log2.final)
+	}
+	if n := len(srv.accepted()); n != 1 {
+		t.Errorf("%d connections reached the server, want 1 (no reconnect after Abort)", n)
+	}
+}
