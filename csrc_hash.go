@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x84d87cc6a48ddc8b
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x90ffcf8361522d51
 import "C"
 
-const csrcHash = "84d87cc6a48ddc8b"
+const csrcHash = "90ffcf8361522d51"

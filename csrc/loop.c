@@ -1214,7 +1214,7 @@ static int adaptive_spin(struct tl_loop *l)
 		return 0;
 	until = l->pub_ns + l->cfg.spin_ns;
 	while (tl_loop_now_ns() < until) {
-		if (tl_cmdq_pending(&l->cmdq) || __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED))
+		if (tl_cmdq_pending(&l->cmdq) || (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED)))
 			return 1;
 		/* The command ring is a load; completions cost a syscall under
 		 * DEFER_TASKRUN, so look at them less often. The yield hands the

@@ -204,7 +204,7 @@ func benchMain(args []string) error {
 	fs.DurationVar(&b.rttDur, "rtt-duration", 3*time.Second, "measurement time per rtt run")
 	fs.DurationVar(&b.ordersDur, "orders-duration", 3*time.Second, "measurement time per orders run")
 	fs.DurationVar(&b.idleDur, "idle-duration", 10*time.Second, "idle workload: process CPU measured over this long")
-	fs.Int64Var(&b.stallBytes, "stall-bytes", 8<<20, "orders workload: bytes at most sent to the connection whose peer stopped reading (keep it under Config.MaxSendQueue while sends to a full queue block)")
+	fs.Int64Var(&b.stallBytes, "stall-bytes", 1<<30, "orders workload: bytes at most sent to the connection whose peer stopped reading (past its queue, sends get ErrWouldBlock and are retried)")
 	fs.IntVar(&b.rate, "rate", 20000, "latency workload: messages per second")
 	fs.IntVar(&b.decodeN, "decode-n", 100000, "decode workload: messages per round")
 	fs.IntVar(&b.decodeRounds, "decode-rounds", 5, "decode workload: rounds (best is reported)")
