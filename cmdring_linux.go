@@ -13,9 +13,12 @@ package talaris
 import "C"
 
 import (
+	"context"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -46,9 +49,12 @@ func (p *Pool) maxRecord() int {
 }
 
 // reserve waits until n bytes (a whole record) fit contiguously and
-// returns the offset to write at. Called with sendMu held. It waits as
-// long as the loop does not consume (see Config on MaxSendQueue) and
-// returns ErrPoolClosed once the pool closes.
+// returns the offset to write at. Called with sendMu held. The loop takes
+// every command off the ring as soon as it runs (nothing waits there), so
+// a full ring is momentary: reserve spins
+// briefly, then sleeps on the ring's space_seq futex, which the loop bumps
+// and wakes after a drain while prod_waiting is set (and Close does too).
+// It returns ErrPoolClosed once the pool closes.
 func (p *Pool) reserve(n uint64) (uint64, error) {
 	spins := 0
 	for {
@@ -73,14 +79,22 @@ func (p *Pool) reserve(n uint64) (uint64, error) {
 		if p.tail+pad+n-p.headCache <= p.cmdSize {
 			continue
 		}
-		// The loop is behind (or waits for a socket): let it run.
+		// The loop is behind: let it run (it drains unconditionally).
 		p.kick()
-		spins++
 		if spins < 64 {
+			spins++
 			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
+			continue
 		}
+		// Announce, then recheck (Dekker with the loop's seq_cst store of
+		// head and load of prod_waiting), then sleep until a drain.
+		atomic.StoreUint32(p.prodWaiting, 1)
+		seq := atomic.LoadUint32(p.spaceSeq)
+		p.headCache = atomic.LoadUint64(p.cmdHead)
+		if p.tail+pad+n-p.headCache > p.cmdSize && !p.closed.Load() {
+			futexWait(p.spaceSeq, seq, time.Second) // the timeout is a defence only
+		}
+		atomic.StoreUint32(p.prodWaiting, 0)
 	}
 }
 
@@ -125,14 +139,76 @@ func (p *Pool) command(op, flags uint8, code uint16, slot, gen uint32, payload [
 	return nil
 }
 
+// admit counts units send units against c's queue (Config.MaxSendQueue)
+// and returns nil when they fit, ErrWouldBlock when they do not, or the
+// reason c takes no sends at all. Called with sendMu held, which
+// serialises txAcc's updates (Close takes it too before it frees pub).
+func (c Conn) admit(units uint64) error {
+	p := c.p
+	if p.closed.Load() {
+		return ErrPoolClosed
+	}
+	if !c.sendable() {
+		return ErrClosed
+	}
+	if c.inGap() {
+		return errInGap
+	}
+	acc := p.txAcc[c.slot].Load()
+	if q := c.queued(acc); q > 0 && q+units > p.cfg.MaxSendQueue {
+		return ErrWouldBlock
+	}
+	p.txAcc[c.slot].Store(acc + units)
+	return nil
+}
+
+// errInGap is admit's refusal while the handle waits to reconnect (from
+// its EventReconnecting to the next open): an ErrWouldBlock that is not a
+// full queue (not counted in SendQueueFull), and that SendContext waits
+// out.
+var errInGap = fmt.Errorf("%w: the connection is reconnecting", ErrWouldBlock)
+
+// countFull counts a send refused (or made to wait) by a full queue.
+func (p *Pool) countFull(slot uint32) {
+	p.txFull[slot].Add(1)
+	p.txFullTotal.Add(1)
+}
+
+// queued returns the send units accepted for c (acc) that the loop has
+// not yet written or dropped.
+func (c Conn) queued(acc uint64) uint64 {
+	done := atomic.LoadUint64((*uint64)(unsafe.Pointer(&c.p.pub[c.slot].tx_done)))
+	if done >= acc {
+		return 0
+	}
+	return acc - done
+}
+
 // send queues one data message, split into fragments of at most
-// maxRecord bytes.
+// maxRecord bytes, or returns ErrWouldBlock at once (counted in
+// SendQueueFull when countFull is set).
 func (c Conn) send(op Opcode, b []byte) error {
+	if op == OpText && !utf8.Valid(b) {
+		return ErrInvalidUTF8
+	}
+	return c.trySend(op, b, true)
+}
+
+func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	if !c.enter() {
 		return c.endedErr()
 	}
-	defer c.p.exit()
-	return c.putChunks(cmdSend, op, b)
+	p := c.p
+	defer p.exit()
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if err := c.admit(uint64(len(b))); err != nil {
+		if err == ErrWouldBlock && countFull {
+			p.countFull(c.slot)
+		}
+		return err
+	}
+	return c.putChunksLocked(cmdSend, op, b)
 }
 
 // endedErr is the error of a call refused by enter: the zero Conn's is
@@ -144,8 +220,100 @@ func (c Conn) endedErr() error {
 	return ErrPoolClosed
 }
 
+// sendContext is SendContext: trySend, and while the queue is full (or
+// the handle waits to reconnect), sleep on the slot's tx_seq futex, which the loop bumps when queued bytes are
+// written (and on every state change), Close bumps when the pool closes
+// and ctx's AfterFunc bumps when ctx is done. Every wake-up source writes
+// the word, so no wake-up is lost and no poll is needed.
+func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if op != OpText && op != OpBinary {
+		return fmt.Errorf("%w: %d (SendContext sends text or binary messages)", ErrInvalidOpcode, uint8(op))
+	}
+	if op == OpText && !utf8.Valid(b) {
+		return ErrInvalidUTF8
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("talaris: send: %w", err)
+	}
+	// Inside enter for the whole call: Close wakes the wait and frees
+	// the loop's memory only once every such call has left.
+	if !c.enter() {
+		return c.endedErr()
+	}
+	defer c.p.exit()
+	err := c.trySend(op, b, true)
+	for err == ErrWouldBlock || err == errInGap {
+		if err = c.waitWritable(ctx, uint64(len(b))); err == nil {
+			err = c.trySend(op, b, false)
+		}
+	}
+	return err
+}
+
+// waitWritable sleeps until units send units may fit c's queue (and c is
+// not waiting to reconnect), c ends, the pool closes or ctx is done. The caller is inside p.enter (Close
+// wakes every waiter, then waits for them to leave before it frees pub).
+func (c Conn) waitWritable(ctx context.Context, units uint64) error {
+	p := c.p
+	if p.closed.Load() {
+		return ErrPoolClosed
+	}
+	// Hold the slot: it is not reset for a new connection (which would
+	// zero tx_waiters under us) while we wait.
+	p.slotMu.Lock()
+	if p.gens[c.slot] != c.gen || p.refs[c.slot] == 0 {
+		p.slotMu.Unlock()
+		return ErrClosed
+	}
+	p.refs[c.slot]++
+	p.slotMu.Unlock()
+	defer p.unref(c.slot)
+
+	pb := &p.pub[c.slot]
+	seq := (*uint32)(unsafe.Pointer(&pb.tx_seq))
+	waiting := (*uint32)(unsafe.Pointer(&pb.tx_waiters))
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		atomic.AddUint32(seq, 1)
+		futexWake(seq)
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired // it runs: let it finish with seq before pub may go
+		}
+	}()
+	atomic.AddUint32(waiting, 1)
+	defer atomic.AddUint32(waiting, ^uint32(0))
+	for {
+		// Read the word, then every condition, then sleep only if the
+		// word is unchanged (Dekker with the loop's bump-then-check).
+		s := atomic.LoadUint32(seq)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("talaris: send: %w", err)
+		}
+		if p.closed.Load() {
+			return ErrPoolClosed
+		}
+		if !c.sendable() {
+			return ErrClosed
+		}
+		if q := c.queued(p.txAcc[c.slot].Load()); !c.inGap() && (q == 0 || q+units <= p.cfg.MaxSendQueue) {
+			return nil
+		}
+		futexWait(seq, s, time.Second) // the timeout is a defence only
+	}
+}
+
 // inject queues b for a memory connection in records of at most maxRecord
-// bytes (the loop parses across record boundaries).
+// bytes (the loop parses across record boundaries). The bytes count
+// against MaxSendQueue until the loop has parsed them (it keeps what the
+// event ring cannot take yet in the connection's own queue, so an INJECT
+// never waits in the shared ring); while they would not fit, inject
+// waits like SendContext without a deadline, that is for the pump.
 func (c Conn) inject(b []byte) error {
 	if !c.enter() {
 		return c.endedErr()
@@ -157,24 +325,32 @@ func (c Conn) inject(b []byte) error {
 		}
 		return nil
 	}
-	return c.putChunks(cmdInject, 0, b)
+	err := c.tryInject(b)
+	for err == ErrWouldBlock {
+		if err = c.waitWritable(context.Background(), uint64(len(b))); err == nil {
+			err = c.tryInject(b)
+		}
+	}
+	return err
 }
 
-// putChunks appends b as records of op cmd of at most maxRecord bytes,
-// publishing after each so the loop can start on a large one. For cmdSend
-// the records are the fragments of one message of opcode op. The caller
-// is inside p.enter.
-func (c Conn) putChunks(cmd uint8, op Opcode, b []byte) error {
-	if !c.live() {
-		return ErrClosed
-	}
-	if cmd == cmdSend && c.inGap() {
-		return ErrWouldBlock
-	}
-	p := c.p
-	maxr := p.maxRecord()
+func (c Conn) tryInject(b []byte) error {
+	p := c.p // the caller is inside p.enter
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
+	if err := c.admit(uint64(len(b))); err != nil {
+		return err
+	}
+	return c.putChunksLocked(cmdInject, 0, b)
+}
+
+// putChunksLocked appends b as records of op cmd of at most maxRecord
+// bytes, publishing after each so the loop can start on a large one. For
+// cmdSend the records are the fragments of one message of opcode op.
+// Called with sendMu held.
+func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte) error {
+	p := c.p
+	maxr := p.maxRecord()
 	for first := true; ; first = false {
 		chunk := b
 		fin := true
@@ -202,6 +378,10 @@ func (c Conn) putChunks(cmd uint8, op Opcode, b []byte) error {
 	}
 }
 
+// ctrlUnits is TL_CTRL_UNITS: a ping or pong counts its payload plus this
+// against the send queue, so empty heartbeats are bounded too.
+const ctrlUnits = C.TL_CTRL_UNITS
+
 func (c Conn) control(op uint8, b []byte) error {
 	if len(b) > 125 {
 		return ErrControlTooLong
@@ -209,34 +389,73 @@ func (c Conn) control(op uint8, b []byte) error {
 	if !c.enter() {
 		return c.endedErr()
 	}
-	defer c.p.exit()
-	if !c.live() {
-		return ErrClosed
+	p := c.p
+	defer p.exit()
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if err := c.admit(uint64(len(b)) + ctrlUnits); err != nil {
+		if err == ErrWouldBlock {
+			p.countFull(c.slot)
+		}
+		return err
 	}
-	if c.inGap() {
-		return ErrWouldBlock
+	if err := p.putRecord(op, 0, 0, c.slot, c.gen, b); err != nil {
+		return err
 	}
-	return c.p.command(op, 0, 0, c.slot, c.gen, b)
+	p.publish()
+	return nil
 }
 
 func (c Conn) abort() error {
 	if !c.enter() {
 		return c.endedErr()
 	}
-	defer c.p.exit()
-	if !c.live() {
-		return ErrClosed
+	p := c.p
+	defer p.exit()
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if p.closed.Load() {
+		return ErrPoolClosed
 	}
-	return c.p.command(cmdAbort, 0, 0, c.slot, c.gen, nil)
+	if !c.live() {
+		return ErrClosed // also after an earlier Abort took effect
+	}
+	// As after Close: sends return ErrClosed, a waiting SendContext returns.
+	p.userClosed[c.slot].Store(c.gen)
+	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
+	atomic.AddUint32(seq, 1)
+	futexWake(seq)
+	if err := p.putRecord(cmdAbort, 0, 0, c.slot, c.gen, nil); err != nil {
+		return err
+	}
+	p.publish()
+	return nil
 }
 
+// closeConn sends the close command; from here on Send* on c returns
+// ErrClosed (the loop would drop what follows the close frame) and a
+// SendContext waiting on c returns.
 func (c Conn) closeConn(code int, reason string) error {
 	if !c.enter() {
 		return c.endedErr()
 	}
-	defer c.p.exit()
-	if !c.live() {
+	p := c.p
+	defer p.exit()
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if p.closed.Load() {
+		return ErrPoolClosed
+	}
+	if !c.live() || p.userClosed[c.slot].Load() == c.gen {
 		return ErrClosed
 	}
-	return c.p.command(cmdClose, 0, uint16(code), c.slot, c.gen, []byte(reason))
+	p.userClosed[c.slot].Store(c.gen)
+	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
+	atomic.AddUint32(seq, 1)
+	futexWake(seq)
+	if err := p.putRecord(cmdClose, 0, uint16(code), c.slot, c.gen, []byte(reason)); err != nil {
+		return err
+	}
+	p.publish()
+	return nil
 }

@@ -67,17 +67,15 @@ const (
 // Config configures a Pool and its C loop. The zero value is usable; every
 // zero field takes the default written beside it.
 //
-// MaxSendQueue bounds the bytes one connection may have waiting for its
-// socket. A Send, Ping or Pong command that would push a connection
-// past it is held by the loop at the head of the command ring until that
-// connection's socket has drained (or the connection ended), and every
-// command behind it, for every connection of the Pool, waits too; the
-// loop also stops reading the connection meanwhile. The Send* call itself
-// returns as soon as its message is copied into the command ring, so it
-// blocks only once the ring (CmdRingSize bytes) is full, and then for as
-// long as the head command is held: there is no time limit, and it returns
-// ErrPoolClosed if the Pool is closed meanwhile. It never returns
-// ErrWouldBlock today.
+// MaxSendQueue bounds the bytes one connection may have accepted but not
+// yet written to its socket (ConnStats.SendQueued: payload bytes; a ping
+// or pong counts 14 more). A Send*, Ping or Pong that would pass it
+// returns ErrWouldBlock at once, without a round trip to the loop (a
+// message larger than MaxSendQueue is accepted when nothing is queued);
+// SendContext waits for room instead. Each connection has its own queue
+// in the loop, so one connection whose peer stops reading never delays
+// another connection's sends, dials or closes, and the command ring
+// (CmdRingSize) is emptied by the loop as fast as Go fills it.
 type Config struct {
 	SQEntries  uint32        // io_uring submission queue entries (256)
 	CQEntries  uint32        // completion queue entries (4 x SQEntries)
@@ -102,7 +100,7 @@ type Config struct {
 	MaxMessageSize   uint64        // largest message accepted, else close 1009 (16 MiB)
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
 	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN, also in Pool.Close (5s)
-	MaxSendQueue     uint64        // unsent bytes one connection may hold before its commands wait (64 MiB); see above
+	MaxSendQueue     uint64        // unsent bytes one connection may hold before Send* returns ErrWouldBlock (64 MiB); see above
 
 	// SampleEvery turns on the stage stamps of Pool.Metrics and
 	// Pool.PumpStamped: the loop stamps one receive completion in

@@ -1,6 +1,7 @@
 package talaris
 
 import (
+	"context"
 	"fmt"
 	"unicode/utf8"
 )
@@ -48,13 +49,23 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", uint32(s))
 }
 
-// ConnStats are a connection's counters, kept by the C loop.
+// ConnStats are a connection's counters, kept by the C loop (the send
+// queue's two by the Go side).
 type ConnStats struct {
 	MsgsIn, BytesIn   uint64 // data messages and their payload bytes delivered to the ring
 	MsgsOut, BytesOut uint64 // data messages and payload bytes sent by Send*
 	PingsIn, PongsIn  uint64
 	WireIn, WireOut   uint64 // bytes read from and written to the socket
 	Resumed           bool   // the TLS handshake resumed a session of an earlier dial
+
+	// SendQueued is the payload bytes Send*, Ping and Pong accepted that
+	// are not written to the socket yet (a ping or pong counts 14 bytes
+	// more than its payload): what Config.MaxSendQueue bounds. A message
+	// counts until the out buffer holding its last byte has been written.
+	SendQueued uint64
+	// SendQueueFull counts the sends refused with ErrWouldBlock, and the
+	// SendContext calls that had to wait, because the queue was full.
+	SendQueueFull uint64
 	Reconnects        uint64 // successful re-opens under a ReconnectPolicy
 }
 
@@ -84,15 +95,48 @@ func (c Conn) Slot() int { return int(c.slot) }
 func (c Conn) Pool() *Pool { return c.p }
 
 // SendText queues b as one text message. b is copied before SendText
-// returns. Safe from any goroutine. It blocks only while the command ring
-// is full (Config says when the loop holds commands back and for how long). Messages larger than a quarter of Config.CmdRingSize are sent
-// as several fragments of one message.
+// returns. Safe from any goroutine; it never waits for the peer. b must
+// be valid UTF-8, else ErrInvalidUTF8 (utf8.Valid: about 65 ns per KiB of
+// ASCII, 1.3 to 2.3 us per KiB of multi-byte text on the 2-core test box;
+// BenchmarkSendTextValidate in tests/). SendBinary does not check.
+//
+// Back-pressure: when the connection's queued bytes (ConnStats.SendQueued)
+// plus len(b) would pass Config.MaxSendQueue, SendText returns
+// ErrWouldBlock at once and queues nothing (a message larger than the
+// whole queue is accepted when the queue is empty). Use SendContext to
+// wait for room instead. After Close, once a close frame was sent or
+// received (StateClosing: nothing more may be sent) and once the
+// connection has ended, it returns ErrClosed; after Pool.Close,
+// ErrPoolClosed. A message sent
+// before the connection is open (right after DialAsync) waits in the
+// queue and goes out once the upgrade completes; it is dropped if the
+// dial fails. Messages larger than a quarter of Config.CmdRingSize are
+// sent as several fragments of one message. Under a ReconnectPolicy,
+// from EventReconnecting to the next open it returns an error matching
+// ErrWouldBlock (not counted in SendQueueFull) and queues nothing; a
+// message that raced the drop is dropped, never sent on the next
+// connection (DialOptions.Subscribe is what every new connection gets).
 func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }
 
 // SendBinary queues b as one binary message, like SendText.
 func (c Conn) SendBinary(b []byte) error { return c.send(OpBinary, b) }
 
-// Ping queues a ping with payload b (at most 125 bytes).
+// SendContext queues b as one message of opcode op (OpText or OpBinary),
+// waiting while the connection's send queue is too full to take it (see
+// SendText). It returns nil once b is queued, ctx.Err() wrapped when ctx
+// ends first (errors.Is(err, context.DeadlineExceeded)), ErrClosed when
+// the connection ends or is closed meanwhile, ErrPoolClosed when the Pool
+// is. The wait sleeps on a futex the loop signals as queued bytes reach
+// the socket: no polling. Under a ReconnectPolicy it also waits through
+// a reconnect gap: b goes out on the next connection, after Subscribe.
+func (c Conn) SendContext(ctx context.Context, op Opcode, b []byte) error {
+	return c.sendContext(ctx, op, b)
+}
+
+// Ping queues a ping with payload b (at most 125 bytes). It goes out
+// ahead of queued data messages (between two frames). It counts against
+// MaxSendQueue like a send and returns ErrWouldBlock, ErrClosed and
+// ErrPoolClosed as SendText does.
 func (c Conn) Ping(b []byte) error { return c.control(cmdPing, b) }
 
 // Pong queues an unsolicited pong with payload b (at most 125 bytes). Pings
@@ -103,6 +147,13 @@ func (c Conn) Pong(b []byte) error { return c.control(cmdPong, b) }
 // of UTF-8). The final EventClose (or EventError on timeout) follows
 // through Pump. Closing a connection that is still dialing aborts it (EventError
 // wrapping ErrAborted, which also matches ErrClosed).
+//
+// Close never waits behind queued data: the close frame goes out after
+// the bytes already handed to the socket's out buffers (at most about
+// 256 KiB, and a message already partly written is finished first, so
+// fragments never interleave); queued messages not yet started are
+// dropped. Config.CloseTimeout bounds the handshake. From Close on, Send*
+// on c returns ErrClosed, and a second Close returns ErrClosed.
 func (c Conn) Close(code int, reason string) error {
 	if !closeCodeSendable(code) {
 		return fmt.Errorf("%w: %d", ErrInvalidCloseCode, code)
@@ -127,6 +178,10 @@ func (c Conn) Abort() error { return c.abort() }
 
 // Inject feeds b to a connection made by DialMemory as if its server had
 // sent it: frames are parsed by the C loop and delivered through Pump.
+// Bytes not parsed yet (the pump is behind) count in ConnStats.SendQueued;
+// while b would take them past Config.MaxSendQueue, Inject waits for the
+// pump (so do not call it from the pumping goroutine with more than that
+// outstanding).
 func (c Conn) Inject(b []byte) error { return c.inject(b) }
 
 // State returns the connection's current state.

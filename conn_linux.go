@@ -28,6 +28,16 @@ func (c Conn) live() bool {
 		atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.state))) < uint32(StateClosed)
 }
 
+// sendable reports whether c takes sends: live, not closed with Close, and
+// no close frame sent or received yet (StateClosing: the loop would drop
+// them). Called with sendMu held or from SendContext's wait.
+func (c Conn) sendable() bool {
+	if !c.live() || c.p.userClosed[c.slot].Load() == c.gen {
+		return false
+	}
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.p.pub[c.slot].state))) < uint32(StateClosing)
+}
+
 // enter admits a call on c that reads the pool's shared memory (see
 // Pool.enter); false for the zero Conn and once the pool is closing.
 func (c Conn) enter() bool { return c.p != nil && c.p.enter() }
@@ -64,6 +74,7 @@ func (c Conn) stats() ConnStats {
 		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in), MsgsOut: ld(&pb.msgs_out), BytesOut: ld(&pb.bytes_out),
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out),
 		Resumed:    atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.resumed))) != 0,
+		SendQueued: c.queued(c.p.txAcc[c.slot].Load()), SendQueueFull: c.p.txFull[c.slot].Load(),
 		Reconnects: ld(&pb.reconnects),
 	}
 }

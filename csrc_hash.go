@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6a713e17cd07b7d1
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x9ce726cbc0dc069e
 import "C"
 
-const csrcHash = "6a713e17cd07b7d1"
+const csrcHash = "9ce726cbc0dc069e"

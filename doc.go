@@ -69,10 +69,23 @@
 // # Sending
 //
 // SendText, SendBinary, Ping, Pong and Close copy their data into the
-// command ring and return; they block only while that ring is full. The
-// loop holds a connection's sends back while its unsent bytes would pass
-// Config.MaxSendQueue, so a peer that stops reading can fill the ring:
-// Config says for how long a Send then waits.
+// command ring and return; the loop takes every command off that ring as
+// soon as it runs and keeps each connection's unsent frames in that
+// connection's own queue, so a peer that stops reading never delays
+// another connection's sends, dials, pings or closes.
+//
+// Back-pressure is per connection and decided in Go, without a round
+// trip: a send that would take the connection's unsent bytes
+// (ConnStats.SendQueued) past Config.MaxSendQueue returns ErrWouldBlock at
+// once and queues nothing (a message larger than the whole queue goes
+// when the queue is empty). SendContext waits for room instead, until its
+// context ends; the loop wakes it (a futex) as queued bytes reach the
+// socket, when the connection ends and when the Pool closes.
+// ConnStats.SendQueueFull counts the refusals and waits. Close and Pool
+// Close never wait behind queued data: the close frame follows what is
+// already in the connection's out buffers (at most about 256 KiB, and a
+// message already started is finished); queued messages not yet started
+// are dropped. After Close, sends return ErrClosed.
 //
 // # Connection lifecycle
 //

@@ -46,7 +46,8 @@ var (
 	ErrInvalidCloseCode = errors.New("talaris: close code may not be sent")
 	ErrControlTooLong   = errors.New("talaris: control frame payload longer than 125 bytes")
 	ErrInvalidConfig    = errors.New("talaris: invalid configuration")
-	ErrWouldBlock       = errors.New("talaris: command ring full")
+	ErrWouldBlock       = errors.New("talaris: connection's send queue is full (Config.MaxSendQueue)")
+	ErrInvalidOpcode    = errors.New("talaris: not a data opcode (OpText or OpBinary)")
 	ErrNoConns          = errors.New("talaris: pool has no connection left to deliver an event")
 )
 

@@ -129,7 +129,7 @@ type Metrics struct {
 	Batches       uint64 // tail publishes of the event ring
 	PumpSleeps    uint64 // times the pump slept waiting for events
 	LoopWakes     uint64 // times Go woke the sleeping loop
-	SendQueueFull uint64 // times a connection's unsent bytes passed Config.MaxSendQueue and its reads stopped
+	SendQueueFull uint64 // times a connection's send queue was full: a send refused or made to wait (ConnStats.SendQueueFull, summed), or the loop's own replies passed MaxSendQueue and it stopped reading
 	Reconnects    uint64 // successful re-opens by reconnect policies (DialOptions.Reconnect)
 }
 
@@ -150,7 +150,7 @@ func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {
 	fn("talaris_batches_total", "Event ring tail publishes.", m.Batches)
 	fn("talaris_pump_sleeps_total", "Times the pump slept waiting for events.", m.PumpSleeps)
 	fn("talaris_loop_wakeups_total", "Times Go woke the sleeping loop.", m.LoopWakes)
-	fn("talaris_send_queue_full_total", "Times a connection's send queue passed MaxSendQueue and its reads stopped.", m.SendQueueFull)
+	fn("talaris_send_queue_full_total", "Times a connection's send queue was full (a send refused or waiting, or replies past MaxSendQueue stopped its reads).", m.SendQueueFull)
 	fn("talaris_reconnects_total", "Successful re-opens by reconnect policies.", m.Reconnects)
 	fn("talaris_sampled_messages_total", "Messages whose stage stamps were recorded in the latency histograms.", m.Sampled)
 }

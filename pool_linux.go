@@ -44,6 +44,15 @@ type pool struct {
 	efd          int
 	tail         uint64 // local copy of *cmdTail
 	headCache    uint64
+	spaceSeq     *uint32 // futex word the loop bumps after a drain while prodWaiting
+	prodWaiting  *uint32
+
+	// per slot send admission (cmdring_linux.go): units accepted (updated
+	// under sendMu), refused sends, and the generation Conn.Close ended
+	txAcc       []atomic.Uint64
+	txFull      []atomic.Uint64
+	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
+	userClosed  []atomic.Uint32
 
 	pub    []C.struct_tl_conn_pub
 	cstats *C.struct_tl_pool_stats
@@ -166,6 +175,11 @@ func newPool(cfg Config) (*Pool, error) {
 	p.cmdHead = (*uint64)(unsafe.Pointer(&cmr.head))
 	p.loopSleeping = (*uint32)(unsafe.Pointer(&cmr.loop_sleeping))
 	p.efd = int(cmr.efd)
+	p.spaceSeq = (*uint32)(unsafe.Pointer(&cmr.space_seq))
+	p.prodWaiting = (*uint32)(unsafe.Pointer(&cmr.prod_waiting))
+	p.txAcc = make([]atomic.Uint64, d.MaxConns)
+	p.txFull = make([]atomic.Uint64, d.MaxConns)
+	p.userClosed = make([]atomic.Uint32, d.MaxConns)
 	p.pub = unsafe.Slice(C.tl_loop_conns(loop), int(d.MaxConns))
 	p.cstats = C.tl_loop_stats(loop)
 	p.free = make([]uint32, 0, d.MaxConns)
@@ -186,10 +200,14 @@ func (p *Pool) close() error {
 		return nil
 	}
 	// Refuse new calls; the ones inside see closed and leave promptly (a
-	// Dial's wait, a Send waiting for ring room).
+	// Dial's wait, a Send waiting for ring room, a SendContext).
 	if p.inflight.Add(closingBias) == closingBias {
 		p.drainOnce.Do(func() { close(p.drained) })
 	}
+	// A producer asleep waiting for ring room holds sendMu: wake it (it
+	// sees closed and lets go).
+	atomic.AddUint32(p.spaceSeq, 1)
+	futexWake(p.spaceSeq)
 	p.sendMu.Lock() // no producer may be writing to the ring now
 	C.tl_loop_stop(p.loop)
 	p.sendMu.Unlock()
@@ -208,6 +226,13 @@ func (p *Pool) close() error {
 		}
 	}
 	p.slotMu.Unlock()
+	// Wake every SendContext (each sees closed and returns): the bump
+	// changes the word it sleeps on, so none can miss it.
+	for i := range p.pub {
+		seq := (*uint32)(unsafe.Pointer(&p.pub[i].tx_seq))
+		atomic.AddUint32(seq, 1)
+		futexWake(seq)
+	}
 	<-p.drained
 	// Only now may release free the loop: a pumper that saw closed and
 	// left early must not run tl_loop_free (and a second pthread_join)
@@ -286,7 +311,7 @@ func (p *Pool) metrics(reset bool) Metrics {
 	m.Events, m.Completions, m.Rearms = uint64(s.events), uint64(s.cqes), uint64(s.rearms)
 	m.NoBufs, m.Stalls, m.Batches = uint64(s.nobufs), uint64(s.stalls), uint64(s.batches)
 	m.PumpSleeps, m.LoopWakes = uint64(s.pump_sleeps), uint64(s.loop_wakes)
-	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full), uint64(s.reconnects)
+	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full)+p.txFullTotal.Load(), uint64(s.reconnects)
 	return m
 }
 
@@ -318,6 +343,12 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	// A new handle reports StateConnecting at once, before the loop has
 	// taken the dial command (StateIdle means a dead handle).
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].state)), uint32(StateConnecting))
+	// Send admission starts over; sendMu orders it against senders that
+	// still hold the slot's previous Conn (they fail its live check).
+	p.sendMu.Lock()
+	p.txAcc[s].Store(0)
+	p.txFull[s].Store(0)
+	p.sendMu.Unlock()
 	return s, p.gens[s], nil
 }
 

@@ -27,16 +27,17 @@ func (p *Pool) dial(context.Context, string, *DialOptions) (Conn, error) {
 	return Conn{}, ErrUnsupported
 }
 
-func (c Conn) send(Opcode, []byte) error   { return ErrUnsupported }
-func (c Conn) control(uint8, []byte) error { return ErrUnsupported }
-func (c Conn) closeConn(int, string) error { return ErrUnsupported }
-func (c Conn) abort() error                { return ErrUnsupported }
-func (c Conn) inject([]byte) error         { return ErrUnsupported }
-func (c Conn) state() State                { return StateIdle }
-func (c Conn) stats() ConnStats            { return ConnStats{} }
-func (c Conn) subprotocol() string         { return "" }
-func tlsBackend() string                   { return "" }
-func pinCurrentThreadTo(int) error         { return ErrUnsupported }
+func (c Conn) send(Opcode, []byte) error                         { return ErrUnsupported }
+func (c Conn) sendContext(context.Context, Opcode, []byte) error { return ErrUnsupported }
+func (c Conn) control(uint8, []byte) error                       { return ErrUnsupported }
+func (c Conn) closeConn(int, string) error                       { return ErrUnsupported }
+func (c Conn) abort() error                                      { return ErrUnsupported }
+func (c Conn) inject([]byte) error                               { return ErrUnsupported }
+func (c Conn) state() State                                      { return StateIdle }
+func (c Conn) stats() ConnStats                                  { return ConnStats{} }
+func (c Conn) subprotocol() string                               { return "" }
+func tlsBackend() string                                         { return "" }
+func pinCurrentThreadTo(int) error                               { return ErrUnsupported }
 
 type decoder struct{}
 

@@ -1,18 +1,20 @@
-/* cmdq.c - runs the commands Go sends: one handler per op. A handler
- * returns CMD_DONE when the record may be dropped, or CMD_WAIT to leave it
- * at the head of the ring and stop draining (it runs again on a later
- * iteration, once what it waits for - send queue or event ring room - has
- * come back). */
+/* cmdq.c - runs the commands Go sends: one handler per op. Every command
+ * leaves the ring when it runs: sends (and a memory connection's injected
+ * input) go to their connection's own queue (Go admits them against
+ * MaxSendQueue before they enter the ring), so one connection whose peer
+ * does not read, or whose input waits for the pump, never holds up
+ * another's commands. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "loop.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
-
-enum { CMD_DONE = 0, CMD_WAIT = 1 };
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define PUB_ADD(p, f, n) __atomic_store_n(&(p)->f, (p)->f + (n), __ATOMIC_RELAXED)
 
@@ -57,52 +59,42 @@ static struct tl_conn *cmd_conn(struct tl_loop *l, const struct tl_cmd *cmd)
 	return c;
 }
 
-static int cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
+static void cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 {
 	/* A dial still in the ring when the pool closes is dropped: started
 	 * after shutdown_all, it would keep the loop (and tl_loop_stop) alive
 	 * for as long as the connection lasts. Go's Close wakes its dialer. */
 	if (l->shutting_down)
-		return CMD_DONE;
+		return;
 	if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE && !l->conns[cmd->slot].dying) {
 		if (cmd->flags & TL_CMDF_MEMORY)
 			tl_loop_open_memory(l, cmd->slot, cmd->gen);
 		else
 			tl_loop_dial(l, cmd->slot, cmd->gen);
 	}
-	return CMD_DONE;
 }
 
-static int cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
+static void cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	struct tl_conn *c = cmd_conn(l, cmd);
 
 	if (c && c->fd < 0 && !c->dying) {
-		size_t used = 0;
-		int r;
-		if (l->cmdq.inject_off == 0) /* an INJECT is a memory connection's completion, parsed at once */
-			tl_loop_sample_rx(l, c, 1);
+		/* an INJECT is a memory connection's completion, parsed at once */
+		tl_loop_sample_rx(l, c, 1);
 		tl_loop_sample_pt(c);
-		r = tl_conn_feed(l, c, payload + l->cmdq.inject_off, cmd->len - l->cmdq.inject_off, &used);
-		if (r == TL_FEED_STALL) {
-			/* No room: run the rest of this command again once Go has
-			 * pumped. The record stays as Go wrote it. */
-			l->cmdq.inject_off += (uint32_t)used;
-			return CMD_WAIT;
-		}
-		tl_loop_sample_end(c);
+		tl_conn_inject(l, c, payload, cmd->len);
+	} else if (c) {
+		tl_loop_tx_retire(l, c, cmd->len);
 	}
-	l->cmdq.inject_off = 0;
-	return CMD_DONE;
 }
 
-static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
+static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	if ((cmd->flags & TL_CMDF_IF_DIALING) && c->state >= TL_ST_OPEN)
-		return CMD_DONE; /* it opened first: Dial returns it after all */
+		return; /* it opened first: Dial returns it after all */
 	tl_loop_stop_reconnect(c);
 	if (c->dying) /* ending already (or its EventReconnecting waits for room): now final */
-		return CMD_DONE;
+		return;
 	if (c->rc_wait) {
 		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed while waiting to reconnect");
 	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
@@ -121,59 +113,75 @@ static int cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *
 	} else if (c->state < TL_ST_OPEN) {
 		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
 	}
-	return CMD_DONE;
 }
 
-/* cmd_frame queues a SEND, PING or PONG. A frame that would push the
- * connection past max_send_queue waits at the head of the ring until that
- * connection's sends complete. */
-static int cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
+/* cmd_frame queues a SEND, PING or PONG on its connection; it never
+ * waits. A SEND that arrives before the upgrade completed (right after
+ * DialAsync) waits in the connection's send queue for it. Go counted the
+ * frame's units against the connection's queue, so a frame the connection
+ * will not send (a ping before it is open, closing, failed) retires them
+ * at once. */
+static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
-	size_t queued = c->out[0].len + c->out[1].len;
+	uint32_t units = cmd->op == TL_CMD_SEND ? cmd->len : cmd->len + TL_CTRL_UNITS;
+	/* Only a first dial queues sends for its open: after a reconnect
+	 * policy's drop, a send that raced the gap is dropped (Go refuses
+	 * sends during the gap), never sent on the next connection. */
+	int early = cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying && !c->opens;
 
-	if (c->state != TL_ST_OPEN || c->close_sent || c->discard)
-		return CMD_DONE;
-	if (queued + cmd->len > l->cfg.max_send_queue && queued > 0)
-		return CMD_WAIT;
+	if (!early && (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno)) {
+		tl_loop_tx_retire(l, c, units);
+		return;
+	}
 	if (cmd->op == TL_CMD_SEND) {
 		int op = (cmd->flags & TL_CMDF_CONT) ? TL_OP_CONT : (cmd->flags & 0xf);
-		tl_conn_send_frame(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len);
+		if (tl_conn_send_data(l, c, op, !!(cmd->flags & TL_CMDF_FIN), payload, cmd->len, units) < 0)
+			return;
 		if (cmd->flags & TL_CMDF_FIN)
 			PUB_ADD(&l->pub[c->slot], msgs_out, 1);
 		PUB_ADD(&l->pub[c->slot], bytes_out, cmd->len);
 	} else {
-		tl_conn_send_frame(l, c, cmd->op == TL_CMD_PING ? TL_OP_PING : TL_OP_PONG, 1, payload, cmd->len);
+		/* Control frames go straight to the out buffer, between two data
+		 * frames: a heartbeat does not wait behind queued data. */
+		if (tl_conn_send_frame(l, c, cmd->op == TL_CMD_PING ? TL_OP_PING : TL_OP_PONG, 1, payload, cmd->len) < 0)
+			return;
+		if (c->fd < 0)
+			tl_loop_tx_retire(l, c, units);
+		else
+			c->out[c->cur].units += units;
 	}
 	tl_loop_flush(l, c);
-	return CMD_DONE;
 }
 
 /* cmd_run dispatches one record. */
-static int cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
+static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	struct tl_conn *c;
 
 	switch (cmd->op) {
 	case TL_CMD_DIAL:
-		return cmd_dial(l, cmd);
+		cmd_dial(l, cmd);
+		break;
 	case TL_CMD_INJECT:
-		return cmd_inject(l, cmd, payload);
+		cmd_inject(l, cmd, payload);
+		break;
 	case TL_CMD_CLOSE:
-		c = cmd_conn(l, cmd);
-		return c ? cmd_close(l, c, cmd, payload) : CMD_DONE;
+		if ((c = cmd_conn(l, cmd)) != NULL)
+			cmd_close(l, c, cmd, payload);
+		break;
 	case TL_CMD_ABORT:
 		/* At once: nothing queued for the connection is waited for. */
-		c = cmd_conn(l, cmd);
-		if (c)
+		if ((c = cmd_conn(l, cmd)) != NULL)
 			tl_loop_abort(l, c);
-		return CMD_DONE;
+		break;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
 	case TL_CMD_PONG:
-		c = cmd_conn(l, cmd);
-		return c ? cmd_frame(l, c, cmd, payload) : CMD_DONE;
+		if ((c = cmd_conn(l, cmd)) != NULL)
+			cmd_frame(l, c, cmd, payload);
+		break;
 	}
-	return CMD_DONE; /* unknown ops are skipped */
+	/* unknown ops are skipped */
 }
 
 int tl_cmdq_drain(struct tl_loop *l)
@@ -196,8 +204,7 @@ int tl_cmdq_drain(struct tl_loop *l)
 		if (cmd->op == TL_CMD_PAD) {
 			rec = sizeof(*cmd) + cmd->len; /* to the end of the ring */
 		} else {
-			if (cmd_run(l, cmd, (const uint8_t *)(cmd + 1)) == CMD_WAIT)
-				break;
+			cmd_run(l, cmd, (const uint8_t *)(cmd + 1));
 			rec = sizeof(*cmd) + ((cmd->len + TL_CMD_ALIGN - 1) & ~(size_t)(TL_CMD_ALIGN - 1));
 		}
 		q->head += rec;
@@ -205,9 +212,17 @@ int tl_cmdq_drain(struct tl_loop *l)
 		if (q->head == q->tail_cache)
 			q->tail_cache = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 	}
-	/* Release: Go may overwrite the records only after we are done with
-	 * them. */
-	__atomic_store_n(&r->head, q->head, __ATOMIC_RELEASE);
+	if (!did)
+		return 0;
+	/* Go may overwrite the records only after we are done with them
+	 * (release). seq_cst: a producer waiting for room sets prod_waiting
+	 * and then reads head; we store head and then read prod_waiting
+	 * (Dekker), so one of us sees the other. */
+	__atomic_store_n(&r->head, q->head, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->prod_waiting, __ATOMIC_SEQ_CST)) {
+		__atomic_fetch_add(&r->space_seq, 1, __ATOMIC_SEQ_CST);
+		syscall(SYS_futex, &r->space_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+	}
 	return did;
 }
 

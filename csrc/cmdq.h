@@ -14,7 +14,6 @@ struct tl_cmdq {
 	struct tl_cmdring *r;  /* shared with Go */
 	uint64_t head;         /* local; published after each drain */
 	uint64_t tail_cache;   /* Go's tail as last read */
-	uint32_t inject_off;   /* bytes of the INJECT at the head already parsed */
 };
 
 /* tl_cmdq_init maps a command ring of size bytes (a power of two),

@@ -23,11 +23,16 @@
 void tl_conn_reset(struct tl_conn *c)
 {
 	/* Keep allocations (msg, out) for reuse by the next dial on this slot. */
-	uint8_t *msg = c->msg, *o0 = c->out[0].p, *o1 = c->out[1].p;
-	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap;
+	uint8_t *msg = c->msg, *o0 = c->out[0].p, *o1 = c->out[1].p, *sq = c->sq.p;
+	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap, sqc = c->sq.cap;
 	uint32_t slot = c->slot;
 
 	free(c->fail_head);
+	if (sqc > (1u << 20)) { /* a send queue cut by a close or teardown: give back a big one */
+		free(sq);
+		sq = NULL;
+		sqc = 0;
+	}
 	memset(c, 0, sizeof(*c));
 	c->slot = slot;
 	c->fd = -1;
@@ -39,6 +44,8 @@ void tl_conn_reset(struct tl_conn *c)
 	c->out[0].cap = c0;
 	c->out[1].p = o1;
 	c->out[1].cap = c1;
+	c->sq.p = sq;
+	c->sq.cap = sqc;
 	c->close_code = 1005;
 	c->retry_after = -1;
 }
@@ -46,7 +53,7 @@ void tl_conn_reset(struct tl_conn *c)
 void tl_conn_reset_keep(struct tl_conn *c)
 {
 	uint32_t gen = c->gen, attempts = c->rc_attempts;
-	uint64_t opens = c->opens, mi = c->msgs_in, bi = c->bytes_in;
+	uint64_t opens = c->opens, mi = c->msgs_in, bi = c->bytes_in, txd = c->tx_done;
 	struct tl_dial *d = c->dial;
 	struct tl_conn *stall_next = c->stall_next;
 	uint8_t stop = c->rc_stop, listed = c->on_stall_list;
@@ -61,6 +68,7 @@ void tl_conn_reset_keep(struct tl_conn *c)
 	c->opens = opens;
 	c->msgs_in = mi;
 	c->bytes_in = bi;
+	c->tx_done = txd; /* cumulative, mirrored in tl_conn_pub: Go's send accounting goes on */
 	c->rc_stop = stop;
 }
 
@@ -163,6 +171,251 @@ nomem:
 	return -1;
 }
 
+/* send_reply queues one of the loop's own control frames (pong, close)
+ * and counts its bytes as replies (tl_conn_replies). */
+static int send_reply(struct tl_loop *l, struct tl_conn *c, int opcode, const uint8_t *p, size_t n)
+{
+	size_t before = c->out[c->cur].len;
+	int cur = c->cur;
+	int r = tl_conn_send_frame(l, c, opcode, 1, p, n);
+	if (r == 0 && c->out[cur].len > before)
+		c->out[cur].replies += c->out[cur].len - before;
+	return r;
+}
+
+/* ---- the send queue ---- */
+
+static inline size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static inline int sq_empty(const struct tl_sendq *q) { return q->head == q->len; }
+
+/* sq_reserve makes room for n more bytes at q's tail and returns where
+ * they go, or NULL on no memory. The consumed prefix is reclaimed by
+ * moving the live records down only when it is at least as large as they
+ * are (so every byte is moved O(1) times on average; a queue kept full by
+ * a steady sender would otherwise be moved whole for every frame
+ * appended), else the buffer doubles (keeping only the live records). */
+static uint8_t *sq_reserve(struct tl_sendq *q, size_t n)
+{
+	if (q->len + n > q->cap) {
+		size_t live = q->len - q->head;
+		if (q->head >= live && live + n <= q->cap) {
+			memmove(q->p, q->p + q->head, live);
+		} else {
+			size_t cap = q->cap ? q->cap * 2 : 65536;
+			uint8_t *np;
+			while (cap < live + n)
+				cap *= 2;
+			np = malloc(cap);
+			if (!np)
+				return NULL;
+			if (live)
+				memcpy(np, q->p + q->head, live);
+			free(q->p);
+			q->p = np;
+			q->cap = cap;
+		}
+		q->len = live;
+		q->head = 0;
+	}
+	q->len += n;
+	return q->p + q->len - n;
+}
+
+/* sq_reset empties q; memory kept after a burst is given back. */
+static void sq_reset(struct tl_sendq *q)
+{
+	q->head = q->len = 0;
+	if (q->cap > (1u << 20)) {
+		free(q->p);
+		q->p = NULL;
+		q->cap = 0;
+	}
+}
+
+/* sq_push frames and masks one data frame at q's tail. Returns 0 or -1 on
+ * no memory. */
+static int sq_push(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
+		   uint32_t units)
+{
+	size_t max = sizeof(struct tl_sqrec) + align8(TL_WS_MAX_HDR + n), hl;
+	uint8_t *d = sq_reserve(&c->sq, max), key[4];
+	struct tl_sqrec r = {.units = units, .fin = (uint8_t)!!fin};
+
+	if (!d)
+		return -1;
+	mask_key(l, key);
+	hl = tl_ws_write_hdr(d + sizeof(r), fin, opcode, n, key);
+	tl_ws_mask(d + sizeof(r) + hl, p, n, key, 0);
+	r.len = (uint32_t)(hl + n);
+	memcpy(d, &r, sizeof(r));
+	c->sq.len -= max - (sizeof(r) + align8(hl + n));
+	return 0;
+}
+
+/* sq_move moves the frame at the send queue's head into the collecting
+ * out buffer (encrypting it on wss). Returns 0, or -1 after failing c. */
+static int sq_move(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_sendq *q = &c->sq;
+	struct tl_sqrec r;
+	const uint8_t *f = q->p + q->head + sizeof(r);
+
+	memcpy(&r, q->p + q->head, sizeof(r));
+	if (!c->is_tls) {
+		if (tl_conn_out_append(c, f, r.len) < 0) {
+			tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+			return -1;
+		}
+	} else if (tl_tls_write(l, c, f, r.len) < 0) {
+		return -1;
+	}
+	c->out[c->cur].units += r.units;
+	c->tx_msg_open = !r.fin;
+	q->head += sizeof(r) + align8(r.len);
+	if (sq_empty(q))
+		sq_reset(q);
+	return 0;
+}
+
+int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
+		      uint32_t units)
+{
+	if (c->fd < 0) { /* a memory connection: nobody to send to */
+		tl_loop_tx_retire(l, c, units);
+		return 0;
+	}
+	if (c->state == TL_ST_OPEN && sq_empty(&c->sq) && c->out[c->cur].len < TL_TX_CHUNK) {
+		if (tl_conn_send_frame(l, c, opcode, fin, p, n) < 0)
+			return -1;
+		c->out[c->cur].units += units;
+		c->tx_msg_open = !fin;
+		return 0;
+	}
+	if (sq_push(l, c, opcode, fin, p, n, units) < 0) {
+		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+		return -1;
+	}
+	return 0;
+}
+
+int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->state != TL_ST_OPEN && c->state != TL_ST_CLOSING)
+		return 0; /* sends made before the upgrade completed wait for it */
+	while (!sq_empty(&c->sq) && c->out[c->cur].len < TL_TX_CHUNK)
+		if (sq_move(l, c) < 0)
+			return -1;
+	return 0;
+}
+
+/* sq_drop empties the send queue, retiring the units of its frames. */
+static void sq_drop(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_sendq *q = &c->sq;
+	uint64_t units = 0;
+
+	while (!sq_empty(q)) {
+		struct tl_sqrec r;
+		memcpy(&r, q->p + q->head, sizeof(r));
+		units += r.units;
+		q->head += sizeof(r) + align8(r.len);
+	}
+	sq_reset(q);
+	if (units)
+		tl_loop_tx_retire(l, c, units);
+}
+
+void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c)
+{
+	while (c->tx_msg_open && !sq_empty(&c->sq))
+		if (sq_move(l, c) < 0)
+			return;
+	sq_drop(l, c);
+}
+
+void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
+{
+	uint64_t units = 0;
+
+	for (int i = 0; i < 2; i++) {
+		struct tl_outbuf *ob = &c->out[i];
+		if (c->send_inflight && i == (c->cur ^ 1))
+			continue; /* the kernel still reads it; on_send retires it */
+		units += ob->units;
+		ob->units = 0;
+		ob->len = 0;
+		ob->replies = 0;
+	}
+	if (!c->send_inflight)
+		c->sent_off = 0;
+	if (units)
+		tl_loop_tx_retire(l, c, units);
+	sq_drop(l, c);
+}
+
+/* ---- injected input (memory connections) ---- */
+
+/* A memory connection never sends (its frames are retired at once), so
+ * its send queue holds the injected bytes the parser could not take yet
+ * (raw bytes from head to len): the INJECT command leaves the command
+ * ring at once, and Go's admission (the same send units) bounds it. */
+
+/* stash_feed offers c's stashed input to the parser. Returns a TL_FEED_*
+ * code; consumed (or dropped) bytes retire their units. */
+static int stash_feed(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_sendq *q = &c->sq;
+	int r = TL_FEED_OK;
+
+	while (!sq_empty(q)) {
+		size_t used = 0;
+		r = tl_conn_feed(l, c, q->p + q->head, q->len - q->head, &used);
+		if (r == TL_FEED_DEAD)
+			used = q->len - q->head; /* closing or failed: the rest does not count */
+		q->head += used;
+		tl_loop_tx_retire(l, c, used);
+		if (r == TL_FEED_STALL || c->dying)
+			break;
+	}
+	if (sq_empty(q))
+		sq_reset(q);
+	return r == TL_FEED_DEAD ? TL_FEED_OK : r;
+}
+
+int tl_conn_inject(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n)
+{
+	size_t used = 0;
+	int r;
+
+	if (sq_empty(&c->sq)) {
+		r = tl_conn_feed(l, c, p, n, &used);
+		if (r == TL_FEED_DEAD)
+			used = n;
+		tl_loop_tx_retire(l, c, used);
+		if (r != TL_FEED_STALL || c->dying) {
+			tl_loop_sample_end(c);
+			return 0;
+		}
+	}
+	/* Behind earlier stashed bytes, or the parser stalled (perhaps with
+	 * every byte taken and only an event pending): keep the rest in order
+	 * until the pump makes room. */
+	if (used == n) {
+		tl_loop_stall(l, c);
+		return 0;
+	}
+	uint8_t *d = sq_reserve(&c->sq, n - used);
+	if (!d) {
+		tl_loop_tx_retire(l, c, n - used);
+		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory keeping injected bytes");
+		return -1;
+	}
+	memcpy(d, p + used, n - used);
+	tl_loop_stall(l, c);
+	return 0;
+}
+
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen)
 {
 	uint8_t pl[125];
@@ -171,6 +424,11 @@ int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, cons
 	if (c->close_sent)
 		return 0;
 	c->close_sent = 1;
+	/* The close jumps the queue: only a message already started goes
+	 * before it. */
+	tl_conn_tx_cut(l, c);
+	if (c->dying)
+		return -1;
 	if (code && code != 1005) {
 		if (rlen > 123)
 			rlen = 123;
@@ -180,7 +438,7 @@ int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, cons
 			memcpy(pl + 2, reason, rlen);
 		n = 2 + rlen;
 	}
-	return tl_conn_send_frame(l, c, TL_OP_CLOSE, 1, pl, n);
+	return send_reply(l, c, TL_OP_CLOSE, pl, n);
 }
 
 /* ---- upgrade ---- */
@@ -511,7 +769,7 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
-			tl_conn_send_frame(l, c, TL_OP_PONG, 1, c->ctrl, c->ctrl_len);
+			send_reply(l, c, TL_OP_PONG, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
 		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
@@ -769,10 +1027,14 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
 		if (c->state == TL_ST_OPEN || c->state == TL_ST_CLOSING) {
 			r = flush_pending(l, c);
 		}
+		if (c->fd < 0 && r == TL_FEED_OK && !sq_empty(&c->sq))
+			r = stash_feed(l, c); /* a memory connection's injected backlog */
 		while (r != TL_FEED_STALL && !tl_rxq_empty(&c->rxq) && !c->dying) {
-			if (c->out[0].len + c->out[1].len > l->cfg.max_send_queue) {
+			if (tl_conn_replies(c) > l->cfg.max_send_queue) {
 				/* Replies (pongs) pile up: the peer does not read. Stop
-				 * reading too until the socket drains. */
+				 * reading too until the socket drains. (Go's own sends
+				 * are bounded by its admission control and do not stop
+				 * reading: a peer that echoes would deadlock with us.) */
 				if (!c->stalled)
 					__atomic_store_n(&l->stats->sendq_full, l->stats->sendq_full + 1, __ATOMIC_RELAXED);
 				r = TL_FEED_STALL;

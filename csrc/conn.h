@@ -79,7 +79,33 @@ static inline char *tl_dupn(const void *s, size_t n)
 struct tl_outbuf {
 	uint8_t *p;
 	size_t len, cap;
+	uint64_t units;  /* send units (ring.h) of Go's frames in it: retired when it is written */
+	size_t replies;  /* bytes of the loop's own replies (pongs, close echo) in it */
 };
+
+/* tl_sendq is a connection's queue of framed (masked, not yet encrypted)
+ * data frames that wait for room in the out buffers: records of a struct
+ * tl_sqrec and its frame bytes, 8-byte aligned, consumed from head. Frames
+ * go in whole and leave whole, so control frames and a close can always
+ * be placed between two of them. Its size is bounded by Go's admission
+ * control (Config.MaxSendQueue, plus one larger message on an empty
+ * queue). */
+struct tl_sendq {
+	uint8_t *p;
+	size_t head, len, cap; /* records occupy p[head..len) */
+};
+
+struct tl_sqrec {
+	uint32_t len;   /* frame bytes that follow */
+	uint32_t units; /* send units the frame carries */
+	uint8_t fin;    /* the frame ends its message */
+	uint8_t pad[7];
+};
+
+/* TL_TX_CHUNK bounds how far the collecting out buffer is filled from the
+ * send queue: a close frame or a control frame waits behind at most this
+ * much (plus one frame) of data that is already framed for the wire. */
+#define TL_TX_CHUNK (256u << 10)
 
 struct tl_conn {
 	uint32_t slot, gen;
@@ -159,6 +185,11 @@ struct tl_conn {
 	uint64_t hb_ns;       /* next heartbeat check (0: no heartbeat) */
 	uint64_t last_rx_ns;  /* loop's cached clock at the last recv completion */
 	uint64_t last_ping_ns; /* when the loop last sent a heartbeat ping */
+
+	/* send queue (frames waiting for out-buffer room) and accounting */
+	struct tl_sendq sq;
+	uint64_t tx_done;     /* send units retired; mirrored to tl_conn_pub.tx_done */
+	uint8_t tx_msg_open;  /* a data message has frames in the out buffers but not its last */
 	/* reconnect (loop.c): these survive the reset between attempts */
 	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
 	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */
@@ -221,6 +252,44 @@ void tl_conn_drive(struct tl_loop *l, struct tl_conn *c);
 /* tl_conn_send_frame frames, masks and queues one frame (encrypted when
  * c is wss). Returns 0, or -1 after failing c (no memory, TLS error). */
 int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n);
+
+/* tl_conn_send_data queues one data frame from Go (opcode TL_OP_TEXT,
+ * TL_OP_BINARY or TL_OP_CONT) carrying units send units: straight into
+ * the collecting out buffer when c is open, the send queue is empty and
+ * that buffer holds less than TL_TX_CHUNK, else at the send queue's tail
+ * (before the upgrade completes: it goes out once c is open). The units
+ * are retired once the frame is written (at once on a memory connection).
+ * Returns 0, or -1 after failing c. */
+int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
+		      uint32_t units);
+
+/* tl_conn_tx_refill moves whole frames from the send queue into the
+ * collecting out buffer while it holds less than TL_TX_CHUNK (nothing
+ * before c is open). Returns 0, or -1 after failing c (TLS). */
+int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_conn_tx_cut prepares c's output for a close frame: the frames of a
+ * message already started on the wire are moved to the out buffer (so
+ * the message is finished and fragments never interleave), every other
+ * queued frame is dropped and its units retired. */
+void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_conn_tx_drop_all drops every byte c still has to send (both out
+ * buffers unless a send is in flight, and the send queue), retiring their
+ * units: the socket refused a send, nobody will read them. */
+void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_conn_inject feeds p[0..n) to memory connection c as if its server
+ * had sent it. What the parser cannot take yet (event ring or arena full)
+ * is kept, in order, in c's send queue (a memory connection never sends)
+ * and c stalls; tl_conn_drive feeds it when room returns. Parsed (or
+ * dropped) bytes retire their units, like sent frames. Returns 0, or -1
+ * after failing c (no memory). */
+int tl_conn_inject(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n);
+
+/* tl_conn_replies reports the bytes of the loop's own replies waiting in
+ * c's out buffers (the receive side stops reading past max_send_queue). */
+static inline size_t tl_conn_replies(const struct tl_conn *c) { return c->out[0].replies + c->out[1].replies; }
 
 /* tl_conn_send_close queues c's close frame once (later calls do
  * nothing): code and up to 123 reason bytes; code 0 or 1005 sends an empty

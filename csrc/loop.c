@@ -64,18 +64,42 @@ static void arm_efd(struct tl_loop *l)
 	l->efd_armed = 1;
 }
 
-/* tl_loop_flush submits the collected out buffer when no send is in flight.
- * One send per connection at a time keeps bytes in order. */
+/* submit_send puts one send of ob->p[c->sent_off..ob->len) in the SQ.
+ * Returns 0, or -1 when no SQE was free (the bytes stay; the sweep or the
+ * next flush retries). */
+static int submit_send(struct tl_loop *l, struct tl_conn *c, struct tl_outbuf *ob)
+{
+	struct io_uring_sqe *sqe = tl_loop_sqe(l);
+	if (!sqe)
+		return -1;
+	io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
+	c->send_inflight = 1;
+	return 0;
+}
+
+/* tl_loop_flush submits output when no send is in flight: first the rest
+ * of a buffer a short send left (when no SQE was free to continue it),
+ * else the collecting buffer, topped up from the send queue. One send per
+ * connection at a time keeps bytes in order. */
 void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 {
-	struct io_uring_sqe *sqe;
 	struct tl_outbuf *ob;
 
 	if (c->send_inflight || c->fd < 0 || c->state == TL_ST_CONNECTING)
 		return;
+	if (c->send_errno) { /* the socket refused a send: nobody reads these bytes */
+		tl_conn_tx_drop_all(l, c);
+		return;
+	}
+	ob = &c->out[c->cur ^ 1];
+	if (ob->len > c->sent_off) {
+		submit_send(l, c, ob);
+		return;
+	}
+	if (tl_conn_tx_refill(l, c) < 0 || c->dying)
+		return;
 	ob = &c->out[c->cur];
-	if (c->send_errno) /* the socket refused a send: nobody reads these bytes */
-		ob->len = 0;
 	if (ob->len == 0) {
 		if (c->shut_wr == 1) {
 			/* Everything up to the close frame (and close_notify) has
@@ -85,14 +109,30 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 		}
 		return;
 	}
-	sqe = tl_loop_sqe(l);
-	if (!sqe)
-		return;
-	io_uring_prep_send(sqe, c->fd, ob->p, ob->len, MSG_NOSIGNAL);
-	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
-	c->send_inflight = 1;
 	c->sent_off = 0;
-	c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
+	if (submit_send(l, c, ob) == 0)
+		c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
+}
+
+/* tx_notify tells Go that c's send accounting or state changed: bump the
+ * futex word, and wake only when a SendContext announced that it sleeps
+ * (it sets tx_waiters, then rechecks; we bump, then check: seq_cst on
+ * both sides, Dekker style). */
+static void tx_notify(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+	__atomic_fetch_add(&p->tx_seq, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&p->tx_waiters, __ATOMIC_SEQ_CST))
+		syscall(SYS_futex, &p->tx_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+void tl_loop_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units)
+{
+	if (!units)
+		return;
+	c->tx_done += units;
+	__atomic_store_n(&l->pub[c->slot].tx_done, c->tx_done, __ATOMIC_RELEASE);
+	tx_notify(l, c);
 }
 
 /* ---- the receive side: one state per connection, changed only here ---- */
@@ -288,6 +328,7 @@ void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 	__atomic_store_n(&p->state, (uint32_t)st, __ATOMIC_RELEASE);
 	/* Dial may be waiting on this word. State changes are rare. */
 	futex_wake(&p->state);
+	tx_notify(l, c); /* and a SendContext on tx_seq: it returns once the connection ends */
 }
 
 void tl_loop_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
@@ -577,6 +618,9 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	__atomic_store_n(&p->gap, 1, __ATOMIC_RELAXED);
 	p->proto[0] = 0;
 	delay = c->rc_delay_ns;
+	/* What the old connection did not send is dropped, its units retired
+	 * (Go's queue accounting): it is never sent on the next one. */
+	tl_conn_tx_drop_all(l, c);
 	tl_conn_reset_keep(c);
 	tl_loop_set_state(l, c, TL_ST_CONNECTING);
 	c->rc_wait = 1;
@@ -694,7 +738,7 @@ void tl_loop_abort(struct tl_loop *l, struct tl_conn *c)
 	c->fail_aux = 0;
 	c->fail_code = 1006;
 	tl_loop_detail(l, c, "aborted by Conn.Abort");
-	c->out[c->cur].len = 0;
+	tl_conn_tx_drop_all(l, c); /* queued output is dropped, its units retired */
 	c->msg_ready = 0;
 	c->ctrl_ready = 0;
 	c->open_pending = 0;
@@ -832,7 +876,11 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 
 	c->send_inflight = 0;
 	if (res < 0) {
+		tl_loop_tx_retire(l, c, ob->units);
+		ob->units = 0;
 		ob->len = 0;
+		ob->replies = 0;
+		c->sent_off = 0;
 		if (!c->dying && c->state >= TL_ST_OPEN && !c->fail_err && !c->close_rcvd && !c->send_errno) {
 			/* The peer reset while we wrote (a pong racing its RST). What
 			 * it sent before is still in our socket or slot queue,
@@ -842,7 +890,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 			 * Writes are dropped from here on; the close timeout bounds
 			 * the wait. */
 			c->send_errno = -res;
-			c->out[c->cur].len = 0;
+			tl_conn_tx_drop_all(l, c);
 			if (!c->deadline_ns)
 				tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
 			return;
@@ -858,16 +906,15 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 	PUB_ADD(&l->pub[c->slot], wire_out, (uint64_t)res);
 	c->sent_off += (size_t)res;
 	if (c->sent_off < ob->len && !c->dying) {
-		/* Short send: the rest goes before anything newer. */
-		struct io_uring_sqe *sqe = tl_loop_sqe(l);
-		if (sqe) {
-			io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
-			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
-			c->send_inflight = 1;
-			return;
-		}
+		/* Short send: the rest goes before anything newer (tl_loop_flush
+		 * resumes it if no SQE is free now). */
+		submit_send(l, c, ob);
+		return;
 	}
+	tl_loop_tx_retire(l, c, ob->units);
+	ob->units = 0;
 	ob->len = 0;
+	ob->replies = 0;
 	c->sent_off = 0;
 	if (ob->cap > (1u << 20)) { /* give back memory after a burst */
 		free(ob->p);
@@ -1090,6 +1137,11 @@ static void run_rearms(struct tl_loop *l, int sweep)
 		}
 		if (c->rx == TL_RX_WANT)
 			rx_step(l, c, RX_TICK, 0);
+		/* Output left behind when no SQE was free (a short send's rest,
+		 * a buffer never submitted): flush does nothing otherwise. */
+		if (sweep && !c->send_inflight && !c->dying && c->fd >= 0 && c->state != TL_ST_IDLE &&
+		    c->state != TL_ST_CONNECTING)
+			tl_loop_flush(l, c);
 	}
 }
 
@@ -1615,6 +1667,7 @@ void tl_loop_free(struct tl_loop *l)
 			free(c->msg);
 			free(c->out[0].p);
 			free(c->out[1].p);
+			free(c->sq.p);
 		}
 	}
 	if (l->dials)

@@ -160,6 +160,11 @@ void tl_loop_stall(struct tl_loop *l, struct tl_conn *c);
  * flight (one send per connection at a time keeps bytes in order). */
 void tl_loop_flush(struct tl_loop *l, struct tl_conn *c);
 
+/* tl_loop_tx_retire adds units send units to c's retired count (written
+ * to the socket, or dropped) and publishes it in tl_conn_pub.tx_done,
+ * waking a SendContext that sleeps on tx_seq. */
+void tl_loop_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units);
+
 /* tl_loop_fail records why c failed (the first cause wins) and starts its
  * end: a close frame with code when open (0: none), then teardown after
  * the peer answers or a timeout. detail is copied. */

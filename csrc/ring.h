@@ -127,6 +127,10 @@ enum {
 	TL_CMD_PAD = 0,      /* skip to the end of the ring */
 	TL_CMD_DIAL = 1,     /* start slot/gen with the params from tl_dial_prepare */
 	TL_CMD_SEND = 2,     /* flags: opcode in bits 0-3, TL_CMDF_FIN, TL_CMDF_CONT */
+	/* Send units: Go admits a SEND, PING or PONG against MaxSendQueue by
+	 * its units (a SEND: its payload length; a PING or PONG: payload
+	 * length + TL_CTRL_UNITS), and the loop adds the same units to
+	 * tl_conn_pub.tx_done once the frame's bytes are written (or dropped). */
 	TL_CMD_PING = 3,
 	TL_CMD_PONG = 4,
 	TL_CMD_CLOSE = 5,    /* code + reason payload */
@@ -134,6 +138,7 @@ enum {
 	TL_CMD_INJECT = 7,   /* feed payload to a memory connection as if the server sent it */
 	TL_CMD_ABORT = 8,    /* end slot/gen at once: no close handshake, queued output dropped */
 };
+#define TL_CTRL_UNITS 14     /* a control frame's header counted as send units */
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
 #define TL_CMDF_IF_DIALING 0x2 /* with TL_CMD_CLOSE: abort only a connection not yet open (Dial's context ended) */
 #define TL_CMDF_FIN 0x10
@@ -163,7 +168,9 @@ struct tl_cmdring {
 	uint8_t pad2[TL_LINE - 8];
 	uint64_t size;          /* bytes, a power of two */
 	uint8_t *buf;
-	uint8_t pad3[TL_LINE - 16];
+	uint32_t space_seq;     /* futex word: C bumps it (and wakes) after a drain while prod_waiting */
+	uint32_t prod_waiting;  /* Go sets 1 before sleeping on space_seq for ring room */
+	uint8_t pad3[TL_LINE - 24];
 };
 
 /* tl_conn_pub is what Go may read of a connection at any time (C writes
@@ -181,6 +188,10 @@ struct tl_conn_pub {
 	char proto[64];   /* agreed subprotocol, NUL-terminated */
 	uint32_t resumed; /* 1: the TLS handshake resumed a cached session */
 	uint32_t pad_;
+	/* Send back-pressure (Go's admission control, SendContext): */
+	uint64_t tx_done;    /* send units (see TL_CMD_SEND) retired: written to the socket or dropped */
+	uint32_t tx_seq;     /* futex word: bumped when tx_done advances or the state changes */
+	uint32_t tx_waiters; /* Go goroutines sleeping on tx_seq; C wakes only when not 0 */
 	uint32_t gap;     /* 1 from a reconnecting drop until the next open: Send* refuse */
 	uint32_t pad0;
 	uint64_t reconnects; /* successful re-opens of this handle */
@@ -228,6 +239,8 @@ TL_LAYOUT(tl_cmdring, loop_sleeping, 2 * TL_LINE);
 TL_LAYOUT(tl_cmdring, efd, 2 * TL_LINE + 4);
 TL_LAYOUT(tl_cmdring, size, 3 * TL_LINE);
 TL_LAYOUT(tl_cmdring, buf, 3 * TL_LINE + 8);
+TL_LAYOUT(tl_cmdring, space_seq, 3 * TL_LINE + 16);
+TL_LAYOUT(tl_cmdring, prod_waiting, 3 * TL_LINE + 20);
 _Static_assert(sizeof(struct tl_cmdring) == 4 * TL_LINE, "tl_cmdring is four cache lines");
 TL_LAYOUT(tl_conn_pub, state, 0);
 TL_LAYOUT(tl_conn_pub, gen, 4);
@@ -240,8 +253,11 @@ TL_LAYOUT(tl_conn_pub, wire_out, 80);
 TL_LAYOUT(tl_conn_pub, detail, 88);
 TL_LAYOUT(tl_conn_pub, proto, 176);
 TL_LAYOUT(tl_conn_pub, resumed, 240);
-TL_LAYOUT(tl_conn_pub, gap, 248);
-TL_LAYOUT(tl_conn_pub, reconnects, 256);
-_Static_assert(sizeof(struct tl_conn_pub) == 264, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, tx_done, 248);
+TL_LAYOUT(tl_conn_pub, tx_seq, 256);
+TL_LAYOUT(tl_conn_pub, tx_waiters, 260);
+TL_LAYOUT(tl_conn_pub, gap, 264);
+TL_LAYOUT(tl_conn_pub, reconnects, 272);
+_Static_assert(sizeof(struct tl_conn_pub) == 280, "tl_conn_pub size");
 
 #endif

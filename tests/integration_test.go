@@ -760,7 +760,7 @@ func parseSendPayload(op ws.Opcode, b []byte) (g, seq int, ok bool) {
 	}
 	g, seq = id%senderStride, id/senderStride
 	wop, want := sendPayload(g, seq)
-	if g >= 8 || wop != op || !bytes.Equal(want, b) {
+	if wop != op || !bytes.Equal(want, b) {
 		return 0, 0, false
 	}
 	return g, seq, true

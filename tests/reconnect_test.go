@@ -334,6 +334,12 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if st := c.State(); st >= StateOpen {
 		t.Errorf("State in the gap = %v, want one before open", st)
 	}
+	if n := c.Stats().SendQueueFull; n != 0 {
+		t.Errorf("SendQueueFull = %d: the gap's refusals counted as a full queue", n)
+	}
+	// SendContext waits through the gap and goes out after Subscribe.
+	waited := make(chan error, 1)
+	go func() { waited <- c.SendContext(ctx, OpText, []byte("waited")) }()
 
 	b := startSrvProc(t, addr, tlsOn)
 	ticksBefore := log.ticks
@@ -356,18 +362,22 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if ev := log.last(EventOpen); ev.Reconnects != 1 {
 		t.Errorf("second EventOpen: Reconnects = %d, want 1", ev.Reconnects)
 	}
+	if err := <-waited; err != nil {
+		t.Fatalf("SendContext across the gap: %v", err)
+	}
+	_, wlines := b.waitLine("MSG 1 waited")
+	wantSubs(t, "restarted server", wlines, 1)
 	if err := c.SendText([]byte("app-2")); err != nil {
 		t.Fatalf("SendText after the reconnect: %v", err)
 	}
 	_, blines := b.waitLine("MSG 1 app-2")
-	wantSubs(t, "restarted server", blines, 1)
 	for _, l := range blines {
 		if strings.Contains(l, "in-the-gap") {
 			t.Errorf("a message refused in the gap reached the server: %q", l)
 		}
 	}
-	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 6 {
-		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 6 (Subscribe twice, app-1, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
+	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 7 {
+		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 7 (Subscribe twice, app-1, waited, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
 	}
 	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
 		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)

@@ -490,11 +490,209 @@ static void test_dial_during_stop(void)
 	tl_loop_free(h.l);
 }
 
+/* ---- the send queue: a peer that reads only after the close ---- */
+
+struct sink {
+	int lfd;
+	int go;          /* set (atomic) when the sink may read */
+	int msgs;        /* whole data messages read, in order */
+	int frag_seen;   /* the fragmented message arrived whole */
+	int pings;
+	int close_code;
+	int bad;         /* a check failed (the thread does not CHECK after reading starts) */
+};
+
+#define SQ_MSG 8192
+#define SQ_FRAG_ID 1000000
+
+static void sq_payload(uint8_t *p, size_t n, uint64_t id)
+{
+	memcpy(p, &id, 8);
+	for (size_t j = 8; j < n; j++)
+		p[j] = (uint8_t)(id + j);
+}
+
+/* read_full reads n bytes; 0 on EOF or error. */
+static int read_full(int fd, uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r <= 0)
+			return 0;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 1;
+}
+
+static void *serve_sink(void *arg)
+{
+	struct sink *s = arg;
+	char req[4096], resp[512], acc[TL_WS_ACCEPT_LEN + 1];
+	size_t got = 0;
+	int fd = accept(s->lfd, NULL, NULL);
+	static uint8_t msg[1 << 16], want[1 << 16];
+	size_t mlen = 0;
+	int in_msg = 0;
+
+	CHECK(fd >= 0);
+	while (got < sizeof(req) - 1) {
+		ssize_t r = read(fd, req + got, sizeof(req) - 1 - got);
+		CHECK(r > 0);
+		got += (size_t)r;
+		req[got] = 0;
+		if (strstr(req, "\r\n\r\n"))
+			break;
+	}
+	char *k = strcasestr(req, "Sec-WebSocket-Key: ");
+	CHECK(k != NULL);
+	k += strlen("Sec-WebSocket-Key: ");
+	tl_ws_accept(k, TL_WS_KEY_LEN, acc);
+	int rl = snprintf(resp, sizeof(resp),
+			  "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+			  "Sec-WebSocket-Accept: %s\r\n\r\n",
+			  acc);
+	CHECK(write(fd, resp, (size_t)rl) == rl);
+	while (!__atomic_load_n(&s->go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	for (;;) {
+		uint8_t h[14], key[4];
+		uint64_t n;
+		if (!read_full(fd, h, 2))
+			break;
+		n = h[1] & 0x7f;
+		if (!(h[1] & 0x80)) {
+			s->bad = 1; /* client frames are masked */
+			break;
+		}
+		if (n == 126) {
+			if (!read_full(fd, h + 2, 2))
+				break;
+			n = ((uint64_t)h[2] << 8) | h[3];
+		} else if (n == 127) {
+			if (!read_full(fd, h + 2, 8))
+				break;
+			n = 0;
+			for (int i = 0; i < 8; i++)
+				n = n << 8 | h[2 + i];
+		}
+		if (n > sizeof(msg) - mlen || !read_full(fd, key, 4) || !read_full(fd, msg + mlen, (size_t)n)) {
+			s->bad = 2;
+			break;
+		}
+		for (uint64_t j = 0; j < n; j++)
+			msg[mlen + j] ^= key[j & 3];
+		int op = h[0] & 0x0f, fin = h[0] >> 7;
+		if (op == TL_OP_PING) {
+			s->pings++;
+			continue;
+		}
+		if (op == TL_OP_CLOSE) {
+			s->close_code = n >= 2 ? (msg[mlen] << 8 | msg[mlen + 1]) : 1005;
+			uint8_t cf[4] = {0x88, 2, msg[mlen], msg[mlen + 1]};
+			if (write(fd, cf, 4) != 4)
+				s->bad = 3;
+			break;
+		}
+		if ((op == TL_OP_CONT) != in_msg) {
+			s->bad = 4; /* fragments of two messages interleaved, or a message cut short */
+			break;
+		}
+		mlen += (size_t)n;
+		in_msg = !fin;
+		if (!fin)
+			continue;
+		uint64_t id;
+		memcpy(&id, msg, 8);
+		sq_payload(want, mlen, id);
+		if (memcmp(msg, want, mlen) != 0)
+			s->bad = 5;
+		else if (id == SQ_FRAG_ID && mlen == 3 * 10000)
+			s->frag_seen = 1;
+		else if (id != (uint64_t)s->msgs || mlen != SQ_MSG)
+			s->bad = 6;
+		else
+			s->msgs++;
+		mlen = 0;
+	}
+	if (in_msg)
+		s->bad = 7; /* the close came inside a started message */
+	close(fd);
+	return NULL;
+}
+
+/* test_send_queue: 32 MiB of sends, a fragmented message, a ping, more
+ * sends and a close, all pushed while the peer does not read: the loop
+ * drains every command at once (no admission here), queues the frames per
+ * connection, and the close jumps the queue. When the peer reads it sees
+ * whole messages in order, the fragmented one whole or not at all, the
+ * close last and well before the end of what was queued; every unit is
+ * retired (written or dropped) in tx_done. */
+static void test_send_queue(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	struct sink s = {0};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	pthread_t th;
+	static uint8_t m[30000];
+	const int before = 4000, after = 50;
+	uint64_t units = 0;
+
+	s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(s.lfd >= 0);
+	CHECK(bind(s.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(s.lfd, 4) == 0);
+	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
+	CHECK(pthread_create(&th, NULL, serve_sink, &s) == 0);
+
+	start(&h, 1024);
+	struct tl_dial_params p;
+	memset(&p, 0, sizeof(p));
+	memcpy(&p.addr, &a, sizeof(a));
+	p.addr_len = sizeof(a);
+	p.host = "127.0.0.1";
+	p.host_len = 9;
+	p.path = "/";
+	p.path_len = 1;
+	CHECK(tl_dial_prepare(h.l, 2, &p) == 0);
+	push(&h, TL_CMD_DIAL, 0, 0, 2, 7, NULL, 0);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+	for (int i = 0; i < before + after; i++) {
+		if (i == before) {
+			sq_payload(m, sizeof(m), SQ_FRAG_ID);
+			push(&h, TL_CMD_SEND, TL_OP_BINARY, 0, 2, 7, m, 10000);
+			push(&h, TL_CMD_SEND, TL_CMDF_CONT, 0, 2, 7, m + 10000, 10000);
+			push(&h, TL_CMD_SEND, TL_CMDF_CONT | TL_CMDF_FIN, 0, 2, 7, m + 20000, 10000);
+			push(&h, TL_CMD_PING, 0, 0, 2, 7, "hb", 2);
+			units += 30000 + 2 + TL_CTRL_UNITS;
+		}
+		sq_payload(m, SQ_MSG, (uint64_t)i);
+		push(&h, TL_CMD_SEND, TL_OP_BINARY | TL_CMDF_FIN, 0, 2, 7, m, SQ_MSG);
+		units += SQ_MSG;
+	}
+	push(&h, TL_CMD_CLOSE, 0, 1000, 2, 7, "bye", 3);
+	__atomic_store_n(&s.go, 1, __ATOMIC_RELEASE);
+	CHECK(next_event(&h, &ev, NULL, 0));
+	CHECK(ev.kind == TL_EV_CLOSE && ev.code == 1000 && (ev.flags & TL_EVF_FINAL));
+	pthread_join(th, NULL);
+	CHECK(s.bad == 0);
+	CHECK(s.close_code == 1000);
+	CHECK(s.msgs > 0 && s.msgs < before); /* the close jumped most of the queue */
+	CHECK(__atomic_load_n(&tl_loop_conns(h.l)[2].tx_done, __ATOMIC_ACQUIRE) == units);
+	printf("test_send_queue: %d of %d messages before the close\n", s.msgs, before + after);
+	close(s.lfd);
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
 int main(void)
 {
 	test_memory_stream();
 	test_backpressure();
 	test_socket();
+	test_send_queue();
 	test_sampling();
 	test_refused_upgrade();
 	test_dial_during_stop();

@@ -3,6 +3,7 @@ package wstest
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -50,13 +51,23 @@ func NewRaw(handler func(c *RawConn)) *RawServer { return &RawServer{Handler: ha
 // Start listens on a free loopback port and accepts connections in the
 // background. With a non-nil t, failures are fatal and Close is registered
 // with t.Cleanup; with nil, Start panics on failure.
-func (s *RawServer) Start(t testing.TB) *RawServer {
+func (s *RawServer) Start(t testing.TB) *RawServer { return s.start(t, nil) }
+
+// StartTLS is Start for wss://: the listener speaks TLS with cfg (the TLS
+// handshake runs when the handler's connection is first read).
+func (s *RawServer) StartTLS(t testing.TB, cfg *tls.Config) *RawServer { return s.start(t, cfg) }
+
+func (s *RawServer) start(t testing.TB, cfg *tls.Config) *RawServer {
 	ln, err := listen(t)
 	if err != nil {
 		return s
 	}
-	s.ln = ln
 	s.URL = "ws://" + ln.Addr().String()
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+		s.URL = "wss://" + ln.Addr().String()
+	}
+	s.ln = ln
 	s.wg.Add(1)
 	go s.serve()
 	if t != nil {
@@ -306,6 +317,35 @@ func (c *RawConn) SetDeadline(d time.Duration) error {
 		return c.Conn.SetDeadline(time.Time{})
 	}
 	return c.Conn.SetDeadline(time.Now().Add(d))
+}
+
+// SetReadRate makes the connection's reads (ReadFrame, ReadMessage,
+// ExpectClose) take at most bps bytes per second from here on: a slow
+// reader, so the client's sends back up. Bytes already buffered are not
+// limited.
+func (c *RawConn) SetReadRate(bps int) {
+	c.br = bufio.NewReaderSize(&rateReader{r: c.br, bps: bps, start: time.Now()}, 4096)
+}
+
+// rateReader paces reads to bps bytes per second on average.
+type rateReader struct {
+	r     io.Reader
+	bps   int
+	start time.Time
+	n     int64
+}
+
+func (r *rateReader) Read(p []byte) (int, error) {
+	if max := max(r.bps/100, 1); len(p) > max { // at most 10 ms worth at once
+		p = p[:max]
+	}
+	due := r.start.Add(time.Duration(float64(r.n) / float64(r.bps) * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		time.Sleep(d)
+	}
+	n, err := r.r.Read(p)
+	r.n += int64(n)
+	return n, err
 }
 
 // Close closes the TCP connection gracefully (FIN).

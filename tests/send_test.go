@@ -1,0 +1,1096 @@
+//go:build linux && cgo
+
+package talaris_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// Send-path tests (issue 9): per-connection send queues, back-pressure
+// (ErrWouldBlock, SendContext), close ordering. The peers are real
+// servers on loopback: a raw sink (ws:// and wss://, on whichever TLS
+// backend the test binary was built with) that reads when told to, at a
+// rate if asked, and checks every message; gorilla and coder for echo and
+// /collect. Timeouts are hang guards; the one latency bound (the healthy
+// connection's p99) is generous and the measured figure is logged.
+
+// seqBlock is the content source of seqMsg payloads.
+var seqBlock = func() []byte {
+	b := make([]byte, 1<<21)
+	x := uint32(2463534242)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}()
+
+// seqMsg fills p as message i: i in the first 8 bytes, then bytes of
+// seqBlock from an offset chosen by i.
+func seqMsg(p []byte, i int) []byte {
+	binary.LittleEndian.PutUint64(p, uint64(i))
+	off := (i * 4099) % 65521
+	copy(p[8:], seqBlock[off:off+len(p)-8])
+	return p
+}
+
+// checkSeqMsg reports whether p is message i as seqMsg builds it.
+func checkSeqMsg(p []byte, i int) error {
+	if len(p) < 8 {
+		return fmt.Errorf("message %d: %d bytes", i, len(p))
+	}
+	if got := int(binary.LittleEndian.Uint64(p)); got != i {
+		return fmt.Errorf("message %d arrived as number %d (lost or reordered)", i, got)
+	}
+	off := (i * 4099) % 65521
+	if !bytes.Equal(p[8:], seqBlock[off:off+len(p)-8]) {
+		return fmt.Errorf("message %d: payload corrupt", i)
+	}
+	return nil
+}
+
+// sink is a raw WebSocket server that reads once gate is closed (at rate
+// bytes/s if rate > 0), checks that messages arrive in order and intact
+// (seqMsg), and answers a close frame.
+type sink struct {
+	srv      *wstest.RawServer
+	url      string
+	opts     *DialOptions
+	gate     chan struct{}
+	stop     chan struct{}
+	rate     int
+	progress chan struct{}
+
+	mu        sync.Mutex
+	n         int   // messages checked
+	bytes     int64 // their payload bytes
+	err       error
+	closeCode int // the client's close code, 0 before it arrived
+	atClose   int // messages checked when the close frame arrived
+}
+
+// newSink starts a sink; open says whether it reads from the start.
+func newSink(t *testing.T, useTLS, open bool, rate int) *sink {
+	t.Helper()
+	s := &sink{gate: make(chan struct{}), stop: make(chan struct{}), rate: rate, progress: make(chan struct{}, 1)}
+	if open {
+		close(s.gate)
+	}
+	s.srv = wstest.NewRaw(s.handle)
+	if useTLS {
+		s.srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+		s.opts = tlsOpts
+	} else {
+		s.srv.Start(t)
+	}
+	s.url = s.srv.URL
+	t.Cleanup(func() { close(s.stop) }) // runs before the server's Close
+	return s
+}
+
+func (s *sink) handle(c *wstest.RawConn) {
+	defer s.signal()
+	select {
+	case <-s.gate:
+	case <-s.stop:
+		return
+	}
+	if s.rate > 0 {
+		c.SetReadRate(s.rate)
+	}
+	for {
+		op, p, err := c.ReadMessage()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		switch op {
+		case ws.OpClose:
+			code, _, _ := ws.ParseClosePayload(p)
+			s.mu.Lock()
+			s.closeCode, s.atClose = code, s.n
+			s.mu.Unlock()
+			c.WriteClose(code, "")
+			return
+		case ws.OpPing, ws.OpPong:
+			continue
+		}
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = checkSeqMsg(p, s.n)
+		}
+		s.n++
+		s.bytes += int64(len(p))
+		s.mu.Unlock()
+		s.signal()
+	}
+}
+
+func (s *sink) signal() {
+	select {
+	case s.progress <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sink) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil && s.closeCode == 0 {
+		s.err = fmt.Errorf("sink read: %w", err)
+	}
+	s.mu.Unlock()
+}
+
+func (s *sink) state() (n int, bytes int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n, s.bytes, s.err
+}
+
+// waitCount waits until n messages have been checked (or one failed).
+func (s *sink) waitCount(t *testing.T, n int) {
+	t.Helper()
+	guard := time.After(hangGuard)
+	for {
+		got, _, err := s.state()
+		if err != nil {
+			t.Fatalf("sink after %d messages: %v", got, err)
+		}
+		if got >= n {
+			return
+		}
+		select {
+		case <-s.progress:
+		case <-guard:
+			t.Fatalf("sink got %d of %d messages within %v", got, n, hangGuard)
+		}
+	}
+}
+
+func dialSink(t *testing.T, p *Pool, s *sink) Conn {
+	t.Helper()
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, s.url, s.opts)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", s.url, err)
+	}
+	return c
+}
+
+// forEachTransport runs fn over ws:// and wss://.
+func forEachTransport(t *testing.T, fn func(t *testing.T, useTLS bool)) {
+	t.Run("ws", func(t *testing.T) { fn(t, false) })
+	t.Run("wss", func(t *testing.T) {
+		t.Logf("TLS backend %s", TLSBackend())
+		fn(t, true)
+	})
+}
+
+// closeAndWait closes c and pumps until its final event.
+func closeAndWait(t *testing.T, p *Pool, c Conn) finalEvent {
+	t.Helper()
+	if err := c.Close(CloseNormal, "done"); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return pumpOne(t, p, c, nil)
+}
+
+// fillUntilBlocked sends size-byte messages numbered from *next until
+// SendBinary refuses one with ErrWouldBlock; *next is then the refused
+// message's number.
+func fillUntilBlocked(t *testing.T, c Conn, next *int, size int, limit int) {
+	t.Helper()
+	buf := make([]byte, size)
+	for {
+		err := c.SendBinary(seqMsg(buf, *next))
+		if errors.Is(err, ErrWouldBlock) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("SendBinary %d: %v", *next, err)
+		}
+		*next++
+		if *next*size > limit {
+			t.Fatalf("%d bytes accepted and never ErrWouldBlock (stats %+v)", *next*size, c.Stats())
+		}
+	}
+}
+
+// saturate fills c's queue (fillUntilBlocked) until the socket takes no
+// more: the kernel's buffers first absorb a few MiB as the loop writes what
+// was accepted, so a queue full at the first refusal empties again.
+func saturate(t *testing.T, c Conn, next *int, size int) {
+	t.Helper()
+	for round := 0; ; round++ {
+		fillUntilBlocked(t, c, next, size, 1<<30)
+		w := c.Stats().WireOut
+		time.Sleep(50 * time.Millisecond)
+		if st := c.Stats(); st.WireOut == w {
+			return
+		}
+		if round > 200 {
+			t.Fatalf("the socket never stopped taking bytes from a peer that does not read (stats %+v)", c.Stats())
+		}
+	}
+}
+
+// TestSendTransfer: 1 GiB (256 MiB with -short or -race) of 16 KiB
+// messages through a 64 KiB MaxSendQueue to a peer reading as fast as it
+// can arrives complete, in order and intact (SendContext waits for room).
+func TestSendTransfer(t *testing.T) {
+	total := 1 << 30
+	if testing.Short() || raceEnabled {
+		total = 256 << 20
+	}
+	const size = 16 << 10
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		s := newSink(t, useTLS, true, 0)
+		p := newTestPool(t, Config{MaxSendQueue: 64 << 10}, 3*hangGuard)
+		c := dialSink(t, p, s)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*hangGuard)
+		defer cancel()
+		n := total / size
+		buf := make([]byte, size)
+		start := time.Now()
+		for i := range n {
+			if err := c.SendContext(ctx, OpBinary, seqMsg(buf, i)); err != nil {
+				t.Fatalf("SendContext %d: %v (stats %+v)", i, err, c.Stats())
+			}
+			if q := c.Stats().SendQueued; q > 64<<10 {
+				t.Fatalf("SendQueued %d passed MaxSendQueue 64 KiB", q)
+			}
+		}
+		s.waitCount(t, n)
+		el := time.Since(start)
+		st := c.Stats()
+		t.Logf("%d MiB in %v: %.0f MiB/s; SendQueueFull %d, WireOut %d", total>>20, el.Round(time.Millisecond),
+			float64(total>>20)/el.Seconds(), st.SendQueueFull, st.WireOut)
+		if _, b, _ := s.state(); b != int64(total) {
+			t.Fatalf("sink got %d bytes, want %d", b, total)
+		}
+		if st.BytesOut != uint64(total) || st.MsgsOut != uint64(n) {
+			t.Errorf("stats %+v: want BytesOut %d MsgsOut %d", st, total, n)
+		}
+		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+	})
+}
+
+// TestSendPeerNotReading: against a peer that does not read, Send*
+// accepts about MaxSendQueue (beyond what the kernel buffers), then
+// returns ErrWouldBlock at once, every time, without queueing more;
+// SendContext waits and returns at its deadline; once the peer reads,
+// a waiting SendContext goes on and everything arrives intact.
+func TestSendPeerNotReading(t *testing.T) {
+	const queue = 1 << 20
+	const size = 16 << 10
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		s := newSink(t, useTLS, false, 0)
+		p := newTestPool(t, Config{MaxSendQueue: queue}, hangGuard)
+		c := dialSink(t, p, s)
+		next := 0
+		fillUntilBlocked(t, c, &next, size, 1<<30)
+		t.Logf("first ErrWouldBlock after %d KiB (stats %+v)", next*size>>10, c.Stats())
+		saturate(t, c, &next, size)
+		st := c.Stats()
+		t.Logf("accepted %d KiB in all before the socket stopped taking more; stats %+v", next*size>>10, st)
+		if st.SendQueued > queue || st.SendQueued == 0 {
+			t.Fatalf("SendQueued %d with the queue full, want in (0, %d]", st.SendQueued, queue)
+		}
+		if st.SendQueueFull < 1 {
+			t.Errorf("SendQueueFull %d, want at least 1", st.SendQueueFull)
+		}
+		// Refused at once and for good: nothing more is taken in, memory
+		// stays bounded, other calls do not wait either. (The kernel may
+		// still take a little now and then, as it compacts the peer's
+		// receive queue, so these use a message as big as the whole
+		// queue: refused while anything at all is queued.)
+		big := make([]byte, queue)
+		var worst time.Duration
+		const tries = 2000
+		for range tries {
+			t0 := time.Now()
+			err := c.SendBinary(big)
+			if d := time.Since(t0); d > worst {
+				worst = d
+			}
+			if !errors.Is(err, ErrWouldBlock) {
+				t.Fatalf("SendBinary on a full queue: %v, want ErrWouldBlock", err)
+			}
+		}
+		t.Logf("slowest of %d refused sends: %v", tries, worst)
+		if worst > time.Second {
+			t.Errorf("a refused send took %v: ErrWouldBlock must not wait", worst)
+		}
+		st2 := c.Stats()
+		if st2.SendQueued > st.SendQueued || st2.BytesOut != st.BytesOut || st2.MsgsOut != st.MsgsOut {
+			t.Errorf("refused sends changed the queue: %+v then %+v", st, st2)
+		}
+		if st2.SendQueueFull != st.SendQueueFull+tries {
+			t.Errorf("SendQueueFull %d, want %d", st2.SendQueueFull, st.SendQueueFull+tries)
+		}
+		fillUntilBlocked(t, c, &next, size, 1<<30) // top up whatever the kernel took meanwhile
+		if err := c.Ping(make([]byte, 125)); err != nil && !errors.Is(err, ErrWouldBlock) {
+			t.Errorf("Ping on a full queue: %v, want nil or ErrWouldBlock", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := c.SendContext(ctx, OpBinary, big)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("SendContext on a full queue: %v, want DeadlineExceeded", err)
+		}
+		// A cancelled (not timed out) context wakes the waiter too.
+		ctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		if err := c.SendContext(ctx, OpBinary, big); !errors.Is(err, context.Canceled) {
+			t.Fatalf("SendContext with a cancelled context: %v, want Canceled", err)
+		}
+		// A waiting sender, then the peer starts reading.
+		const more = 200
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+			defer cancel()
+			b := make([]byte, size)
+			for i := next; i < next+more; i++ {
+				if err := c.SendContext(ctx, OpBinary, seqMsg(b, i)); err != nil {
+					done <- fmt.Errorf("SendContext %d: %w", i, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+		time.Sleep(20 * time.Millisecond)
+		close(s.gate)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(hangGuard):
+			t.Fatalf("SendContext made no progress after the peer started reading (stats %+v)", c.Stats())
+		}
+		s.waitCount(t, next+more)
+		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+		if n, _, err := s.state(); n != next+more || err != nil {
+			t.Errorf("sink: %d messages (want %d), %v", n, next+more, err)
+		}
+	})
+}
+
+// TestSendSlowReader: a peer reading 1 MiB/s gets everything sent through
+// a small queue, intact. 64 MiB through 1 MiB with TALARIS_LONG_TESTS=1
+// (about a minute); 4 MiB by default, 2 MiB through 256 KiB with -short
+// (the reader's pace, not the library, sets the time).
+func TestSendSlowReader(t *testing.T) {
+	total, queue := 4<<20, uint64(1<<20)
+	if os.Getenv("TALARIS_LONG_TESTS") != "" {
+		total = 64 << 20
+	} else if testing.Short() {
+		total, queue = 2<<20, 256<<10
+	}
+	const size = 16 << 10
+	const rate = 1 << 20
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		if useTLS && total > 8<<20 {
+			total = 8 << 20 // the rate, not the transport, sets the time
+		}
+		s := newSink(t, useTLS, true, rate)
+		guard := time.Duration(total/rate)*2*time.Second + hangGuard
+		p := newTestPool(t, Config{MaxSendQueue: queue}, guard)
+		c := dialSink(t, p, s)
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		start := time.Now()
+		buf := make([]byte, size)
+		var worstQueued uint64
+		for i := range total / size {
+			if err := c.SendContext(ctx, OpBinary, seqMsg(buf, i)); err != nil {
+				t.Fatalf("SendContext %d: %v", i, err)
+			}
+			worstQueued = max(worstQueued, c.Stats().SendQueued)
+		}
+		s.waitCount(t, total/size)
+		el := time.Since(start)
+		t.Logf("%d MiB to a 1 MiB/s reader in %v; SendQueued at most %d; SendQueueFull %d", total>>20,
+			el.Round(time.Millisecond), worstQueued, c.Stats().SendQueueFull)
+		if worstQueued > queue {
+			t.Errorf("SendQueued reached %d, MaxSendQueue is %d", worstQueued, queue)
+		}
+		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+	})
+}
+
+// TestSendConcurrentSenders: 16 goroutines send numbered messages (some
+// large enough to be fragmented) through one connection with a 64 KiB
+// queue, waiting with SendContext; the server sees every sender's
+// messages complete and in order.
+func TestSendConcurrentSenders(t *testing.T) {
+	const senders = 16
+	perSender := scaled(2000)
+	var mu sync.Mutex
+	var recv [senders][]int
+	var bad []string
+	var all chan struct{}
+	total := 0
+	setup := func(srv *wstest.Server) {
+		mu.Lock()
+		recv, bad, total = [senders][]int{}, nil, 0
+		all = make(chan struct{})
+		mu.Unlock()
+		srv.OnMessage = func(op ws.Opcode, b []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			g, seq, ok := parseSendPayload(op, b)
+			if !ok || g >= senders {
+				if len(bad) < 5 {
+					bad = append(bad, fmt.Sprintf("op %v len %d", op, len(b)))
+				}
+			} else {
+				recv[g] = append(recv[g], seq)
+			}
+			total++
+			if total == senders*perSender {
+				close(all)
+			}
+		}
+	}
+	forEachServerSetup(t, setup, func(t *testing.T, srv *wstest.Server) {
+		p := newTestPool(t, Config{CmdRingSize: 1 << 16, MaxSendQueue: 64 << 10}, hangGuard)
+		c := dial(t, p, srv.URL+"/collect")
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		var wg sync.WaitGroup
+		for g := range senders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perSender {
+					op, b := sendPayload(g, i)
+					if err := c.SendContext(ctx, Opcode(op), b); err != nil {
+						t.Errorf("sender %d message %d: %v", g, i, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		mu.Lock()
+		done := all
+		mu.Unlock()
+		select {
+		case <-done:
+		case <-time.After(hangGuard):
+			mu.Lock()
+			n := total
+			mu.Unlock()
+			t.Fatalf("server received %d of %d messages", n, senders*perSender)
+		}
+		t.Logf("stats %+v", c.Stats())
+		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bad) > 0 {
+			t.Errorf("corrupt messages: %v", bad)
+		}
+		for g := range senders {
+			if len(recv[g]) != perSender {
+				t.Errorf("sender %d: %d messages arrived, want %d", g, len(recv[g]), perSender)
+				continue
+			}
+			for i, s := range recv[g] {
+				if s != i {
+					t.Errorf("sender %d: message %d has seq %d", g, i, s)
+					break
+				}
+			}
+		}
+	})
+}
+
+// TestSendStuckBesideHealthy: one connection whose peer stopped reading,
+// its queue full and a SendContext waiting on it, does not touch another
+// connection of the same Pool: the healthy one's echo round trips go on
+// (p99 logged; asserted only under a generous 50 ms), a new Dial and the
+// healthy Close complete, and the stuck one's Close ends it within
+// CloseTimeout, returning its waiting sender ErrClosed.
+func TestSendStuckBesideHealthy(t *testing.T) {
+	const closeTimeout = time.Second
+	stuckSrv := newSink(t, false, false, 0)
+	echo := wstest.NewGorilla().Start(t)
+	p := newTestPool(t, Config{MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout}, hangGuard)
+	stuck := dialSink(t, p, stuckSrv)
+	next := 0
+	saturate(t, stuck, &next, 16<<10)
+	waiter := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		// As big as the whole queue: it waits while anything is queued.
+		waiter <- stuck.SendContext(ctx, OpBinary, seqMsg(make([]byte, 1<<20), next))
+	}()
+	healthy := dial(t, p, echo.URL+"/echo")
+
+	rounds := 1000
+	if testing.Short() || raceEnabled {
+		rounds = 200
+	}
+	rtts := make([]time.Duration, 0, rounds)
+	msg := make([]byte, 64)
+	for k := range rounds {
+		binary.LittleEndian.PutUint64(msg, uint64(k))
+		t0 := time.Now()
+		if err := healthy.SendBinary(msg); err != nil {
+			t.Fatalf("healthy SendBinary %d: %v", k, err)
+		}
+		got := false
+		pumpUntil(t, p, func(c Conn, ev Event) {
+			if c == healthy && ev.Kind == EventBinary && len(ev.Payload) == 64 &&
+				binary.LittleEndian.Uint64(ev.Payload) == uint64(k) {
+				got = true
+			}
+		}, func() bool { return got }, nil)
+		rtts = append(rtts, time.Since(t0))
+	}
+	slices.Sort(rtts)
+	p50, p99 := rtts[len(rtts)/2], rtts[len(rtts)*99/100]
+	t.Logf("healthy echo round trip beside a stuck connection: p50 %v p99 %v max %v (%d rounds)",
+		p50, p99, rtts[len(rtts)-1], rounds)
+	if p99 > 50*time.Millisecond {
+		t.Errorf("healthy round trip p99 %v beside a stuck connection", p99)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	third, err := p.Dial(ctx, echo.URL+"/echo", nil)
+	cancel()
+	if err != nil {
+		t.Fatalf("Dial beside a stuck connection: %v", err)
+	}
+	select {
+	case err := <-waiter:
+		t.Fatalf("SendContext on the stuck connection returned early: %v", err)
+	default:
+	}
+	t0 := time.Now()
+	for _, c := range []Conn{healthy, third, stuck} {
+		if err := c.Close(CloseNormal, ""); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	finals := map[Conn]finalEvent{}
+	pumpUntil(t, p, func(c Conn, ev Event) {
+		if ev.Kind == EventClose || ev.Kind == EventError {
+			finals[c] = copyFinal(ev)
+		}
+	}, func() bool { return len(finals) == 3 }, nil)
+	el := time.Since(t0)
+	t.Logf("three Closes (the stuck one with a full queue) done in %v; stuck final %+v", el, finals[stuck])
+	if el > closeTimeout+2*time.Second {
+		t.Errorf("Closes took %v, CloseTimeout is %v", el, closeTimeout)
+	}
+	for _, c := range []Conn{healthy, third} {
+		if f := finals[c]; f.Kind != EventClose {
+			t.Errorf("healthy final %+v, want EventClose", f)
+		}
+	}
+	select {
+	case err := <-waiter:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("waiting SendContext after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("a SendContext waiting on a closed connection did not return")
+	}
+}
+
+// TestSendCloseWithQueued: Close on a connection with 60 MiB queued does
+// not wait behind them. If the peer then reads, the close frame arrives
+// after at most what the socket and the out buffers held (the queued
+// messages not started are dropped) and the handshake completes cleanly;
+// if it never reads, the connection ends at CloseTimeout.
+func TestSendCloseWithQueued(t *testing.T) {
+	const closeTimeout = 2 * time.Second
+	const size = 1 << 20
+	for _, reads := range []bool{true, false} {
+		name := "peer-reads-after-close"
+		if !reads {
+			name = "peer-never-reads"
+		}
+		t.Run(name, func(t *testing.T) {
+			forEachTransport(t, func(t *testing.T, useTLS bool) {
+				s := newSink(t, useTLS, false, 0)
+				p := newTestPool(t, Config{MaxSendQueue: 64 << 20, CloseTimeout: closeTimeout}, hangGuard)
+				c := dialSink(t, p, s)
+				buf := make([]byte, size)
+				i := 0
+				for c.Stats().SendQueued < 60<<20 {
+					if err := c.SendBinary(seqMsg(buf, i)); err != nil {
+						t.Fatalf("SendBinary %d: %v (stats %+v)", i, err, c.Stats())
+					}
+					i++
+				}
+				queued := c.Stats().SendQueued
+				t0 := time.Now()
+				if err := c.Close(CloseNormal, "bye"); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				if err := c.SendBinary(buf[:10]); !errors.Is(err, ErrClosed) {
+					t.Errorf("SendBinary after Close: %v, want ErrClosed", err)
+				}
+				if reads {
+					close(s.gate)
+				}
+				f := pumpOne(t, p, c, nil)
+				el := time.Since(t0)
+				n, b, err := s.state()
+				t.Logf("%d MiB queued; Close to final event %v (%+v); peer read %d messages (%d MiB) before the close",
+					queued>>20, el.Round(time.Millisecond), f, n, b>>20)
+				if el > closeTimeout+time.Second {
+					t.Errorf("Close took %v, CloseTimeout is %v", el, closeTimeout)
+				}
+				if !reads {
+					if !errors.Is(f.Err, ErrCloseTimeout) {
+						t.Errorf("final %+v, want ErrCloseTimeout", f)
+					}
+					return
+				}
+				if f.Kind != EventClose || f.Code != CloseNormal {
+					t.Errorf("final %+v, want EventClose 1000", f)
+				}
+				if err != nil {
+					t.Errorf("sink: %v", err)
+				}
+				s.mu.Lock()
+				code, at := s.closeCode, s.atClose
+				s.mu.Unlock()
+				if code != CloseNormal || at != n {
+					t.Errorf("sink saw close %d after %d messages (read %d)", code, at, n)
+				}
+				if b > int64(queued)/2 {
+					t.Errorf("the close frame came after %d MiB of %d MiB queued: it did not jump the queue", b>>20, queued>>20)
+				}
+			})
+		})
+	}
+}
+
+// TestSendRacingClose: senders (SendBinary, SendContext, Ping, Pong) race
+// Conn.Close or Pool.Close from other goroutines. No panic, no hang; every
+// error is ErrClosed, ErrPoolClosed or ErrWouldBlock; after the end every
+// send returns ErrClosed (or ErrPoolClosed after Pool.Close).
+func TestSendRacingClose(t *testing.T) {
+	iters := 6
+	if testing.Short() || raceEnabled {
+		iters = 2
+	}
+	for _, poolClose := range []bool{false, true} {
+		name := "Conn.Close"
+		if poolClose {
+			name = "Pool.Close"
+		}
+		t.Run(name, func(t *testing.T) {
+			forEachTransport(t, func(t *testing.T, useTLS bool) {
+				for it := range iters {
+					raceOnce(t, useTLS, poolClose, it%2 == 0)
+				}
+			})
+		})
+	}
+}
+
+func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
+	s := newSink(t, useTLS, reading, 0)
+	p := newTestPool(t, Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
+	c := dialSink(t, p, s)
+	ended := func(err error) bool { return errors.Is(err, ErrClosed) || errors.Is(err, ErrPoolClosed) }
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, 4096+g*1000)
+			for {
+				var err error
+				switch g % 4 {
+				case 0:
+					err = c.SendBinary(b)
+				case 1:
+					err = c.SendContext(ctx, OpBinary, b)
+				case 2:
+					err = c.Ping(b[:8])
+				default:
+					err = c.Pong(b[:8])
+				}
+				switch {
+				case err == nil:
+					sent.Add(1)
+				case ended(err):
+					return
+				case errors.Is(err, ErrWouldBlock):
+					time.Sleep(10 * time.Microsecond)
+				default:
+					t.Errorf("sender %d: %v", g, err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Duration(5+len(t.Name())%7) * time.Millisecond)
+	closer := make(chan error, 1)
+	go func() {
+		if poolClose {
+			closer <- p.Close()
+		} else {
+			closer <- c.Close(CloseNormal, "")
+		}
+	}()
+	fin := make(chan struct{})
+	go func() { wg.Wait(); close(fin) }()
+	select {
+	case <-fin:
+	case <-time.After(hangGuard):
+		t.Fatal("senders did not return after Close")
+	}
+	if err := <-closer; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	want := ErrClosed
+	if poolClose {
+		want = ErrPoolClosed
+	} else {
+		pumpOne(t, p, c, nil) // the final event: the connection has ended
+	}
+	if err := c.SendText([]byte("late")); !errors.Is(err, want) {
+		t.Errorf("SendText after the end: %v, want %v", err, want)
+	}
+	if err := c.SendContext(ctx, OpText, []byte("late")); !errors.Is(err, want) {
+		t.Errorf("SendContext after the end: %v, want %v", err, want)
+	}
+	if err := c.Ping(nil); !errors.Is(err, want) {
+		t.Errorf("Ping after the end: %v, want %v", err, want)
+	}
+	if err := c.Close(CloseNormal, ""); !errors.Is(err, want) {
+		t.Errorf("Close after the end: %v, want %v", err, want)
+	}
+	if sent.Load() == 0 {
+		t.Logf("no send got in before the close (timing)")
+	}
+}
+
+// TestSendValidation: SendText refuses invalid UTF-8 and SendContext a
+// non-data opcode, before anything reaches the wire: the server's first
+// message is the valid one sent after them.
+func TestSendValidation(t *testing.T) {
+	srv := wstest.NewGorilla()
+	got := make(chan []byte, 4)
+	srv.OnMessage = func(op ws.Opcode, b []byte) { got <- b }
+	srv.Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	c := dial(t, p, srv.URL+"/collect")
+	bad := []byte("ok \xff\xfe")
+	if err := c.SendText(bad); !errors.Is(err, ErrInvalidUTF8) {
+		t.Errorf("SendText(invalid UTF-8): %v, want ErrInvalidUTF8", err)
+	}
+	if err := c.SendContext(context.Background(), OpText, bad); !errors.Is(err, ErrInvalidUTF8) {
+		t.Errorf("SendContext(OpText, invalid UTF-8): %v, want ErrInvalidUTF8", err)
+	}
+	if err := c.SendContext(context.Background(), Opcode(9), []byte("x")); !errors.Is(err, ErrInvalidOpcode) {
+		t.Errorf("SendContext(opcode 9): %v, want ErrInvalidOpcode", err)
+	}
+	if err := c.SendBinary(bad); err != nil {
+		t.Errorf("SendBinary of the same bytes: %v", err)
+	}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, bad) {
+			t.Errorf("server's first message %q, want the binary %q", b, bad)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("nothing arrived")
+	}
+	if f := closeAndWait(t, p, c); f.Kind != EventClose {
+		t.Errorf("final %+v", f)
+	}
+}
+
+// BenchmarkSendTextValidate measures what SendText's UTF-8 check costs per
+// KiB: the message is valid text up to a bad last byte, so the whole of
+// it is validated and then refused (nothing reaches the ring).
+func BenchmarkSendTextValidate(b *testing.B) {
+	p, err := NewPool(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	c, err := p.DialMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range []struct {
+		name string
+		unit string
+	}{{"ascii", "a"}, {"2-byte", "é"}, {"3-byte", "€"}, {"mixed", "price €1.5 ok "}} {
+		msg := bytes.Repeat([]byte(k.unit), 1024/len(k.unit)+1)[:1023]
+		msg = append(msg[:len(msg):len(msg)], 0xff)
+		b.Run(k.name, func(b *testing.B) {
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				if err := c.SendText(msg); !errors.Is(err, ErrInvalidUTF8) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestSendPongFloodBounded: a peer that sends pings without end and never
+// reads our pongs cannot make the loop queue replies without bound: once
+// the pongs waiting pass MaxSendQueue the loop stops reading the
+// connection, so the peer's writes block long before it has written 64
+// MiB of pings (ws and wss).
+func TestSendPongFloodBounded(t *testing.T) {
+	const limit = 64 << 20
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		written := make(chan int64, 1)
+		srv := wstest.NewRaw(func(c *wstest.RawConn) {
+			var batch []byte
+			for range 512 {
+				batch = ws.AppendFrame(batch, true, ws.OpPing, bytes.Repeat([]byte{'p'}, 125))
+			}
+			var n int64
+			for n < limit {
+				c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+				if err := c.Write(batch); err != nil {
+					break // blocked for a second: the client stopped reading
+				}
+				n += int64(len(batch))
+			}
+			written <- n
+		})
+		opts := (*DialOptions)(nil)
+		if useTLS {
+			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+			opts = tlsOpts
+		} else {
+			srv.Start(t)
+		}
+		p := newTestPool(t, Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		c, err := p.Dial(ctx, srv.URL, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		var pings int
+		pumpUntil(t, p, func(_ Conn, ev Event) {
+			if ev.Kind == EventPing {
+				pings++
+			}
+		}, func() bool {
+			select {
+			case n = <-written:
+				return true
+			default:
+				return false
+			}
+		}, nil)
+		t.Logf("the peer wrote %d KiB of pings before blocking; %d pings delivered, stats %+v", n>>10, pings, c.Stats())
+		if n >= limit {
+			t.Fatalf("the peer wrote %d MiB of pings without blocking: replies are not bounded", n>>20)
+		}
+		if st := c.State(); st != StateOpen {
+			t.Errorf("state %v after the flood, want open", st)
+		}
+	})
+}
+
+// BenchmarkSendThroughput: 16 KiB messages with SendContext to a sink on
+// loopback that reads and checks everything, by MaxSendQueue (the sink's
+// checking is part of every figure).
+func BenchmarkSendThroughput(b *testing.B) {
+	for _, q := range []uint64{64 << 10, 1 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("queue=%dKiB", q>>10), func(b *testing.B) {
+			s := &sink{gate: make(chan struct{}), stop: make(chan struct{}), progress: make(chan struct{}, 1)}
+			close(s.gate)
+			s.srv = wstest.NewRaw(s.handle).Start(b)
+			defer close(s.stop)
+			p, err := NewPool(Config{MaxSendQueue: q})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			ctx := context.Background()
+			c, err := p.Dial(ctx, s.srv.URL, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			const size = 16 << 10
+			buf := make([]byte, size)
+			b.SetBytes(size)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := c.SendContext(ctx, OpBinary, seqMsg(buf, i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for {
+				n, _, err := s.state()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n >= b.N {
+					break
+				}
+				<-s.progress
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(c.Stats().SendQueueFull)/float64(b.N), "full/op")
+		})
+	}
+}
+
+// TestSendBeforeOpen: messages sent right after DialAsync, before the
+// upgrade completes, are queued and go out in order once it does (ws and
+// wss).
+func TestSendBeforeOpen(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		s := newSink(t, useTLS, true, 0)
+		p := newTestPool(t, Config{}, hangGuard)
+		c, err := p.DialAsync(s.url, s.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 50
+		st := c.State()
+		for i := range n {
+			if err := c.SendBinary(seqMsg(make([]byte, 100+i*300), i)); err != nil {
+				t.Fatalf("SendBinary %d before open: %v", i, err)
+			}
+		}
+		t.Logf("state at the first send: %v", st)
+		opened := false
+		pumpUntil(t, p, func(_ Conn, ev Event) {
+			if ev.Kind == EventOpen {
+				opened = true
+			}
+			if ev.Kind == EventError {
+				t.Fatalf("dial failed: %v", ev.Err)
+			}
+		}, func() bool { return opened }, nil)
+		s.waitCount(t, n)
+		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+	})
+}
+
+// TestSendAfterPeerClose: once the peer's close frame has arrived (the
+// loop answered it; the connection is closing) sends return ErrClosed
+// rather than being accepted and dropped.
+func TestSendAfterPeerClose(t *testing.T) {
+	release := make(chan struct{})
+	srv := wstest.NewRaw(func(c *wstest.RawConn) {
+		c.WriteClose(4001, "bye")
+		c.ExpectClose()
+		<-release // keep TCP open: the client stays in StateClosing
+	}).Start(t)
+	defer close(release)
+	p := newTestPool(t, Config{}, hangGuard)
+	c := dial(t, p, srv.URL)
+	for i := 0; c.State() != StateClosing; i++ {
+		if i > 10000 {
+			t.Fatalf("state %v, want closing", c.State())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("SendText while closing: %v, want ErrClosed", err)
+	}
+	if err := c.SendContext(context.Background(), OpText, []byte("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("SendContext while closing: %v, want ErrClosed", err)
+	}
+	if err := c.Ping(nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ping while closing: %v, want ErrClosed", err)
+	}
+	if st := c.Stats(); st.MsgsOut != 0 || st.SendQueued != 0 {
+		t.Errorf("stats %+v: nothing should have been queued", st)
+	}
+}
+
+// TestSendInjectBacklogDoesNotBlock: a memory connection's injected input
+// that waits for the pump (the event ring is full, nobody pumps) does not
+// hold up another connection's dial and sends; once pumped, every
+// injected message arrives in order.
+func TestSendInjectBacklogDoesNotBlock(t *testing.T) {
+	srv := wstest.NewGorilla()
+	got := make(chan []byte, 4)
+	srv.OnMessage = func(op ws.Opcode, b []byte) { got <- b }
+	srv.Start(t)
+	p := newTestPool(t, Config{EventRingSize: 256}, hangGuard)
+	m, err := p.DialMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	var stream []byte
+	for i := range n {
+		stream = ws.AppendFrame(stream, true, ws.OpBinary, wstest.Payload(i, 16))
+	}
+	if err := m.Inject(stream); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p, srv.URL+"/collect") // its DIAL follows the INJECT in the ring
+	if err := c.SendText([]byte("through")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-got:
+		if string(b) != "through" {
+			t.Fatalf("server got %q", b)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("a send waited behind another connection's injected backlog")
+	}
+	t.Logf("memory connection backlog while unpumped: SendQueued %d", m.Stats().SendQueued)
+	chk := wstest.NewChecker(16)
+	count := 0
+	pumpUntil(t, p, func(cc Conn, ev Event) {
+		if cc == m && ev.Kind == EventBinary {
+			if err := chk.Check(ev.Payload); err != nil && count < 3 {
+				t.Errorf("message %d: %v", count, err)
+			}
+			count++
+		}
+	}, func() bool { return count == n }, nil)
+	if q := m.Stats().SendQueued; q != 0 {
+		t.Errorf("SendQueued %d after everything was pumped", q)
+	}
+}
