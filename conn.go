@@ -66,7 +66,7 @@ type ConnStats struct {
 	// SendQueueFull counts the sends refused with ErrWouldBlock, and the
 	// SendContext calls that had to wait, because the queue was full.
 	SendQueueFull uint64
-	Reconnects        uint64 // successful re-opens under a ReconnectPolicy
+	Reconnects    uint64 // successful re-opens under a ReconnectPolicy
 }
 
 // Conn is a handle to one connection of a Pool. It is a small value: copy
