@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x9ce726cbc0dc069e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x96af9c376963c849
 import "C"
 
-const csrcHash = "9ce726cbc0dc069e"
+const csrcHash = "96af9c376963c849"

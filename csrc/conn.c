@@ -53,7 +53,8 @@ void tl_conn_reset(struct tl_conn *c)
 void tl_conn_reset_keep(struct tl_conn *c)
 {
 	uint32_t gen = c->gen, attempts = c->rc_attempts;
-	uint64_t opens = c->opens, mi = c->msgs_in, bi = c->bytes_in, txd = c->tx_done;
+	uint64_t opens = c->opens, mi = c->msgs_in, bi = c->bytes_in;
+	uint64_t tx_done = c->tx_done; /* Go's admission counts on it: it only grows */
 	struct tl_dial *d = c->dial;
 	struct tl_conn *stall_next = c->stall_next;
 	uint8_t stop = c->rc_stop, listed = c->on_stall_list;
@@ -68,8 +69,8 @@ void tl_conn_reset_keep(struct tl_conn *c)
 	c->opens = opens;
 	c->msgs_in = mi;
 	c->bytes_in = bi;
-	c->tx_done = txd; /* cumulative, mirrored in tl_conn_pub: Go's send accounting goes on */
 	c->rc_stop = stop;
+	c->tx_done = tx_done;
 }
 
 /* ---- output ---- */

@@ -618,8 +618,8 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	__atomic_store_n(&p->gap, 1, __ATOMIC_RELAXED);
 	p->proto[0] = 0;
 	delay = c->rc_delay_ns;
-	/* What the old connection did not send is dropped, its units retired
-	 * (Go's queue accounting): it is never sent on the next one. */
+	/* Output of the dropped socket is never sent: retire its units so
+	 * Go's admission (accepted - tx_done) starts the next attempt empty. */
 	tl_conn_tx_drop_all(l, c);
 	tl_conn_reset_keep(c);
 	tl_loop_set_state(l, c, TL_ST_CONNECTING);

@@ -337,9 +337,14 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if n := c.Stats().SendQueueFull; n != 0 {
 		t.Errorf("SendQueueFull = %d: the gap's refusals counted as a full queue", n)
 	}
-	// SendContext waits through the gap and goes out after Subscribe.
-	waited := make(chan error, 1)
-	go func() { waited <- c.SendContext(ctx, OpText, []byte("waited")) }()
+	// SendContext waits the gap out and sends once the connection is back,
+	// after the Subscribe messages.
+	gapSent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		gapSent <- c.SendContext(ctx, OpText, []byte("after-gap"))
+	}()
 
 	b := startSrvProc(t, addr, tlsOn)
 	ticksBefore := log.ticks
@@ -362,22 +367,29 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if ev := log.last(EventOpen); ev.Reconnects != 1 {
 		t.Errorf("second EventOpen: Reconnects = %d, want 1", ev.Reconnects)
 	}
-	if err := <-waited; err != nil {
-		t.Fatalf("SendContext across the gap: %v", err)
-	}
-	_, wlines := b.waitLine("MSG 1 waited")
-	wantSubs(t, "restarted server", wlines, 1)
 	if err := c.SendText([]byte("app-2")); err != nil {
 		t.Fatalf("SendText after the reconnect: %v", err)
 	}
+	if err := <-gapSent; err != nil {
+		t.Fatalf("SendContext across the gap: %v", err)
+	}
+	_, glines := b.waitLine("MSG 1 after-gap")
+	wantSubs(t, "restarted server", glines, 1)
 	_, blines := b.waitLine("MSG 1 app-2")
+	// The dropped socket's output was retired: admission starts empty.
+	for deadline := time.Now().Add(5 * time.Second); c.Stats().SendQueued != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if q := c.Stats().SendQueued; q != 0 {
+		t.Errorf("SendQueued after the reconnect and delivery = %d, want 0", q)
+	}
 	for _, l := range blines {
 		if strings.Contains(l, "in-the-gap") {
 			t.Errorf("a message refused in the gap reached the server: %q", l)
 		}
 	}
 	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 7 {
-		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 7 (Subscribe twice, app-1, waited, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
+		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 7 (Subscribe twice, app-1, after-gap, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
 	}
 	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
 		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)
