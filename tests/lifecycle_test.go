@@ -391,10 +391,10 @@ func TestCloseFromCallback(t *testing.T) {
 }
 
 // TestPoolCloseRace: Pool.Close while 8 goroutines call Dial, DialAsync,
-// State, Stats, Send, Close (of conns) and Pool.Stats, with a pumper
-// running: no crash, no race, and every call returns nil or a documented
-// error; afterwards every handle reports StateClosed. Over ws and wss (run
-// with -tags talaris_openssl for the other TLS backend).
+// State, Stats, Send, Ping, Close and Abort (of conns) and Pool.Stats,
+// with a pumper running: no crash, no race, and every call returns nil or
+// a documented error; afterwards every handle reports StateClosed. Over ws
+// and wss (run with -tags talaris_openssl for the other TLS backend).
 func TestPoolCloseRace(t *testing.T) {
 	// 1,000 rounds over ws; the wss rounds run under each TLS backend.
 	// The ws rounds do not depend on the backend: the openssl build runs
@@ -525,6 +525,9 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions) {
 				case 7:
 					c.Subprotocol()
 					err = c.Ping([]byte("p"))
+					if i%32 == 15 {
+						err = c.Abort()
+					}
 				}
 				if !allowedAfterClose(err) {
 					t.Errorf("round %d: op %d: %v", round, op, err)

@@ -235,17 +235,23 @@ func fillUntilBlocked(t *testing.T, c Conn, next *int, size int, limit int) {
 
 // saturate fills c's queue (fillUntilBlocked) until the socket takes no
 // more: the kernel's buffers first absorb a few MiB as the loop writes what
-// was accepted, so a queue full at the first refusal empties again.
+// was accepted, so a queue full at the first refusal empties again. It is
+// saturated when the loop has taken every accepted message (MsgsOut) and
+// WireOut has not moved over several looks (one look could fall in a
+// moment the loop thread was not scheduled, on a loaded machine).
 func saturate(t *testing.T, c Conn, next *int, size int) {
 	t.Helper()
-	for round := 0; ; round++ {
+	still := 0
+	for round := 0; still < 4; round++ {
 		fillUntilBlocked(t, c, next, size, 1<<30)
 		w := c.Stats().WireOut
 		time.Sleep(50 * time.Millisecond)
-		if st := c.Stats(); st.WireOut == w {
-			return
+		if st := c.Stats(); st.WireOut == w && st.MsgsOut == uint64(*next) {
+			still++
+		} else {
+			still = 0
 		}
-		if round > 200 {
+		if round > 400 {
 			t.Fatalf("the socket never stopped taking bytes from a peer that does not read (stats %+v)", c.Stats())
 		}
 	}
@@ -1023,7 +1029,7 @@ func TestSendAfterPeerClose(t *testing.T) {
 		<-release // keep TCP open: the client stays in StateClosing
 	}).Start(t)
 	defer close(release)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, Config{CloseTimeout: 500 * time.Millisecond}, hangGuard)
 	c := dial(t, p, srv.URL)
 	for i := 0; c.State() != StateClosing; i++ {
 		if i > 10000 {
