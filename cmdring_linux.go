@@ -152,7 +152,7 @@ func (c Conn) admit(units uint64) error {
 		return ErrClosed
 	}
 	if c.inGap() {
-		return ErrWouldBlock // reconnecting: nothing is sent on a half-open socket
+		return errInGap
 	}
 	acc := p.txAcc[c.slot].Load()
 	if q := c.queued(acc); q > 0 && q+units > p.cfg.MaxSendQueue {
@@ -161,6 +161,12 @@ func (c Conn) admit(units uint64) error {
 	p.txAcc[c.slot].Store(acc + units)
 	return nil
 }
+
+// errInGap is admit's refusal while the handle waits to reconnect (from
+// its EventReconnecting to the next open): an ErrWouldBlock that is not a
+// full queue (not counted in SendQueueFull), and that SendContext waits
+// out.
+var errInGap = fmt.Errorf("%w: the connection is reconnecting", ErrWouldBlock)
 
 // countFull counts a send refused (or made to wait) by a full queue.
 func (p *Pool) countFull(slot uint32) {
@@ -214,8 +220,8 @@ func (c Conn) endedErr() error {
 	return ErrPoolClosed
 }
 
-// sendContext is SendContext: trySend, and while the queue is full, sleep
-// on the slot's tx_seq futex, which the loop bumps when queued bytes are
+// sendContext is SendContext: trySend, and while the queue is full (or
+// the handle waits to reconnect), sleep on the slot's tx_seq futex, which the loop bumps when queued bytes are
 // written (and on every state change), Close bumps when the pool closes
 // and ctx's AfterFunc bumps when ctx is done. Every wake-up source writes
 // the word, so no wake-up is lost and no poll is needed.
@@ -239,7 +245,7 @@ func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
 	}
 	defer c.p.exit()
 	err := c.trySend(op, b, true)
-	for err == ErrWouldBlock {
+	for err == ErrWouldBlock || err == errInGap {
 		if err = c.waitWritable(ctx, uint64(len(b))); err == nil {
 			err = c.trySend(op, b, false)
 		}
@@ -247,8 +253,8 @@ func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
 	return err
 }
 
-// waitWritable sleeps until units send units may fit c's queue, c ends,
-// the pool closes or ctx is done. The caller is inside p.enter (Close
+// waitWritable sleeps until units send units may fit c's queue (and c is
+// not waiting to reconnect), c ends, the pool closes or ctx is done. The caller is inside p.enter (Close
 // wakes every waiter, then waits for them to leave before it frees pub).
 func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 	p := c.p

@@ -111,7 +111,11 @@ func (c Conn) Pool() *Pool { return c.p }
 // before the connection is open (right after DialAsync) waits in the
 // queue and goes out once the upgrade completes; it is dropped if the
 // dial fails. Messages larger than a quarter of Config.CmdRingSize are
-// sent as several fragments of one message.
+// sent as several fragments of one message. Under a ReconnectPolicy,
+// from EventReconnecting to the next open it returns an error matching
+// ErrWouldBlock (not counted in SendQueueFull) and queues nothing; a
+// message that raced the drop is dropped, never sent on the next
+// connection (DialOptions.Subscribe is what every new connection gets).
 func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }
 
 // SendBinary queues b as one binary message, like SendText.
@@ -123,7 +127,8 @@ func (c Conn) SendBinary(b []byte) error { return c.send(OpBinary, b) }
 // ends first (errors.Is(err, context.DeadlineExceeded)), ErrClosed when
 // the connection ends or is closed meanwhile, ErrPoolClosed when the Pool
 // is. The wait sleeps on a futex the loop signals as queued bytes reach
-// the socket: no polling.
+// the socket: no polling. Under a ReconnectPolicy it also waits through
+// a reconnect gap: b goes out on the next connection, after Subscribe.
 func (c Conn) SendContext(ctx context.Context, op Opcode, b []byte) error {
 	return c.sendContext(ctx, op, b)
 }

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x90ffcf8361522d51
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x115cc208a44aa978
 import "C"
 
-const csrcHash = "90ffcf8361522d51"
+const csrcHash = "115cc208a44aa978"

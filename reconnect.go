@@ -42,12 +42,14 @@ import (
 // attempts). Without a policy a dial makes exactly one attempt.
 //
 // Sends during the gap: from the EventReconnecting until the next open,
-// SendText, SendBinary, Ping and Pong return ErrWouldBlock and nothing is
-// queued; DialOptions.Subscribe is the way to have messages sent on every
-// new connection (the loop sends them right after the upgrade, before
-// any user message). A message sent while the drop is still unnoticed
-// goes to the old socket (or is dropped by the loop once it has seen
-// the drop): it is never sent on a later connection or a half-open one.
+// SendText, SendBinary, Ping and Pong return an error matching
+// ErrWouldBlock (not counted as a full queue) and nothing is queued;
+// SendContext waits for the re-open (or its ctx). DialOptions.Subscribe is
+// the way to have messages sent on every new connection (the loop sends
+// them right after the upgrade, before any user message). A message sent
+// while the drop is still unnoticed goes to the old socket or is dropped
+// by the loop (with what the old connection had not sent yet): it is
+// never sent on a later connection or a half-open one.
 type ReconnectPolicy struct {
 	MinDelay    time.Duration // first wait and floor of every wait (100ms)
 	MaxDelay    time.Duration // cap of the exponential growth (30s, at least MinDelay); at most 24h

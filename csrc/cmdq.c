@@ -124,7 +124,10 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
 	uint32_t units = cmd->op == TL_CMD_SEND ? cmd->len : cmd->len + TL_CTRL_UNITS;
-	int early = cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying;
+	/* Only a first dial queues sends for its open: after a reconnect
+	 * policy's drop, a send that raced the gap is dropped (Go refuses
+	 * sends during the gap), never sent on the next connection. */
+	int early = cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying && !c->opens;
 
 	if (!early && (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno)) {
 		tl_loop_tx_retire(l, c, units);

@@ -122,6 +122,13 @@ func (s *srvProc) kill() {
 // starting with prefix was printed and returns it and the lines before.
 func (s *srvProc) waitLine(prefix string) (string, []string) {
 	s.t.Helper()
+	return s.waitMatch(prefix, func(l string) bool { return strings.HasPrefix(l, prefix) })
+}
+
+// waitMatch is waitLine for the first line match accepts (what names it
+// in a failure).
+func (s *srvProc) waitMatch(what string, match func(string) bool) (string, []string) {
+	s.t.Helper()
 	stop := time.AfterFunc(30*time.Second, func() {
 		s.mu.Lock()
 		s.done = true
@@ -133,12 +140,12 @@ func (s *srvProc) waitLine(prefix string) (string, []string) {
 	defer s.mu.Unlock()
 	for i := 0; ; i++ {
 		for ; i < len(s.lines); i++ {
-			if strings.HasPrefix(s.lines[i], prefix) {
+			if match(s.lines[i]) {
 				return s.lines[i], append([]string(nil), s.lines[:i]...)
 			}
 		}
 		if s.done {
-			s.t.Fatalf("server process: no line %q; got %q", prefix, s.lines)
+			s.t.Fatalf("server process: no line %q; got %q", what, s.lines)
 		}
 		s.cond.Wait()
 		i--
@@ -201,6 +208,15 @@ func (r *rcLog) count(k EventKind) int {
 		}
 	}
 	return n
+}
+
+func (r *rcLog) first(k EventKind) *Event {
+	for i := range r.evs {
+		if r.evs[i].Kind == k {
+			return &r.evs[i]
+		}
+	}
+	return nil
 }
 
 func (r *rcLog) last(k EventKind) *Event {
@@ -301,7 +317,7 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 
 	a.kill()
 	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) >= 1 }, nil)
-	rev := log.last(EventReconnecting)
+	rev := log.first(EventReconnecting) // (refused attempts may follow in the same batch)
 	if !errors.Is(rev.Err, ErrConnectionLost) && !errors.Is(rev.Err, ErrClosed) {
 		t.Errorf("EventReconnecting after SIGKILL: Err = %v, want ErrConnectionLost", rev.Err)
 	}
@@ -317,6 +333,9 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	}
 	if st := c.State(); st >= StateOpen {
 		t.Errorf("State in the gap = %v, want one before open", st)
+	}
+	if n := c.Stats().SendQueueFull; n != 0 {
+		t.Errorf("SendQueueFull = %d: the gap's refusals counted as a full queue", n)
 	}
 	// SendContext waits the gap out and sends once the connection is back,
 	// after the Subscribe messages.
@@ -1180,4 +1199,71 @@ func TestReconnectAbort(t *testing.T) {
 	if n := len(srv.accepted()); n != 1 {
 		t.Errorf("%d connections reached the server, want 1 (no reconnect after Abort)", n)
 	}
+}
+
+// TestReconnectReadTimeout: the heartbeat and the policy together. The
+// server process is stopped (SIGSTOP: TCP stays up, nothing flows), the
+// read timeout fails the connection, the handle reconnects by itself
+// (EventReconnecting wrapping ErrReadTimeout) and, once the server runs
+// again (SIGCONT), opens again with Reconnects 1 and Subscribe re-sent.
+func TestReconnectReadTimeout(t *testing.T) {
+	addr := freePort(t)
+	srv := startSrvProc(t, addr, false)
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, "ws://"+addr+"/", &DialOptions{
+		PingInterval: 100 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, HandshakeTimeout: time.Second,
+		Reconnect: &ReconnectPolicy{MinDelay: 50 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+		Subscribe: [][]byte{[]byte("sub")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.waitLine("MSG 1 sub")
+	var log rcLog
+	pumpUntil(t, p, log.fn(c), func() bool { return log.ticks >= 3 }, nil)
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) >= 1 || log.final != nil }, nil)
+	if ev := log.first(EventReconnecting); ev == nil || !errors.Is(ev.Err, ErrReadTimeout) {
+		t.Fatalf("events %v: want EventReconnecting wrapping ErrReadTimeout", log.kinds)
+	}
+	srv.cmd.Process.Signal(syscall.SIGCONT)
+	resumed = true
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 2 || log.final != nil }, nil)
+	if log.final != nil {
+		t.Fatalf("final event %+v; events %v", *log.final, log.kinds)
+	}
+	if ev := log.last(EventOpen); ev.Reconnects != 1 {
+		t.Errorf("EventOpen.Reconnects = %d, want 1", ev.Reconnects)
+	}
+	// The server may have accepted attempts that timed out while it was
+	// stopped: find the connection the application's message arrived on
+	// and check that Subscribe came first there.
+	if err := c.SendText([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	line, before := srv.waitMatch("MSG n after", func(l string) bool {
+		return strings.HasPrefix(l, "MSG ") && strings.HasSuffix(l, " after")
+	})
+	n := strings.Fields(line)[1]
+	if n == "1" {
+		t.Fatalf("the message after the reconnect arrived on the first connection")
+	}
+	found := false
+	for _, l := range before {
+		found = found || l == "MSG "+n+" sub"
+	}
+	if !found {
+		t.Errorf("connection %s: Subscribe not received before the application's message; lines %q", n, before)
+	}
+	c.Close(CloseNormal, "")
+	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
 }
