@@ -406,36 +406,19 @@ func (c Conn) control(op uint8, b []byte) error {
 	return nil
 }
 
-func (c Conn) abort() error {
-	if !c.enter() {
-		return c.endedErr()
-	}
-	p := c.p
-	defer p.exit()
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
-	if p.closed.Load() {
-		return ErrPoolClosed
-	}
-	if !c.live() {
-		return ErrClosed // also after an earlier Abort took effect
-	}
-	// As after Close: sends return ErrClosed, a waiting SendContext returns.
-	p.userClosed[c.slot].Store(c.gen)
-	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
-	atomic.AddUint32(seq, 1)
-	futexWake(seq)
-	if err := p.putRecord(cmdAbort, 0, 0, c.slot, c.gen, nil); err != nil {
-		return err
-	}
-	p.publish()
-	return nil
+// abort sends the abort command (also after Close: it ends the handshake
+// at once); see endConn.
+func (c Conn) abort() error { return c.endConn(cmdAbort, 0, nil) }
+
+// closeConn sends the close command; a second Close returns ErrClosed.
+func (c Conn) closeConn(code int, reason string) error {
+	return c.endConn(cmdClose, uint16(code), []byte(reason))
 }
 
-// closeConn sends the close command; from here on Send* on c returns
-// ErrClosed (the loop would drop what follows the close frame) and a
-// SendContext waiting on c returns.
-func (c Conn) closeConn(code int, reason string) error {
+// endConn sends Close or Abort. From here on Send* on c returns ErrClosed
+// (the loop would drop what follows the close frame) and a SendContext
+// waiting on c returns.
+func (c Conn) endConn(op uint8, code uint16, payload []byte) error {
 	if !c.enter() {
 		return c.endedErr()
 	}
@@ -446,14 +429,14 @@ func (c Conn) closeConn(code int, reason string) error {
 	if p.closed.Load() {
 		return ErrPoolClosed
 	}
-	if !c.live() || p.userClosed[c.slot].Load() == c.gen {
-		return ErrClosed
+	if !c.live() || (op == cmdClose && p.userClosed[c.slot].Load() == c.gen) {
+		return ErrClosed // ended, or closed already (an Abort still goes)
 	}
 	p.userClosed[c.slot].Store(c.gen)
 	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
 	atomic.AddUint32(seq, 1)
 	futexWake(seq)
-	if err := p.putRecord(cmdClose, 0, uint16(code), c.slot, c.gen, []byte(reason)); err != nil {
+	if err := p.putRecord(op, 0, code, c.slot, c.gen, payload); err != nil {
 		return err
 	}
 	p.publish()

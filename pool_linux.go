@@ -515,24 +515,37 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 	return slot, gen, nil
 }
 
+// startDial validates and resolves a dial (outside enter: a slow lookup
+// never holds Close up), then, inside enter, takes its slot and hands the
+// parameters to the C core, logging either outcome. On success the caller
+// is inside enter and must call p.exit.
+func (p *Pool) startDial(ctx context.Context, rawURL string, opts *DialOptions) (*dialRequest, uint32, uint32, error) {
+	req, opts, err := p.request(ctx, rawURL, opts)
+	if err != nil {
+		p.logDial(rawURL, 0, 0, err)
+		return nil, 0, 0, err
+	}
+	if !p.enter() {
+		return nil, 0, 0, ErrPoolClosed
+	}
+	slot, gen, err := p.prepare(req, opts)
+	p.logDial(rawURL, slot, gen, err)
+	if err != nil {
+		p.exit()
+		return nil, 0, 0, err
+	}
+	return req, slot, gen, nil
+}
+
 func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	req, opts, err := p.request(ctx, rawURL, opts)
+	req, slot, gen, err := p.startDial(ctx, rawURL, opts)
 	if err != nil {
-		p.logDial(rawURL, 0, 0, err)
 		return Conn{}, err
-	}
-	if !p.enter() {
-		return Conn{}, ErrPoolClosed
 	}
 	defer p.exit()
-	slot, gen, err := p.prepare(req, opts)
-	p.logDial(rawURL, slot, gen, err)
-	if err != nil {
-		return Conn{}, err
-	}
 	p.slotMu.Lock()
 	p.refs[slot]++ // the dialer reads the slot's public state below
 	p.slotMu.Unlock()
@@ -618,20 +631,11 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 }
 
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
-	req, opts, err := p.request(context.Background(), rawURL, opts)
+	_, slot, gen, err := p.startDial(context.Background(), rawURL, opts)
 	if err != nil {
-		p.logDial(rawURL, 0, 0, err)
 		return Conn{}, err
-	}
-	if !p.enter() {
-		return Conn{}, ErrPoolClosed
 	}
 	defer p.exit()
-	slot, gen, err := p.prepare(req, opts)
-	p.logDial(rawURL, slot, gen, err)
-	if err != nil {
-		return Conn{}, err
-	}
 	if err := p.command(cmdDial, 0, 0, slot, gen, nil); err != nil {
 		return Conn{}, err
 	}
