@@ -136,7 +136,9 @@ func (c Conn) SendContext(ctx context.Context, op Opcode, b []byte) error {
 // Ping queues a ping with payload b (at most 125 bytes). It goes out
 // ahead of queued data messages (between two frames). It counts against
 // MaxSendQueue like a send and returns ErrWouldBlock, ErrClosed and
-// ErrPoolClosed as SendText does.
+// ErrPoolClosed as SendText does; before the connection is open (and in a
+// reconnect gap) Ping and Pong return ErrWouldBlock: control frames are not
+// queued for the open, only data messages are.
 func (c Conn) Ping(b []byte) error { return c.control(cmdPing, b) }
 
 // Pong queues an unsolicited pong with payload b (at most 125 bytes). Pings

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -50,6 +51,10 @@ var (
 	ErrInvalidOpcode    = errors.New("talaris: not a data opcode (OpText or OpBinary)")
 	ErrNoConns          = errors.New("talaris: pool has no connection left to deliver an event")
 )
+
+// errNotOpen is a Ping or Pong before the connection opened: it matches
+// ErrWouldBlock (try again after EventOpen) and says why.
+var errNotOpen = fmt.Errorf("%w: the connection is not open yet (control frames are not queued for the open)", ErrWouldBlock)
 
 // errInternal is the cause of a C error code this table does not know.
 var errInternal = errors.New("talaris: internal error")

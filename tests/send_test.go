@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -1099,4 +1100,76 @@ func TestSendInjectBacklogDoesNotBlock(t *testing.T) {
 	if q := m.Stats().SendQueued; q != 0 {
 		t.Errorf("SendQueued %d after everything was pumped", q)
 	}
+}
+
+// TestControlBeforeOpen: a ping or pong before the upgrade completes is
+// refused with ErrWouldBlock (only data messages wait for the open), not
+// accepted and dropped; once open, the same Ping goes out and its pong
+// comes back.
+func TestControlBeforeOpen(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// Accepts and answers the upgrade only when told: the connection
+	// stays before open until then.
+	answer := make(chan struct{})
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		<-answer
+		key, err := readRequest(nc)
+		if err != nil {
+			return
+		}
+		if upgrade(nc, key) != nil {
+			return
+		}
+		// Answer one ping with its pong, then wait for the close.
+		var buf [256]byte
+		n, _ := nc.Read(buf[:])
+		if n >= 6 && buf[0]&0x0F == 0x9 {
+			plen := int(buf[1] & 0x7F)
+			payload := make([]byte, plen)
+			for i := 0; i < plen && 6+i < n; i++ {
+				payload[i] = buf[6+i] ^ buf[2+i%4]
+			}
+			nc.Write(append([]byte{0x8A, byte(plen)}, payload...))
+		}
+		nc.Read(buf[:])
+	}()
+	p := newTestPool(t, Config{CloseTimeout: 200 * time.Millisecond}, hangGuard)
+	c, err := p.DialAsync("ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping([]byte("early")); !errors.Is(err, ErrWouldBlock) {
+		t.Errorf("Ping before open: %v, want ErrWouldBlock", err)
+	}
+	if err := c.Pong(nil); !errors.Is(err, ErrWouldBlock) {
+		t.Errorf("Pong before open: %v, want ErrWouldBlock", err)
+	}
+	if s := c.Stats(); s.SendQueueFull != 0 || s.SendQueued != 0 {
+		t.Errorf("after refused control frames: SendQueueFull %d, SendQueued %d; want 0, 0", s.SendQueueFull, s.SendQueued)
+	}
+	close(answer)
+	opened, pong := false, false
+	pumpUntil(t, p, func(_ Conn, ev Event) {
+		switch ev.Kind {
+		case EventOpen:
+			opened = true
+			if err := c.Ping([]byte("now")); err != nil {
+				t.Errorf("Ping once open: %v", err)
+			}
+		case EventPong:
+			pong = string(ev.Payload) == "now"
+		case EventError:
+			t.Fatalf("dial failed: %v", ev.Err)
+		}
+	}, func() bool { return opened && pong }, nil)
+	c.Abort()
 }
