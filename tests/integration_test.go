@@ -10,7 +10,6 @@ import (
 	"fmt"
 	. "github.com/talaris-go/talaris"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -633,96 +632,11 @@ func TestServerDrop(t *testing.T) {
 // TestConcurrentSends: several goroutines send at once on one connection;
 // the server receives every message intact and, per goroutine, in order.
 func TestConcurrentSends(t *testing.T) {
-	const senders = 8
-	perSender := scaled(2000)
-	var mu sync.Mutex
-	var recv [senders][]int
-	var bad []string
-	var all chan struct{}
-	total := 0
-	setup := func(srv *wstest.Server) {
-		mu.Lock()
-		recv, bad, total = [senders][]int{}, nil, 0
-		all = make(chan struct{})
-		mu.Unlock()
-		srv.OnMessage = func(op ws.Opcode, b []byte) {
-			mu.Lock()
-			defer mu.Unlock()
-			g, seq, ok := parseSendPayload(op, b)
-			if !ok {
-				if len(bad) < 5 {
-					bad = append(bad, fmt.Sprintf("op %v len %d", op, len(b)))
-				}
-			} else {
-				recv[g] = append(recv[g], seq)
-			}
-			total++
-			if total == senders*perSender {
-				close(all)
-			}
+	runConcurrentSenders(t, 8, Config{CmdRingSize: 1 << 16}, func(c Conn, _ context.Context, op Opcode, b []byte) error {
+		if op == OpText {
+			return c.SendText(b)
 		}
-	}
-	forEachServerSetup(t, setup, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, Config{CmdRingSize: 1 << 16}, hangGuard)
-		c := dial(t, p, srv.URL+"/collect")
-		var wg sync.WaitGroup
-		for g := range senders {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range perSender {
-					op, b := sendPayload(g, i)
-					var err error
-					if op == ws.OpText {
-						err = c.SendText(b)
-					} else {
-						err = c.SendBinary(b)
-					}
-					if err != nil {
-						t.Errorf("sender %d message %d: %v", g, i, err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		mu.Lock()
-		done := all
-		mu.Unlock()
-		select {
-		case <-done:
-		case <-time.After(hangGuard):
-			mu.Lock()
-			n := total
-			mu.Unlock()
-			t.Fatalf("server received %d of %d messages", n, senders*perSender)
-		}
-		if err := c.Close(CloseNormal, "done"); err != nil {
-			t.Fatal(err)
-		}
-		f := pumpOne(t, p, c, nil)
-		if f.Kind != EventClose {
-			t.Errorf("final %+v, want EventClose", f)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(bad) > 0 {
-			t.Errorf("corrupt messages: %v", bad)
-		}
-		for g := range senders {
-			if len(recv[g]) != perSender {
-				t.Errorf("sender %d: %d messages arrived, want %d", g, len(recv[g]), perSender)
-				continue
-			}
-			for i, s := range recv[g] {
-				if s != i {
-					t.Errorf("sender %d: message %d has seq %d", g, i, s)
-					break
-				}
-			}
-		}
-		st := c.Stats()
-		t.Logf("conn stats %+v", st)
+		return c.SendBinary(b)
 	})
 }
 

@@ -455,16 +455,22 @@ func TestSendSlowReader(t *testing.T) {
 // queue, waiting with SendContext; the server sees every sender's
 // messages complete and in order.
 func TestSendConcurrentSenders(t *testing.T) {
-	const senders = 16
+	runConcurrentSenders(t, 16, Config{CmdRingSize: 1 << 16, MaxSendQueue: 64 << 10}, Conn.SendContext)
+}
+
+// runConcurrentSenders runs senders goroutines that each send scaled(2000)
+// sequence-numbered messages on one connection through send; the server
+// must see every sender's messages complete and in order.
+func runConcurrentSenders(t *testing.T, senders int, cfg Config, send func(c Conn, ctx context.Context, op Opcode, b []byte) error) {
 	perSender := scaled(2000)
 	var mu sync.Mutex
-	var recv [senders][]int
+	var recv [][]int
 	var bad []string
 	var all chan struct{}
 	total := 0
 	setup := func(srv *wstest.Server) {
 		mu.Lock()
-		recv, bad, total = [senders][]int{}, nil, 0
+		recv, bad, total = make([][]int, senders), nil, 0
 		all = make(chan struct{})
 		mu.Unlock()
 		srv.OnMessage = func(op ws.Opcode, b []byte) {
@@ -485,7 +491,7 @@ func TestSendConcurrentSenders(t *testing.T) {
 		}
 	}
 	forEachServerSetup(t, setup, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, Config{CmdRingSize: 1 << 16, MaxSendQueue: 64 << 10}, hangGuard)
+		p := newTestPool(t, cfg, hangGuard)
 		c := dial(t, p, srv.URL+"/collect")
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
@@ -496,7 +502,7 @@ func TestSendConcurrentSenders(t *testing.T) {
 				defer wg.Done()
 				for i := range perSender {
 					op, b := sendPayload(g, i)
-					if err := c.SendContext(ctx, Opcode(op), b); err != nil {
+					if err := send(c, ctx, Opcode(op), b); err != nil {
 						t.Errorf("sender %d message %d: %v", g, i, err)
 						return
 					}
