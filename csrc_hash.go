@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x115cc208a44aa978
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x650a0fd1408a5a87
 import "C"
 
-const csrcHash = "115cc208a44aa978"
+const csrcHash = "650a0fd1408a5a87"

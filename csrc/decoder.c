@@ -30,6 +30,7 @@ int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used)
 	if (c->state != TL_ST_OPEN)
 		return -2;
 	r = tl_conn_feed(l, c, p, n, used);
+	tl_loop_after(l, c); /* a close frame ends the memory connection */
 	l->evq.r->tail = l->evq.tail; /* same thread: no publish protocol needed */
 	l->evq.published = l->evq.tail;
 	return r;

@@ -1,9 +1,12 @@
 /* loop.c - the io_uring loop: thread, rings shared with Go, completions,
- * commands, timers, teardown. The WebSocket state machine is in conn.c. */
+ * the receive side (rx_step), sends, timers' firing, teardown. It drives
+ * the transports (plain.c, tls.c), which feed the WebSocket state machine
+ * (conn.c); what those leave in c->todo it acts on (tl_loop_after). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "loop.h"
+#include "plain.h"
 #include "tls_verify.h"
 
 #include <errno.h>
@@ -22,18 +25,6 @@
 
 #define TL_CQE_BATCH 256
 #define TL_SWEEP_NS 20000000ull
-
-uint64_t tl_loop_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void futex_wake(uint32_t *addr)
-{
-	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
 
 #define STAT_ADD(l, f, n) __atomic_store_n(&(l)->stats->f, (l)->stats->f + (n), __ATOMIC_RELAXED)
 #define PUB_ADD(p, f, n) __atomic_store_n(&(p)->f, (p)->f + (n), __ATOMIC_RELAXED)
@@ -82,7 +73,7 @@ static int submit_send(struct tl_loop *l, struct tl_conn *c, struct tl_outbuf *o
  * of a buffer a short send left (when no SQE was free to continue it),
  * else the collecting buffer, topped up from the send queue. One send per
  * connection at a time keeps bytes in order. */
-void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
+static void flush_out(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_outbuf *ob;
 
@@ -97,7 +88,8 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 		submit_send(l, c, ob);
 		return;
 	}
-	if (tl_conn_tx_refill(l, c) < 0 || c->dying)
+	/* Top up from the send queue; wss: encrypt what conn.c framed. */
+	if (tl_conn_tx_refill(l, c) < 0 || (c->is_tls && tl_tls_seal(l, c) < 0) || tl_conn_ending(c))
 		return;
 	ob = &c->out[c->cur];
 	if (ob->len == 0) {
@@ -114,25 +106,11 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 		c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
 }
 
-/* tx_notify tells Go that c's send accounting or state changed: bump the
- * futex word, and wake only when a SendContext announced that it sleeps
- * (it sets tx_waiters, then rechecks; we bump, then check: seq_cst on
- * both sides, Dekker style). */
-static void tx_notify(struct tl_loop *l, struct tl_conn *c)
+void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 {
-	struct tl_conn_pub *p = &l->pub[c->slot];
-	__atomic_fetch_add(&p->tx_seq, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&p->tx_waiters, __ATOMIC_SEQ_CST))
-		syscall(SYS_futex, &p->tx_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-}
-
-void tl_loop_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units)
-{
-	if (!units)
-		return;
-	c->tx_done += units;
-	__atomic_store_n(&l->pub[c->slot].tx_done, c->tx_done, __ATOMIC_RELEASE);
-	tx_notify(l, c);
+	flush_out(l, c);
+	if (c->todo) /* a refill or seal failed c: its teardown */
+		tl_loop_after(l, c);
 }
 
 /* ---- the receive side: one state per connection, changed only here ---- */
@@ -282,14 +260,6 @@ static void rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 	}
 }
 
-/* tl_loop_regroup moves an open connection's recv from the handshake group
- * to the main ring (the cancelled recv ends in TL_RX_WANT and is re-armed
- * on the main group). Called as soon as the upgrade completes. */
-void tl_loop_regroup(struct tl_loop *l, struct tl_conn *c)
-{
-	rx_step(l, c, RX_REGROUP, 0);
-}
-
 /* ---- stalls ---- */
 
 void tl_loop_stall(struct tl_loop *l, struct tl_conn *c)
@@ -304,60 +274,53 @@ void tl_loop_stall(struct tl_loop *l, struct tl_conn *c)
 	}
 }
 
+/* ---- acting on conn.c's requests ---- */
+
+void tl_loop_after(struct tl_loop *l, struct tl_conn *c)
+{
+	uint8_t todo = c->todo;
+
+	c->todo = 0;
+	if (todo & TL_DO_TEARDOWN) {
+		tl_loop_teardown(l, c);
+		return;
+	}
+	if (todo & TL_DO_REGROUP)
+		rx_step(l, c, RX_REGROUP, 0);
+	if (todo & TL_DO_SHUT_WR)
+		tl_loop_shut_wr(l, c); /* (flushes) */
+	if (todo & TL_DO_FLUSH)
+		tl_loop_flush(l, c);
+}
+
+/* drive runs c's transport over its queued input and acts on the outcome:
+ * the transport's requests, a stall, the end of input (once all of it is
+ * parsed), then a flush of the replies. */
+static void drive(struct tl_loop *l, struct tl_conn *c)
+{
+	int r;
+
+	if (c->dying)
+		return;
+	r = c->is_tls ? tl_tls_drive(l, c) : tl_plain_drive(l, c);
+	tl_loop_after(l, c);
+	if (c->dying)
+		return;
+	if (r == TL_FEED_STALL) {
+		tl_loop_stall(l, c);
+		tl_loop_flush(l, c);
+		return;
+	}
+	tl_sample_end(c);
+	if (c->eof && tl_rxq_empty(&c->rxq)) {
+		tl_conn_on_eof(l, c);
+		tl_loop_after(l, c);
+	}
+	if (!c->dying)
+		tl_loop_flush(l, c);
+}
+
 /* ---- connection lifecycle ---- */
-
-static void hb_start(struct tl_loop *l, struct tl_conn *c);
-
-void tl_loop_set_state(struct tl_loop *l, struct tl_conn *c, int st)
-{
-	struct tl_conn_pub *p = &l->pub[c->slot];
-	if (st == TL_ST_OPEN && c->state != TL_ST_OPEN)
-		hb_start(l, c);
-	c->state = (uint8_t)st;
-	/* Dial tells "opened, then ended before Dial looked" (the events are
-	 * in the ring: a success) from "failed during the handshake". */
-	if (st == TL_ST_OPEN) {
-		__atomic_store_n(&p->opened, 1, __ATOMIC_RELAXED);
-		c->was_open = 1;
-		if (++c->opens > 1) { /* a reconnect policy's re-open */
-			__atomic_store_n(&p->reconnects, c->opens - 1, __ATOMIC_RELAXED);
-			STAT_ADD(l, reconnects, 1);
-		}
-		__atomic_store_n(&p->gap, 0, __ATOMIC_RELAXED);
-	}
-	__atomic_store_n(&p->state, (uint32_t)st, __ATOMIC_RELEASE);
-	/* Dial may be waiting on this word. State changes are rare. */
-	futex_wake(&p->state);
-	tx_notify(l, c); /* and a SendContext on tx_seq: it returns once the connection ends */
-}
-
-void tl_loop_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
-{
-	struct tl_conn_pub *p = &l->pub[c->slot];
-	snprintf(p->detail, sizeof(p->detail), "%s", msg ? msg : "");
-}
-
-void tl_loop_timer_at(struct tl_loop *l, uint64_t at)
-{
-	if (l->next_timer_ns == 0 || at < l->next_timer_ns)
-		l->next_timer_ns = at;
-}
-
-void tl_loop_set_deadline(struct tl_loop *l, struct tl_conn *c, uint64_t ns_from_now)
-{
-	if (!c->deadline_ns)
-		l->timed++;
-	c->deadline_ns = tl_loop_now_ns() + ns_from_now;
-	tl_loop_timer_at(l, c->deadline_ns);
-}
-
-static void clear_deadline(struct tl_loop *l, struct tl_conn *c)
-{
-	if (c->deadline_ns) {
-		c->deadline_ns = 0;
-		l->timed--;
-	}
-}
 
 /* ---- heartbeat: read timeout and pings ---- */
 
@@ -365,56 +328,6 @@ static void clear_deadline(struct tl_loop *l, struct tl_conn *c)
 static inline int timers_armed(const struct tl_loop *l)
 {
 	return l->timed || l->hb_timed;
-}
-
-static void hb_clear(struct tl_loop *l, struct tl_conn *c)
-{
-	if (c->hb_ns) {
-		c->hb_ns = 0;
-		l->hb_timed--;
-	}
-}
-
-/* hb_next is when c's heartbeat must next be looked at: its read timeout
- * counted from the last receive, or its next ping (an interval after the
- * later of the last receive and the last ping). */
-static uint64_t hb_next(const struct tl_conn *c)
-{
-	const struct tl_dial *d = c->dial;
-	uint64_t t = 0;
-	if (d->read_timeout_ns)
-		t = c->last_rx_ns + d->read_timeout_ns;
-	if (d->ping_interval_ns) {
-		uint64_t base = c->last_ping_ns > c->last_rx_ns ? c->last_ping_ns : c->last_rx_ns;
-		uint64_t p = base + d->ping_interval_ns;
-		if (!t || p < t)
-			t = p;
-	}
-	return t;
-}
-
-static void hb_arm(struct tl_loop *l, struct tl_conn *c, uint64_t at)
-{
-	if (!c->hb_ns)
-		l->hb_timed++;
-	c->hb_ns = at;
-	tl_loop_timer_at(l, at);
-}
-
-/* hb_start arms c's heartbeat when it opens (dial options with a ping
- * interval or read timeout): the silence counts from now. */
-static void hb_start(struct tl_loop *l, struct tl_conn *c)
-{
-	uint64_t now;
-	if (!c->dial || (!c->dial->ping_interval_ns && !c->dial->read_timeout_ns) || c->fd < 0)
-		return;
-	now = tl_loop_now_ns();
-	/* The cached clock may be stale while no heartbeat ran: refresh it so
-	 * this iteration's receives are not stamped in the past. */
-	l->now_ns = now;
-	c->last_rx_ns = now;
-	c->last_ping_ns = 0;
-	hb_arm(l, c, hb_next(c));
 }
 
 /* hb_due runs c's heartbeat at now: fail it when nothing arrived for the
@@ -425,27 +338,29 @@ static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now)
 	const struct tl_dial *d = c->dial;
 
 	if (c->state != TL_ST_OPEN || c->dying || !d) {
-		hb_clear(l, c); /* closing or ended: the close timeout rules */
+		tl_timer_hb_clear(l, c); /* closing or ended: the close timeout rules */
 		return;
 	}
 	if (c->stalled || c->rx == TL_RX_PAUSING || c->rx == TL_RX_PAUSED || c->rx == TL_RX_WANT)
 		c->last_rx_ns = now; /* we stopped reading (back-pressure), not the peer */
 	if (d->read_timeout_ns && now - c->last_rx_ns >= d->read_timeout_ns) {
-		hb_clear(l, c);
+		tl_timer_hb_clear(l, c);
 		tl_loop_fail(l, c, TL_E_READ_TIMEOUT, 0, 1006, "no data, ping, pong or close from the peer");
 		return;
 	}
 	if (d->ping_interval_ns && !c->close_sent && !c->send_errno) {
 		uint64_t base = c->last_ping_ns > c->last_rx_ns ? c->last_ping_ns : c->last_rx_ns;
 		/* (A peer that does not read gets no more pings piled up.) */
-		if (now - base >= d->ping_interval_ns && c->out[0].len + c->out[1].len < l->cfg.max_send_queue) {
-			if (tl_conn_send_frame(l, c, TL_OP_PING, 1, NULL, 0) < 0)
-				return; /* c failed */
+		if (now - base >= d->ping_interval_ns && c->out[0].len + c->out[1].len + c->tx_pt.len < l->cfg.max_send_queue) {
+			if (tl_conn_send_frame(l, c, TL_OP_PING, 1, NULL, 0) < 0) {
+				tl_loop_after(l, c); /* c failed */
+				return;
+			}
 			c->last_ping_ns = now;
 			tl_loop_flush(l, c);
 		}
 	}
-	hb_arm(l, c, hb_next(c));
+	tl_timer_hb_arm(l, c, tl_timer_hb_next(c));
 }
 
 void tl_loop_shut_wr(struct tl_loop *l, struct tl_conn *c)
@@ -489,7 +404,7 @@ static void finish(struct tl_loop *l, struct tl_conn *c)
 		__atomic_store_n(&p->err, c->fail_err, __ATOMIC_RELAXED);
 		__atomic_store_n(&p->aux, c->fail_aux, __ATOMIC_RELAXED);
 		__atomic_store_n(&p->code, kind == TL_EV_CLOSE ? c->close_code : c->fail_code, __ATOMIC_RELAXED);
-		tl_loop_set_state(l, c, TL_ST_CLOSED);
+		tl_pub_set_state(l, c, TL_ST_CLOSED);
 	}
 	if (kind == TL_EV_CLOSE)
 		rc = tl_loop_emit(l, c, kind, c->reason, c->reason_len, c->close_code, 0, 0, TL_EVF_FINAL);
@@ -523,7 +438,7 @@ static uint64_t rc_rand(struct tl_loop *l)
 {
 	uint64_t x = l->rc_seed;
 	if (!x)
-		x = tl_loop_now_ns() ^ (uint64_t)(uintptr_t)l ^ 0x9e3779b97f4a7c15ull;
+		x = tl_timer_now_ns() ^ (uint64_t)(uintptr_t)l ^ 0x9e3779b97f4a7c15ull;
 	x ^= x >> 12;
 	x ^= x << 25;
 	x ^= x >> 27;
@@ -622,11 +537,11 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	 * Go's admission (accepted - tx_done) starts the next attempt empty. */
 	tl_conn_tx_drop_all(l, c);
 	tl_conn_reset_keep(c);
-	tl_loop_set_state(l, c, TL_ST_CONNECTING);
+	tl_pub_set_state(l, c, TL_ST_CONNECTING);
 	c->rc_wait = 1;
 	c->rc_delay_ns = delay;
 	l->rc_waits++;
-	tl_loop_set_deadline(l, c, delay);
+	tl_timer_set_deadline(l, c, delay);
 }
 
 /* end_or_reconnect ends c (final event) or, under a reconnect policy,
@@ -656,8 +571,8 @@ static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 	}
 	if (c->final_pending || c->state != TL_ST_IDLE) {
 		tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
-		clear_deadline(l, c);
-		hb_clear(l, c);
+		tl_timer_clear_deadline(l, c);
+		tl_timer_hb_clear(l, c);
 		if (c->rc_wait) {
 			c->rc_wait = 0;
 			l->rc_waits--;
@@ -704,25 +619,8 @@ void tl_loop_teardown(struct tl_loop *l, struct tl_conn *c)
  * peer answers or the close timeout. */
 void tl_loop_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail)
 {
-	if (!c->fail_err) {
-		c->fail_err = err;
-		c->fail_aux = aux;
-		c->fail_code = code;
-		if (detail)
-			tl_loop_detail(l, c, detail);
-	}
-	c->discard = 1;
-	c->msg_ready = 0;
-	c->ctrl_ready = 0;
-	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && !c->send_errno && c->fd >= 0) {
-		tl_conn_send_close(l, c, code, NULL, 0);
-		tl_loop_set_state(l, c, TL_ST_CLOSING);
-		tl_loop_flush(l, c);
-		/* Give the peer a moment to read our close; then we go. */
-		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns < 1000000000ull ? l->cfg.close_timeout_ns : 1000000000ull);
-		return;
-	}
-	tl_loop_teardown(l, c);
+	tl_conn_fail(l, c, err, aux, code, detail);
+	tl_loop_after(l, c);
 }
 
 /* tl_loop_abort ends c at once for Conn.Abort: output not yet handed to
@@ -737,7 +635,7 @@ void tl_loop_abort(struct tl_loop *l, struct tl_conn *c)
 	c->fail_err = TL_E_ABORTED;
 	c->fail_aux = 0;
 	c->fail_code = 1006;
-	tl_loop_detail(l, c, "aborted by Conn.Abort");
+	tl_pub_detail(l, c, "aborted by Conn.Abort");
 	tl_conn_tx_drop_all(l, c); /* queued output is dropped, its units retired */
 	c->msg_ready = 0;
 	c->ctrl_ready = 0;
@@ -816,7 +714,7 @@ static void dial_start(struct tl_loop *l, struct tl_conn *c)
 
 	c->rc_attempts++;
 	c->is_tls = (uint8_t)d->tls;
-	tl_loop_set_deadline(l, c, d->handshake_timeout_ns);
+	tl_timer_set_deadline(l, c, d->handshake_timeout_ns);
 	d->next_alt = 0; /* every attempt starts from the first address */
 	start_connect(l, c, &d->addr);
 }
@@ -830,7 +728,7 @@ void tl_loop_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
 	c->slot = slot;
 	c->gen = gen;
 	l->live++;
-	tl_loop_set_state(l, c, TL_ST_OPEN);
+	tl_pub_set_state(l, c, TL_ST_OPEN);
 	if (tl_loop_emit(l, c, TL_EV_OPEN, NULL, 0, 0, 0, 0, 0) < 0) {
 		c->open_pending = 1;
 		tl_loop_stall(l, c);
@@ -848,7 +746,7 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		if (cqe->res <= 0 || c->discard) {
 			tl_slots_recycle(&l->slots, q);
 		} else {
-			tl_loop_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
+			tl_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
 			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
 			STAT_ADD(l, wire_bytes, (uint64_t)cqe->res);
@@ -862,7 +760,7 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		return;
 	}
 	if (!c->stalled)
-		tl_conn_drive(l, c);
+		drive(l, c);
 	else if (c->eof)
 		tl_loop_stall(l, c);
 	if (c->stalled && !c->dying)
@@ -876,7 +774,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 
 	c->send_inflight = 0;
 	if (res < 0) {
-		tl_loop_tx_retire(l, c, ob->units);
+		tl_pub_tx_retire(l, c, ob->units);
 		ob->units = 0;
 		ob->len = 0;
 		ob->replies = 0;
@@ -885,14 +783,14 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 			/* The peer reset while we wrote (a pong racing its RST). What
 			 * it sent before is still in our socket or slot queue,
 			 * acknowledged: keep reading it (the recv ends with the same
-			 * error or EOF, and on_eof fails the connection once the queue
+			 * error or EOF, and tl_conn_on_eof fails the connection once the queue
 			 * is parsed) rather than drop frames the server did send.
 			 * Writes are dropped from here on; the close timeout bounds
 			 * the wait. */
 			c->send_errno = -res;
 			tl_conn_tx_drop_all(l, c);
 			if (!c->deadline_ns)
-				tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+				tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
 			return;
 		}
 		if (!c->dying) {
@@ -911,7 +809,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 		submit_send(l, c, ob);
 		return;
 	}
-	tl_loop_tx_retire(l, c, ob->units);
+	tl_pub_tx_retire(l, c, ob->units);
 	ob->units = 0;
 	ob->len = 0;
 	ob->replies = 0;
@@ -932,6 +830,8 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 
 static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 {
+	int r;
+
 	c->connect_inflight = 0;
 	if (c->dying) {
 		maybe_finish(l, c);
@@ -953,14 +853,15 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 	}
 	rx_step(l, c, RX_ARM, 0);
 	if (c->is_tls) {
-		tl_loop_set_state(l, c, TL_ST_TLS);
-		if (tl_tls_start(l, c) < 0)
-			return;
+		tl_pub_set_state(l, c, TL_ST_TLS);
+		r = tl_tls_start(l, c);
 	} else {
-		tl_loop_set_state(l, c, TL_ST_UPGRADING);
-		if (tl_conn_start_upgrade(l, c) < 0)
-			return;
+		tl_pub_set_state(l, c, TL_ST_UPGRADING);
+		r = tl_conn_start_upgrade(l, c);
 	}
+	tl_loop_after(l, c);
+	if (r < 0 || c->dying)
+		return;
 	tl_loop_flush(l, c);
 }
 
@@ -1009,7 +910,7 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 
 static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 {
-	clear_deadline(l, c);
+	tl_timer_clear_deadline(l, c);
 	if (c->dying)
 		return;
 	if (c->rc_wait) { /* the backoff is over: next attempt */
@@ -1029,7 +930,7 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 		tl_loop_teardown(l, c);
 	} else if (c->send_errno) {
 		/* A send failed and the receive side did not end in time. (If it
-		 * did end, on_eof follows once Go has taken the queued input.) */
+		 * did end, tl_conn_on_eof follows once Go has taken the queued input.) */
 		if (c->eof)
 			return;
 		tl_loop_fail(l, c, TL_E_LOST, c->send_errno, 1006, strerror(c->send_errno));
@@ -1063,7 +964,7 @@ static void run_timers(struct tl_loop *l)
 	uint64_t now, next = 0;
 	if (!timers_armed(l))
 		return;
-	now = tl_loop_now_ns();
+	now = tl_timer_now_ns();
 	if (now < l->next_timer_ns)
 		return;
 	l->next_timer_ns = 0; /* timers armed during the scan lower it again */
@@ -1113,7 +1014,7 @@ static void run_stalled(struct tl_loop *l)
 		 * reconnect: it has no socket). */
 		if (c->dying || c->state == TL_ST_IDLE || c->rc_wait)
 			continue;
-		tl_conn_drive(l, c);
+		drive(l, c);
 		rx_step(l, c, RX_RESUME, 0);
 	}
 }
@@ -1175,15 +1076,18 @@ static void shutdown_all(struct tl_loop *l)
 		if (!c->fail_err && !c->close_rcvd) {
 			c->fail_err = TL_E_SHUTDOWN;
 			c->fail_code = 1001;
-			tl_loop_detail(l, c, "pool closed");
+			tl_pub_detail(l, c, "pool closed");
 		}
 		if (c->state == TL_ST_OPEN && !c->close_sent && c->fd >= 0 && !c->eof && !c->send_errno) {
 			/* Going away: send 1001 and let the close handshake run (the
 			 * echo, then TCP's end), bounded by the close timeout. */
 			tl_conn_send_close(l, c, 1001, (const uint8_t *)"pool closed", 11);
-			tl_loop_set_state(l, c, TL_ST_CLOSING);
+			tl_loop_after(l, c);
+			if (c->dying)
+				continue;
+			tl_pub_set_state(l, c, TL_ST_CLOSING);
 			tl_loop_flush(l, c);
-			tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+			tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
 			continue;
 		}
 		if (c->state == TL_ST_CLOSING && c->deadline_ns)
@@ -1213,7 +1117,7 @@ static int adaptive_spin(struct tl_loop *l)
 	if (!l->pub_ns || l->reply_gap_ns > l->cfg.spin_ns)
 		return 0;
 	until = l->pub_ns + l->cfg.spin_ns;
-	while (tl_loop_now_ns() < until) {
+	while (tl_timer_now_ns() < until) {
 		if (tl_cmdq_pending(&l->cmdq) || (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED)))
 			return 1;
 		/* The command ring is a load; completions cost a syscall under
@@ -1254,8 +1158,8 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		if (io_uring_cq_ready(&l->ring) || busy || spin)
 			return;
 		/* spin-then-block: spin on the CQ and the command ring a while */
-		uint64_t until = tl_loop_now_ns() + l->cfg.spin_ns;
-		while (tl_loop_now_ns() < until) {
+		uint64_t until = tl_timer_now_ns() + l->cfg.spin_ns;
+		while (tl_timer_now_ns() < until) {
 			if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
 				io_uring_get_events(&l->ring);
 			if (io_uring_cq_ready(&l->ring) || tl_cmdq_pending(&l->cmdq) || space_freed(l))
@@ -1281,9 +1185,9 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		return;
 	}
 	if (timers_armed(l)) {
-		uint64_t now = tl_loop_now_ns();
+		uint64_t now = tl_timer_now_ns();
 		/* No cap: next_timer_ns is never later than the earliest deadline
-		 * (tl_loop_timer_at lowers it, run_timers recomputes it), and
+		 * (tl_timer_at lowers it, run_timers recomputes it), and
 		 * while a connection with a socket lives the sweep tick below
 		 * bounds the wait anyway. Only handles waiting out a reconnect
 		 * backoff then sleep until their deadline. */
@@ -1329,7 +1233,7 @@ static void loop_run(struct tl_loop *l)
 		loop_iteration_wait(l, busy);
 		busy = 0;
 		if (l->hb_timed) /* the clock receives are stamped with */
-			l->now_ns = tl_loop_now_ns();
+			l->now_ns = tl_timer_now_ns();
 		while ((n = io_uring_peek_batch_cqe(&l->ring, cqes, TL_CQE_BATCH)) > 0) {
 			for (unsigned i = 0; i < n; i++)
 				handle_cqe(l, cqes[i]);
@@ -1340,12 +1244,12 @@ static void loop_run(struct tl_loop *l)
 		if (tl_cmdq_drain(l)) {
 			busy = 1;
 			if (l->pub_ns) { /* adaptive wait: how fast the answer came */
-				l->reply_gap_ns = tl_loop_now_ns() - l->pub_ns;
+				l->reply_gap_ns = tl_timer_now_ns() - l->pub_ns;
 				l->pub_ns = 0;
 			}
 		}
 		{
-			uint64_t now = l->live > l->rc_waits && !busy ? tl_loop_now_ns() : 0;
+			uint64_t now = l->live > l->rc_waits && !busy ? tl_timer_now_ns() : 0;
 			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
 			if (sweep)
 				l->last_sweep_ns = now;
@@ -1367,7 +1271,7 @@ static void loop_run(struct tl_loop *l)
 			 * wake needs a CPU first, maybe the one the loop would spin
 			 * on (measured: spinning then doubled the round trip). */
 			if (l->cfg.loop_wait == TL_WAIT_ADAPTIVE)
-				l->pub_ns = __atomic_load_n(&l->evq.r->cons_sleeping, __ATOMIC_RELAXED) ? 0 : tl_loop_now_ns();
+				l->pub_ns = __atomic_load_n(&l->evq.r->cons_sleeping, __ATOMIC_RELAXED) ? 0 : tl_timer_now_ns();
 		}
 		/* With nothing submitted and a clean CQ, a spinning loop still
 		 * needs the kernel to post deferred work: handled in wait. */
@@ -1663,11 +1567,7 @@ void tl_loop_free(struct tl_loop *l)
 			tl_tls_free(c);
 			free_dial(c->dial);
 			free(c->hs);
-			free(c->fail_head);
-			free(c->msg);
-			free(c->out[0].p);
-			free(c->out[1].p);
-			free(c->sq.p);
+			tl_conn_free_bufs(c);
 		}
 	}
 	if (l->dials)
@@ -1687,7 +1587,6 @@ void tl_loop_free(struct tl_loop *l)
 		munmap(l->pub, sizeof(*l->pub) * l->cfg.max_conns);
 	free(l->conns);
 	free(l->dials);
-	tl_conn_shared_free(&l->cs);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);

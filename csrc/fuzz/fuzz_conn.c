@@ -60,6 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (off < size && !c->dying && c->state != TL_ST_IDLE) {
 		size_t n = size - off < run ? size - off : run, used = 0;
 		int r = tl_conn_feed(L, c, data + off, n, &used);
+		tl_loop_after(L, c); /* what the parser asked of the loop (a close: teardown) */
 		if (used > n)
 			abort();
 		drain(L, &final);
@@ -67,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			/* stalled with nothing consumed: the ring was drained above,
 			 * so the next call must make progress */
 			r = tl_conn_feed(L, c, data + off, n, &used);
+			tl_loop_after(L, c);
 			drain(L, &final);
 			if (r == -1 && used == 0 && !c->open_pending && !c->msg_ready && !c->ctrl_ready)
 				abort();
