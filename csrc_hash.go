@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x650a0fd1408a5a87
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x586b81aaeb223e3f
 import "C"
 
-const csrcHash = "650a0fd1408a5a87"
+const csrcHash = "586b81aaeb223e3f"

@@ -12,7 +12,7 @@
  * Layering: this file includes state.h, not loop.h, and calls only the
  * layers below it (evq, slots, pub, timer, sample, the codecs). What
  * needs the loop (teardown, a flush, a regroup, ending the sending side)
- * is requested in c->todo (TL_DO_*) and done by tl_loop_after once the
+ * is requested in c->todo (TL_DO_*) and done by tl_life_after once the
  * call returns; output is framed into tl_conn_wbuf and the transport
  * (plain: nothing to do; TLS: tl_tls_seal) is asked by the loop to send
  * it. */

@@ -6,7 +6,7 @@
  * transports (plain.c, tls.c) feed it bytes, it appends events (evq.c),
  * publishes state (pub.c) and arms timers (timer.c), and it calls nothing
  * above it: what only the loop can do (io_uring operations) it leaves in
- * c->todo for its caller (tl_loop_after). */
+ * c->todo for its caller (tl_life_after). */
 #ifndef TALARIS_CONN_H
 #define TALARIS_CONN_H
 
@@ -34,12 +34,12 @@ enum {
 };
 
 /* Requests conn.c (and the transports) leave in tl_conn.todo for the loop,
- * which acts on them in tl_loop_after once the call returns, in this
+ * which acts on them in tl_life_after once the call returns, in this
  * order: TL_DO_TEARDOWN alone (the others are moot), else the rest. */
 enum {
 	TL_DO_TEARDOWN = 1 << 0, /* end c: cancel its operations, then the final event */
 	TL_DO_REGROUP = 1 << 1,  /* the upgrade completed: move the recv to the main group */
-	TL_DO_SHUT_WR = 1 << 2,  /* close handshake complete: end the sending side (tl_loop_shut_wr) */
+	TL_DO_SHUT_WR = 1 << 2,  /* close handshake complete: end the sending side (tl_tx_shut_wr) */
 	TL_DO_FLUSH = 1 << 3,    /* output is waiting: submit it */
 };
 
@@ -216,7 +216,7 @@ struct tl_conn {
 	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
 	/* layering: conn.c's requests to the loop, and wss output that waits
 	 * for the TLS transport */
-	uint8_t todo;          /* TL_DO_*: acted on (and cleared) by tl_loop_after */
+	uint8_t todo;          /* TL_DO_*: acted on (and cleared) by tl_life_after */
 	struct tl_outbuf tx_pt; /* wss: framed plaintext, encrypted into out[cur] by tl_tls_seal */
 };
 
