@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x586b81aaeb223e3f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xaae2e8370495ed61
 import "C"
 
-const csrcHash = "586b81aaeb223e3f"
+const csrcHash = "aae2e8370495ed61"
