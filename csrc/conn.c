@@ -659,6 +659,8 @@ static int ring_full(const struct tl_loop *l)
 /* publish_data publishes a reassembled message, copied into the arena. */
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
+	if (tl_loop_held(l, c, n))
+		return TL_FEED_STALL; /* over its share of the ring: wait for the pump */
 	if (tl_loop_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
 		return ring_full(l);
 	count_in(l, c, n);
@@ -673,8 +675,12 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
-								     : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	int r;
+
+	if (tl_loop_held(l, c, n))
+		return TL_FEED_STALL; /* over its share of the ring: wait for the pump */
+	r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
+								 : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return ring_full(l);
 	count_in(l, c, n);
@@ -766,14 +772,16 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 	struct tl_conn_pub *pub = &l->pub[c->slot];
 	switch (c->h.opcode) {
 	case TL_OP_PING:
-		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
+		if (tl_loop_held(l, c, c->ctrl_len) ||
+		    (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l)))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
 			send_reply(l, c, TL_OP_PONG, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
-		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
+		if (tl_loop_held(l, c, c->ctrl_len) ||
+		    (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l)))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;

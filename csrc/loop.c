@@ -1482,6 +1482,11 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	if (!l)
 		goto nomem;
 	l->cfg = *cfg;
+	/* 0: no fairness limit (the Decoder's single connection). */
+	if (!l->cfg.conn_max_events)
+		l->cfg.conn_max_events = UINT32_MAX;
+	if (!l->cfg.conn_max_bytes)
+		l->cfg.conn_max_bytes = UINT64_MAX;
 	l->sample_left = cfg->sample_every;
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);
@@ -1494,7 +1499,8 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		goto nomem_free;
 	if (tl_slots_alloc(&l->slots, cfg->buf_count) < 0)
 		goto nomem_free;
-	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats, cfg->sample_every != 0) < 0)
+	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats, cfg->sample_every != 0,
+			cfg->max_conns) < 0)
 		goto nomem_free;
 	if (tl_cmdq_init(&l->cmdq, cfg->cmd_ring_size) < 0)
 		goto nomem_free;

@@ -219,6 +219,32 @@ static inline __attribute__((always_inline)) int tl_loop_emit(struct tl_loop *l,
 	return tl_evq_append(&l->evq, m, p, n);
 }
 
+/* tl_loop_held says whether c must wait before it publishes its next
+ * peer-driven event (a data message, a ping or a pong) with an n-byte
+ * payload: c already has its share of the event ring pending, published or
+ * appended and not yet passed by the pump (cfg.conn_max_events events, or
+ * cfg.conn_max_bytes payload bytes: Config.MaxConnPendingEvents/Bytes).
+ * The caller then stops parsing as for a full ring (TL_FEED_STALL: c goes
+ * on the stalled list, its recv is paused once it holds its share of
+ * slots), and run_stalled resumes it when the pump has passed some of its
+ * events. So a flood queues at most that much ahead of another
+ * connection's message, whatever the ring's size. Never while c is the
+ * only connection with a socket (a lone flood keeps the whole ring: loop
+ * and pump then overlap instead of taking turns), nor while the pool shuts
+ * down (events that do not fit are dropped then, see ring_full in
+ * conn.c). Returns 1 (hold) or 0. Inline: two compares per message under
+ * the limit. */
+static inline __attribute__((always_inline)) int tl_loop_held(struct tl_loop *l, struct tl_conn *c, size_t n)
+{
+	if (__builtin_expect(!tl_evq_owner_over(&l->evq, c->slot, n, l->cfg.conn_max_events, l->cfg.conn_max_bytes), 1))
+		return 0;
+	if (l->shutting_down || l->live - l->rc_waits <= 1)
+		return 0; /* (alone: nobody's message can wait behind it) */
+	if (!c->stalled)
+		__atomic_store_n(&l->stats->fair_holds, l->stats->fair_holds + 1, __ATOMIC_RELAXED);
+	return 1;
+}
+
 /* tl_loop_emit_inplace publishes a data message whose payload stays where it is,
  * in the slot c->cur_q (a whole frame inside one slot): no arena copy. The
  * slot is recycled only after Go has passed the event (tl_slots_release). */

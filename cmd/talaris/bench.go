@@ -104,6 +104,7 @@ type talVariant struct {
 	spinTime   time.Duration // Config.SpinTime (0: the default)
 	ringFlags  uint32        // Config.RingFlags (0: the default)
 	evRing     uint32        // Config.EventRingSize (0: the default)
+	connEvents uint32        // Config.MaxConnPendingEvents (0: the default)
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -130,6 +131,16 @@ var talVariants = []talVariant{
 	// The default with a 4096-event ring: how much of the orders
 	// workload's round trip is the flood queued ahead of the echo.
 	{name: "default-ring4k", evRing: 4096},
+	// The default with another share of the ring per connection
+	// (MaxConnPendingEvents; "fair-off": the whole ring, as before the
+	// share existed).
+	{name: "fair64", connEvents: 64},
+	{name: "fair128", connEvents: 128},
+	{name: "fair256", connEvents: 256},
+	{name: "fair512", connEvents: 512},
+	{name: "fair1k", connEvents: 1024},
+	{name: "fair4k", connEvents: 4096},
+	{name: "fair-off", connEvents: 1 << 30},
 }
 
 // variantNames lists the variants for --help.
@@ -782,7 +793,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery}
+		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
