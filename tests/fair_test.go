@@ -166,8 +166,8 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 }
 
 // TestFairShareLoneConn: a connection alone on its pool keeps the whole
-// ring (nobody's message can wait behind it): unpumped, it fills the ring
-// far past its share, and is held only once a second connection exists.
+// ring (nobody's message can wait behind it): unpumped, it goes far past
+// its share and is never held.
 func TestFairShareLoneConn(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
 	p := newTestPool(t, Config{MaxConnPendingEvents: 64, EventRingSize: 4096}, hangGuard)
@@ -178,7 +178,9 @@ func TestFairShareLoneConn(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := func() string { return fmt.Sprintf("flood %+v, pool %+v", f.Stats(), p.Stats()) }
-	waitFor(t, "a lone flood fills the ring", func() bool { return f.Stats().MsgsIn >= 4095-64 }, state)
+	// (Far past its share; how far depends on how many messages each
+	// receive slot, held by its in-place payloads, happens to carry.)
+	waitFor(t, "a lone flood passes its share", func() bool { return f.Stats().MsgsIn >= 8*64 }, state)
 	if h := p.Stats().FairHolds; h != 0 {
 		t.Fatalf("a lone connection was held %d times (%s)", h, state())
 	}
