@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xde7b79e219238335
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xcc6bd81b46d9addd
 import "C"
 
-const csrcHash = "de7b79e219238335"
+const csrcHash = "cc6bd81b46d9addd"

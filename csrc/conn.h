@@ -199,6 +199,9 @@ struct tl_conn {
 	uint64_t opens;        /* successful opens of this handle */
 	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
 	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
+	/* receive fairness (tl_loop_held): stalled because it had its share of
+	 * the event ring pending, not because the ring was full */
+	uint8_t fair_held;
 };
 
 /* tl_conn_send_subscribe queues c's subscribe messages (text frames, in

@@ -1091,6 +1091,20 @@ static void release_deferred(struct tl_loop *l)
 	tl_slots_release_deferred(&l->slots, l->evq.head_cache);
 }
 
+/* fair_still_held says whether c, held at its share of the event ring
+ * (tl_loop_held), should stay held: until the pump has passed at least
+ * half of its share, so each resume parses a good batch rather than a few
+ * events per head movement (every head movement runs run_stalled). The
+ * caller refreshed the head. Not while shutting down, nor once c is the
+ * only connection left with a socket (tl_loop_held's exceptions). */
+static int fair_still_held(struct tl_loop *l, const struct tl_conn *c)
+{
+	if (!c->fair_held || l->shutting_down || l->live - l->rc_waits <= 1)
+		return 0;
+	return l->evq.own_events[c->slot] > l->cfg.conn_max_events / 2 ||
+	       (l->evq.own_events[c->slot] > 1 && l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2);
+}
+
 static void run_stalled(struct tl_loop *l)
 {
 	struct tl_conn *list = l->stalled, *c;
@@ -1113,6 +1127,14 @@ static void run_stalled(struct tl_loop *l)
 		 * reconnect: it has no socket). */
 		if (c->dying || c->state == TL_ST_IDLE || c->rc_wait)
 			continue;
+		if (fair_still_held(l, c)) {
+			c->stalled = 1;
+			c->on_stall_list = 1;
+			c->stall_next = l->stalled;
+			l->stalled = c;
+			continue;
+		}
+		c->fair_held = 0;
 		tl_conn_drive(l, c);
 		rx_step(l, c, RX_RESUME, 0);
 	}
@@ -1146,6 +1168,16 @@ static void run_rearms(struct tl_loop *l, int sweep)
 }
 
 /* ---- the loop ---- */
+
+/* publish_before_resume publishes what this iteration's completions
+ * appended before run_stalled lets held connections parse again: a
+ * message that arrived beside a flood (an order's answer) then reaches
+ * the pump without waiting for the flood's next share to be parsed. */
+static void publish_before_resume(struct tl_loop *l)
+{
+	if (l->evq.tail != l->evq.published)
+		tl_evq_publish(&l->evq);
+}
 
 static int space_freed(struct tl_loop *l)
 {
@@ -1351,6 +1383,7 @@ static void loop_run(struct tl_loop *l)
 				l->last_sweep_ns = now;
 			if (l->stalled && (sweep || space_freed(l) || l->stall_kick)) {
 				l->stall_kick = 0;
+				publish_before_resume(l);
 				run_stalled(l);
 				busy = 1;
 			}

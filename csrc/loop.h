@@ -226,8 +226,8 @@ static inline __attribute__((always_inline)) int tl_loop_emit(struct tl_loop *l,
  * cfg.conn_max_bytes payload bytes: Config.MaxConnPendingEvents/Bytes).
  * The caller then stops parsing as for a full ring (TL_FEED_STALL: c goes
  * on the stalled list, its recv is paused once it holds its share of
- * slots), and run_stalled resumes it when the pump has passed some of its
- * events. So a flood queues at most that much ahead of another
+ * slots), and run_stalled resumes it once the pump has passed at least
+ * half of its share. So a flood queues at most that much ahead of another
  * connection's message, whatever the ring's size. Never while c is the
  * only connection with a socket (a lone flood keeps the whole ring: loop
  * and pump then overlap instead of taking turns), nor while the pool shuts
@@ -242,6 +242,7 @@ static inline __attribute__((always_inline)) int tl_loop_held(struct tl_loop *l,
 		return 0; /* (alone: nobody's message can wait behind it) */
 	if (!c->stalled)
 		__atomic_store_n(&l->stats->fair_holds, l->stats->fair_holds + 1, __ATOMIC_RELAXED);
+	c->fair_held = 1;
 	return 1;
 }
 

@@ -139,6 +139,7 @@ var talVariants = []talVariant{
 	{name: "fair256", connEvents: 256},
 	{name: "fair512", connEvents: 512},
 	{name: "fair1k", connEvents: 1024},
+	{name: "fair2k", connEvents: 2048},
 	{name: "fair4k", connEvents: 4096},
 	{name: "fair-off", connEvents: 1 << 30},
 }
