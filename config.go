@@ -140,7 +140,7 @@ type Config struct {
 	// delivered when the connection has nothing else pending.
 	// PoolStats.FairHolds counts the holds. Values at or above
 	// EventRingSize / ArenaSize switch the share off.
-	MaxConnPendingEvents uint32 // events one connection may have pending in the ring (1024)
+	MaxConnPendingEvents uint32 // events one connection may have pending in the ring (256)
 	MaxConnPendingBytes  uint64 // payload bytes one connection may have pending in the ring (4 MiB)
 }
 
@@ -166,12 +166,13 @@ var defaults = Config{
 	CloseTimeout:     5 * time.Second,
 	MaxSendQueue:     64 << 20,
 	SampleEvery:      0, // off: stamping is opt-in
-	// A flood's share of the ring: 1024 events is a few tens of
-	// microseconds of pumping ahead of another connection's message,
-	// and as many events as the loop publishes in one batch
-	// (TL_EVQ_EARLY_PUBLISH), so a lone flood still keeps loop and pump
-	// busy at once. Measured in docs/ARCHITECTURE.md ("Receive fairness").
-	MaxConnPendingEvents: 1024,
+	// A flood's share of the ring: 256 events is some microseconds of
+	// pumping ahead of another connection's message. Measured against
+	// 64..4096 in docs/ARCHITECTURE.md ("Receive fairness"): the orders
+	// round trip grows with the share (p50 ~47 us at 256, ~75 at 1024,
+	// 0.7-6 ms with the whole ring), while 16 flooding connections ran
+	// no faster with larger shares on this 2-CPU machine.
+	MaxConnPendingEvents: 256,
 	MaxConnPendingBytes:  4 << 20,
 }
 

@@ -21,7 +21,7 @@ import (
 
 // defaultConnPendingEvents is Config.MaxConnPendingEvents's documented
 // default.
-const defaultConnPendingEvents = 1024
+const defaultConnPendingEvents = 256
 
 // fairServer starts a gorilla server over ws:// or wss:// and returns it
 // with the DialOptions that trust it.
