@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xcc6bd81b46d9addd
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xcbe449e801439792
 import "C"
 
-const csrcHash = "cc6bd81b46d9addd"
+const csrcHash = "cbe449e801439792"
