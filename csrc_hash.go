@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xcbe449e801439792
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x48d4fddc76ef3e36
 import "C"
 
-const csrcHash = "cbe449e801439792"
+const csrcHash = "48d4fddc76ef3e36"

@@ -240,9 +240,14 @@ static int fair_still_held(struct tl_loop *l, const struct tl_conn *c)
 	       (l->evq.own_events[c->slot] > 1 && l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2);
 }
 
-static void run_stalled(struct tl_loop *l)
+/* run_stalled resumes the stalled connections that can go on. Returns how
+ * many it acted on: 0 when every one is still held at its share, so the
+ * loop does not count the pass as work (a busy iteration does not block,
+ * and the loop would spin through the pump's every head store). */
+static int run_stalled(struct tl_loop *l)
 {
 	struct tl_conn *list = l->stalled, *c;
+	int ran = 0;
 	l->stalled = NULL;
 	tl_evq_refresh(&l->evq);
 	while ((c = list) != NULL) {
@@ -250,10 +255,12 @@ static void run_stalled(struct tl_loop *l)
 		c->on_stall_list = 0;
 		c->stalled = 0;
 		if (c->final_pending) {
+			ran++;
 			tl_life_finish(l, c);
 			continue;
 		}
 		if (c->rc_pending) {
+			ran++;
 			tl_life_end_or_reconnect(l, c);
 			continue;
 		}
@@ -270,9 +277,11 @@ static void run_stalled(struct tl_loop *l)
 			continue;
 		}
 		c->fair_held = 0;
+		ran++;
 		tl_life_drive(l, c);
 		tl_rx_step(l, c, RX_RESUME, 0);
 	}
+	return ran;
 }
 
 /* run_rearms re-arms the recvs waiting in TL_RX_WANT when their group has
@@ -522,8 +531,8 @@ static void loop_run(struct tl_loop *l)
 			if (l->stalled && (sweep || space_freed(l) || l->stall_kick)) {
 				l->stall_kick = 0;
 				publish_before_resume(l);
-				run_stalled(l);
-				busy = 1;
+				if (run_stalled(l))
+					busy = 1;
 			}
 			release_deferred(l);
 			if (l->rx_want || sweep)

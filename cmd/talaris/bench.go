@@ -829,6 +829,7 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 	var f0, b0 uint64
 	var c0 float64
 	var t0 time.Time
+	var st0 talaris.PoolStats
 	for {
 		if _, err := talPump(p, v, fn); err != nil {
 			return Result{}, err
@@ -837,12 +838,23 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 		if t0.IsZero() {
 			if now.After(warmEnd) {
 				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
+				st0 = p.Stats()
 			}
 		} else if now.After(end) {
 			return Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
-				Note: stageNote(p)}, nil
+				Note: strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}, nil
 		}
 	}
+}
+
+// waitNote says, per thousand messages, how often the loop held a
+// connection at its share of the ring, was woken, and the pump slept, and
+// how many batches, completions and recv re-arms they took.
+func waitNote(a, b talaris.PoolStats, msgs uint64) string {
+	k := float64(max(msgs, 1)) / 1000
+	return fmt.Sprintf("per 1000 messages: %.2f fair holds, %.2f loop wakes, %.2f pump sleeps, %.2f batches, %.2f completions, %.2f re-arms",
+		float64(b.FairHolds-a.FairHolds)/k, float64(b.LoopWakes-a.LoopWakes)/k, float64(b.PumpSleeps-a.PumpSleeps)/k,
+		float64(b.Batches-a.Batches)/k, float64(b.CQEs-a.CQEs)/k, float64(b.Rearms-a.Rearms)/k)
 }
 
 // talDialAll dials n connections at once with DialAsync and pumps until
