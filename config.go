@@ -137,7 +137,7 @@ type Config struct {
 	// has passed some of them. Nothing is dropped or reordered; another
 	// connection's message waits behind at most this much of each busy
 	// connection. A single message larger than MaxConnPendingBytes is
-	// delivered when the connection has nothing else pending.
+	// delivered when none of the connection's payload bytes are pending.
 	// PoolStats.FairHolds counts the holds. Values at or above
 	// EventRingSize / ArenaSize switch the share off.
 	MaxConnPendingEvents uint32 // events one connection may have pending in the ring (256)

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x48d4fddc76ef3e36
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x1f69b676c0732fbf
 import "C"
 
-const csrcHash = "48d4fddc76ef3e36"
+const csrcHash = "1f69b676c0732fbf"

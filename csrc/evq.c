@@ -134,9 +134,11 @@ int tl_evq_refresh(struct tl_evq *q)
 int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes)
 {
 	tl_evq_refresh(q);
-	if (q->own_events[slot] == 0)
-		return 0; /* alone in the ring: a message larger than max_bytes still goes */
-	return q->own_events[slot] >= max_events || q->own_bytes[slot] + n > max_bytes;
+	if (q->own_events[slot] >= max_events)
+		return 1;
+	/* With none of its payload bytes pending a message larger than
+	 * max_bytes still goes (alone). */
+	return q->own_bytes[slot] != 0 && q->own_bytes[slot] + n > max_bytes;
 }
 
 /* arena_alloc returns n bytes of contiguous, 8-aligned arena (skipping the

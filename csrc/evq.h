@@ -91,10 +91,10 @@ int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t m
 
 /* tl_evq_owner_over says whether slot's next event, with an n-byte
  * payload, would pass its share of the ring: slot already has max_events
- * events pending (appended, not yet passed by Go), or has events pending
- * and their bytes plus n pass max_bytes (a lone message of any size always
- * fits: with nothing pending it holds nobody up). Returns 1 (hold it back
- * until Go passes some) or 0. Inline: one compare pair per message while
+ * events pending (appended, not yet passed by Go), or has payload bytes
+ * pending and those plus n pass max_bytes (a message of any size fits when
+ * none of its owner's bytes are pending). Returns 1 (hold it back until Go
+ * passes some) or 0. Inline: one compare pair per message while
  * under the limit; the head is read only at the limit. */
 static inline __attribute__((always_inline)) int tl_evq_owner_over(struct tl_evq *q, uint32_t slot, size_t n,
 								    uint32_t max_events, uint64_t max_bytes)

@@ -237,7 +237,7 @@ static int fair_still_held(struct tl_loop *l, const struct tl_conn *c)
 	if (!c->fair_held || l->shutting_down || l->live - l->rc_waits <= 1)
 		return 0;
 	return l->evq.own_events[c->slot] > l->cfg.conn_max_events / 2 ||
-	       (l->evq.own_events[c->slot] > 1 && l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2);
+	       l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2;
 }
 
 /* run_stalled resumes the stalled connections that can go on. Returns how

@@ -289,3 +289,66 @@ func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 		}
 	}
 }
+
+// TestFairShareBytes: the byte share (MaxConnPendingBytes). Unpumped, a
+// flood of 64 KiB messages stops at 256 KiB in the ring while an echo
+// beside it still gets in; a flood of 1 MiB messages, each larger than the
+// share, gets one message at a time into the ring (a lone message always
+// goes). Pumped, every message arrives whole and in order.
+func TestFairShareBytes(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		for _, size := range []int{64 << 10, 1 << 20} {
+			t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) { fairBytes(t, useTLS, size) })
+		}
+	})
+}
+
+func fairBytes(t *testing.T, useTLS bool, size int) {
+	const share = 256 << 10
+	srv, opts := fairServer(t, useTLS)
+	p := newTestPool(t, Config{MaxConnPendingBytes: share}, hangGuard)
+	n := 64
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=%d", srv.URL, n, size), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() string { return fmt.Sprintf("echo %+v, flood %+v, pool %+v", o.Stats(), f.Stats(), p.Stats()) }
+	waitFor(t, "flood held at its byte share", func() bool { return p.Stats().FairHolds >= 1 }, state)
+	time.Sleep(20 * time.Millisecond) // give an unfair loop time to overfill
+	want := uint64(share)
+	if size > share {
+		want = uint64(size) // one message larger than the share goes alone
+	}
+	if got := f.Stats().BytesIn; got > want || got == 0 {
+		t.Fatalf("flood put %d bytes in the ring with none consumed; its share is %d bytes of %d-byte messages (%s)",
+			got, share, size, state())
+	}
+	if err := o.SendText([]byte("order")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "echo delivered to the ring beside a flood held at its byte share",
+		func() bool { return o.Stats().MsgsIn == 1 }, state)
+	chk := wstest.NewChecker(size)
+	var echoed, closed bool
+	pumpUntil(t, p, func(c Conn, ev Event) {
+		switch {
+		case c == o && ev.Kind == EventText:
+			echoed = string(ev.Payload) == "order"
+		case c == f && ev.Kind == EventBinary:
+			if err := chk.Check(ev.Payload); err != nil {
+				t.Fatal(err)
+			}
+		case c == f && (ev.Kind == EventClose || ev.Kind == EventError):
+			if ev.Kind != EventClose || chk.Count() != n {
+				t.Errorf("flood ended with %v (%v) after %d of %d messages", ev.Kind, ev.Err, chk.Count(), n)
+			}
+			closed = true
+		}
+	}, func() bool { return echoed && closed }, func() { time.Sleep(50 * time.Microsecond) })
+}
