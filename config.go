@@ -124,6 +124,24 @@ type Config struct {
 	// own EventFunc and do not call it. Nil: those events are consumed
 	// without a callback.
 	OnEvent EventFunc
+
+	// MaxConnPendingEvents and MaxConnPendingBytes are one connection's
+	// share of the event ring (receive fairness). The one event ring
+	// delivers every connection's messages in arrival order, so without a
+	// share a flooding connection could fill it (EventRingSize events)
+	// ahead of another connection's message, which would then wait for
+	// the pump to pass them all. A connection with MaxConnPendingEvents
+	// events, or MaxConnPendingBytes payload bytes, delivered to the ring
+	// and not yet passed by the pump is held: the loop stops parsing its
+	// input (its socket then fills and TCP slows its peer) until the pump
+	// has passed some of them. Nothing is dropped or reordered; another
+	// connection's message waits behind at most this much of each busy
+	// connection. A single message larger than MaxConnPendingBytes is
+	// delivered when none of the connection's payload bytes are pending.
+	// PoolStats.FairHolds counts the holds. Values at or above
+	// EventRingSize / ArenaSize switch the share off.
+	MaxConnPendingEvents uint32 // events one connection may have pending in the ring (256)
+	MaxConnPendingBytes  uint64 // payload bytes one connection may have pending in the ring (4 MiB)
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -148,6 +166,14 @@ var defaults = Config{
 	CloseTimeout:     5 * time.Second,
 	MaxSendQueue:     64 << 20,
 	SampleEvery:      0, // off: stamping is opt-in
+	// A flood's share of the ring: 256 events is some microseconds of
+	// pumping ahead of another connection's message. Measured against
+	// 64..4096 in docs/ARCHITECTURE.md ("Receive fairness"): the orders
+	// round trip grows with the share (p50 ~47 us at 256, ~75 at 1024,
+	// 0.7-6 ms with the whole ring), while 16 flooding connections ran
+	// no faster with larger shares on this 2-CPU machine.
+	MaxConnPendingEvents: 256,
+	MaxConnPendingBytes:  4 << 20,
 }
 
 // The ReconnectPolicy defaults (MinDelay 100ms, MaxDelay 30s or MinDelay
@@ -218,6 +244,8 @@ func (c *Config) withDefaults() (Config, error) {
 	setDur(&d.HandshakeTimeout, def.HandshakeTimeout)
 	setDur(&d.CloseTimeout, def.CloseTimeout)
 	setU64(&d.MaxSendQueue, def.MaxSendQueue)
+	setU32(&d.MaxConnPendingEvents, def.MaxConnPendingEvents)
+	setU64(&d.MaxConnPendingBytes, def.MaxConnPendingBytes)
 	pow2 := func(v uint64) bool { return v != 0 && v&(v-1) == 0 }
 	switch {
 	case !pow2(uint64(d.BufSize)) || !pow2(uint64(d.BufCount)) || d.BufCount > 32768:

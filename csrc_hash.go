@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x0e5599f2f4cf6329
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x0c33b2d6bc46a58a
 import "C"
 
-const csrcHash = "0e5599f2f4cf6329"
+const csrcHash = "0c33b2d6bc46a58a"

@@ -66,6 +66,13 @@
 // buffers, and when the buffer ring runs dry the kernel stops receiving,
 // so TCP slows the sender. Everything resumes when the pump catches up.
 //
+// The ring is shared fairly: a connection holds at most its share of it
+// (Config.MaxConnPendingEvents events, MaxConnPendingBytes bytes, not yet
+// passed by the pump) before the loop holds its input back the same way,
+// so one connection's flood queues at most that much ahead of another
+// connection's message (an order's answer) instead of a whole ring. A
+// connection alone on its Pool keeps the whole ring.
+//
 // # Sending
 //
 // SendText, SendBinary, Ping, Pong and Close copy their data into the

@@ -103,7 +103,8 @@ func (r *evConsumer) eventSampled(idx uint64, c Conn, ev Event, fe EventFunc) {
 func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 
 // consume hands events [pos, tail) to fd (data messages only) or fe (every
-// event), then releases them all with one store of head. It returns the
+// event), then releases them all with one store of head (a batch longer
+// than releaseEvery also every releaseEvery events). It returns the
 // number of callbacks made.
 //
 // Exactly one of fe, fd and fs is non-nil; fs is PumpStamped's callback.
@@ -178,6 +179,14 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
 			pool.nconns.Add(-1)
 			pool.unref(uint32(e.slot))
+		}
+		if (i+1)&(releaseEvery-1) == 0 && i+1 != tail {
+			// A long batch gives its first part back early: an awake
+			// loop can resume a connection held at its share of the ring
+			// (Config.MaxConnPendingEvents) while the rest is still being
+			// handed out, so loop and pump keep working at once. (A
+			// sleeping loop is woken once, when the batch ends.)
+			atomic.StoreUint64(r.head, i+1)
 		}
 	}
 	r.pos = tail
@@ -292,10 +301,21 @@ func (r *evConsumer) noteEnd(e *C.struct_tl_event, kind EventKind, payload []byt
 // the room just released.
 func (p *Pool) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
 	n := p.ev.consume(tail, fe, fd, fs)
+	p.wakeForSpace()
+	return n
+}
+
+// releaseEvery is how many events of a batch consume passes before it
+// releases them (one store of head), a power of two: one store per this
+// many events, and a held connection waits for at most this many.
+const releaseEvery = 256
+
+// wakeForSpace wakes the loop when it sleeps waiting for the room just
+// released (loop_wants_space: a stalled or held connection).
+func (p *Pool) wakeForSpace() {
 	if atomic.LoadUint32(p.wantsSpace) != 0 && atomic.CompareAndSwapUint32(p.wantsSpace, 1, 0) {
 		p.wakeLoop()
 	}
-	return n
 }
 
 // enterPump claims the pool for one pumping goroutine.

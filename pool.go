@@ -22,10 +22,11 @@ type PoolStats struct {
 	CQEs       uint64 // completions handled by the loop
 	Rearms     uint64 // multishot recvs re-armed after ending without F_MORE
 	NoBufs     uint64 // recvs ended by -ENOBUFS (buffer ring exhausted)
-	Stalls     uint64 // times the loop held input back because the ring or arena was full
+	Stalls     uint64 // times the loop held input back because the ring or arena was full, or a connection had its share of it pending
 	LoopWakes  uint64 // times Go woke a sleeping loop
 	PumpSleeps uint64 // times Pump slept waiting for events
 	Reconnects uint64 // successful re-opens by reconnect policies, all connections
+	FairHolds  uint64 // times a connection was held at its share of the ring (Config.MaxConnPendingEvents/Bytes; also counted in Stalls)
 }
 
 // NewPool starts a C loop thread configured by cfg.

@@ -148,6 +148,8 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.close_timeout_ns = C.uint64_t(d.CloseTimeout)
 	cc.max_send_queue = C.uint64_t(d.MaxSendQueue)
 	cc.sample_every = C.uint32_t(d.SampleEvery)
+	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
+	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 
 	var cerr C.int
 	var msg [160]C.char
@@ -295,6 +297,7 @@ func (p *Pool) poolStats() PoolStats {
 		NoBufs: uint64(s.nobufs), Stalls: uint64(s.stalls), LoopWakes: uint64(s.loop_wakes),
 		PumpSleeps: uint64(s.pump_sleeps),
 		Reconnects: uint64(s.reconnects),
+		FairHolds:  uint64(s.fair_holds),
 	}
 }
 

@@ -539,6 +539,33 @@ static inline __attribute__((always_inline)) int conn_emit_inplace(struct tl_loo
 	return 0;
 }
 
+/* conn_held says whether c must wait before it publishes its next
+ * peer-driven event (a data message, a ping or a pong) with an n-byte
+ * payload: c already has its share of the event ring pending, appended
+ * and not yet passed by the pump (cfg.conn_max_events events, or
+ * cfg.conn_max_bytes payload bytes: Config.MaxConnPendingEvents/Bytes).
+ * The caller then stops parsing as for a full ring (TL_FEED_STALL: c goes
+ * on the stalled list, its recv is paused once it holds its share of
+ * slots), and the loop resumes it (run_stalled, fair_still_held) once the pump
+ * has passed at least half of its share. So a flood queues at most that
+ * much ahead of another connection's message, whatever the ring's size.
+ * Never while c is the only connection with a socket (a lone flood keeps
+ * the whole ring: loop and pump then overlap instead of taking turns),
+ * nor while the pool shuts down (events that do not fit are dropped then,
+ * see ring_full). Returns 1 (hold) or 0. Inline: two compares per message
+ * under the limit. */
+static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, struct tl_conn *c, size_t n)
+{
+	if (__builtin_expect(!tl_evq_owner_over(&l->evq, c->slot, n, l->cfg.conn_max_events, l->cfg.conn_max_bytes), 1))
+		return 0;
+	if (l->shutting_down || l->live - l->rc_waits <= 1)
+		return 0; /* (alone: nobody's message can wait behind it) */
+	if (!c->stalled)
+		__atomic_store_n(&l->stats->fair_holds, l->stats->fair_holds + 1, __ATOMIC_RELAXED);
+	c->fair_held = 1;
+	return 1;
+}
+
 /* publish_open publishes EventOpen; aux carries the handle's successful
  * re-opens (0 on the first open). */
 static int publish_open(struct tl_loop *l, struct tl_conn *c)
@@ -673,6 +700,8 @@ static int ring_full(const struct tl_loop *l)
 /* publish_data publishes a reassembled message, copied into the arena. */
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
+	if (conn_held(l, c, n))
+		return TL_FEED_STALL; /* over its share of the ring: wait for the pump */
 	if (conn_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
 		return ring_full(l);
 	count_in(l, c, n);
@@ -687,8 +716,12 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? conn_emit_inplace(l, c, kind, p, n)
-								     : conn_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	int r;
+
+	if (conn_held(l, c, n))
+		return TL_FEED_STALL; /* over its share of the ring: wait for the pump */
+	r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? conn_emit_inplace(l, c, kind, p, n)
+								 : conn_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return ring_full(l);
 	count_in(l, c, n);
@@ -780,14 +813,16 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 	struct tl_conn_pub *pub = &l->pub[c->slot];
 	switch (c->h.opcode) {
 	case TL_OP_PING:
-		if (conn_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
+		if (conn_held(l, c, c->ctrl_len) ||
+		    (conn_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l)))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
 			send_reply(l, c, TL_OP_PONG, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
-		if (conn_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
+		if (conn_held(l, c, c->ctrl_len) ||
+		    (conn_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l)))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;

@@ -218,6 +218,9 @@ struct tl_conn {
 	 * for the TLS transport */
 	uint8_t todo;          /* TL_DO_*: acted on (and cleared) by tl_life_after */
 	struct tl_outbuf tx_pt; /* wss: framed plaintext, encrypted into out[cur] by tl_tls_seal */
+	/* receive fairness (conn_held in conn.c): stalled because it had its
+	 * share of the event ring pending, not because the ring was full */
+	uint8_t fair_held;
 };
 
 /* tl_conn_ending says c is ending: teardown started, or requested

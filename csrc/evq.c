@@ -23,7 +23,8 @@ static void *evq_map(size_t n)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats, int stamped)
+int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats, int stamped,
+		uint32_t owners)
 {
 	memset(q, 0, sizeof(*q));
 	q->stats = stats;
@@ -31,7 +32,10 @@ int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_
 	q->r = evq_map(sizeof(*q->r));
 	q->arena_end = calloc(size, sizeof(uint64_t));
 	q->arena = evq_map(arena_size);
-	if (!q->r || !q->arena_end || !q->arena)
+	q->owners = owners ? owners : 1;
+	q->own_events = calloc(q->owners, sizeof(uint32_t));
+	q->own_bytes = calloc(q->owners, sizeof(uint64_t));
+	if (!q->r || !q->arena_end || !q->arena || !q->own_events || !q->own_bytes)
 		return -ENOMEM;
 	q->r->ev = evq_map(sizeof(struct tl_event) * size);
 	if (!q->r->ev)
@@ -64,6 +68,8 @@ void tl_evq_free(struct tl_evq *q)
 		munmap(q->arena, q->arena_size);
 	free(q->arena_end);
 	free(q->stamp_pend);
+	free(q->own_events);
+	free(q->own_bytes);
 	memset(q, 0, sizeof(*q));
 }
 
@@ -107,12 +113,32 @@ int tl_evq_refresh(struct tl_evq *q)
 
 	if (head == q->head_cache)
 		return 0;
+	/* Credit each passed event to its owner. Every event is walked once,
+	 * here, before its ring entry can be written again (the producer
+	 * reuses an entry only after this refresh has seen the head pass it),
+	 * so the per-owner counts stay exact. The records are our own writes
+	 * (Go only reads them). */
+	for (uint64_t i = q->head_cache; i != head; i++) {
+		const struct tl_event *e = &q->events[i & q->mask];
+		q->own_events[e->slot]--;
+		q->own_bytes[e->slot] -= e->len;
+	}
 	q->head_cache = head;
 	if (head == q->tail)
 		q->rpos = q->wpos;
 	else
 		q->rpos = q->arena_end[(head - 1) & q->mask];
 	return 1;
+}
+
+int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes)
+{
+	tl_evq_refresh(q);
+	if (q->own_events[slot] >= max_events)
+		return 1;
+	/* With none of its payload bytes pending a message larger than
+	 * max_bytes still goes (alone). */
+	return q->own_bytes[slot] != 0 && q->own_bytes[slot] + n > max_bytes;
 }
 
 /* arena_alloc returns n bytes of contiguous, 8-aligned arena (skipping the

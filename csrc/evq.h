@@ -47,13 +47,24 @@ struct tl_evq {
 	struct tl_stamp *stamps; /* r->stamps: NULL when sampling is off */
 	uint32_t *stamp_pend;    /* indices of stamped events awaiting their publish stamp */
 	uint32_t npend;          /* at most TL_EVQ_EARLY_PUBLISH: a batch never grows longer */
+	/* Per owner (event slot): events and payload bytes appended and not
+	 * yet passed by Go's head, exact: counted up in tl_evq_put, down in
+	 * tl_evq_refresh as the head passes them. Per slot, not per
+	 * connection: a slot's previous connection's events still queue ahead
+	 * of everyone until the pump passes them. Loop-private. */
+	uint32_t *own_events;
+	uint64_t *own_bytes;
+	uint32_t owners;         /* entries in own_events/own_bytes (every slot < owners) */
 };
 
 /* tl_evq_init maps an event ring of size events and an arena of arena_size
  * bytes (both powers of two), populated up front, and with stamped set the
- * stamp table (size entries) for sampled messages. Returns 0 or -ENOMEM;
- * on failure whatever was mapped is released by tl_evq_free. */
-int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats, int stamped);
+ * stamp table (size entries) for sampled messages. owners is the number of
+ * event slots (struct tl_evmeta.slot < owners) whose pending events and
+ * bytes are counted (tl_evq_owner_over). Returns 0 or -ENOMEM; on failure
+ * whatever was mapped is released by tl_evq_free. */
+int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_pool_stats *stats, int stamped,
+		uint32_t owners);
 
 /* tl_evq_free unmaps what tl_evq_init mapped. Safe on a zeroed or partly
  * initialised queue. */
@@ -72,6 +83,26 @@ int tl_evq_refresh(struct tl_evq *q);
  * ring or arena is full, or the payload would wrap the arena. Not for
  * direct use. */
 int tl_evq_append_slow(struct tl_evq *q, struct tl_evmeta m, const uint8_t *p, size_t n);
+
+/* tl_evq_owner_over_slow is tl_evq_owner_over's path once the counts say
+ * the owner is at its limit: it reads Go's head (tl_evq_refresh) and
+ * decides again. Not for direct use. */
+int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes);
+
+/* tl_evq_owner_over says whether slot's next event, with an n-byte
+ * payload, would pass its share of the ring: slot already has max_events
+ * events pending (appended, not yet passed by Go), or has payload bytes
+ * pending and those plus n pass max_bytes (a message of any size fits when
+ * none of its owner's bytes are pending). Returns 1 (hold it back until Go
+ * passes some) or 0. Inline: one compare pair per message while
+ * under the limit; the head is read only at the limit. */
+static inline __attribute__((always_inline)) int tl_evq_owner_over(struct tl_evq *q, uint32_t slot, size_t n,
+								    uint32_t max_events, uint64_t max_bytes)
+{
+	if (__builtin_expect(q->own_events[slot] < max_events && q->own_bytes[slot] + n <= max_bytes, 1))
+		return 0;
+	return tl_evq_owner_over_slow(q, slot, n, max_events, max_bytes);
+}
 
 /* tl_evq_head_moved reports (seq_cst, for the sleep handshake) whether Go
  * released events since the last tl_evq_refresh. */
@@ -103,6 +134,8 @@ static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, s
 	ev.aux = m.aux;
 	q->events[idx] = ev;
 	q->arena_end[idx] = arena_end;
+	q->own_events[m.slot]++;
+	q->own_bytes[m.slot] += n;
 	q->tail = tail + 1;
 	if (__builtin_expect(tail + 1 - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
 		tl_evq_publish(q);

@@ -226,9 +226,28 @@ static void release_deferred(struct tl_loop *l)
 	tl_slots_release_deferred(&l->slots, l->evq.head_cache);
 }
 
-static void run_stalled(struct tl_loop *l)
+/* fair_still_held says whether c, held at its share of the event ring
+ * (tl_loop_held), should stay held: until the pump has passed at least
+ * half of its share, so each resume parses a good batch rather than a few
+ * events per head movement (every head movement runs run_stalled). The
+ * caller refreshed the head. Not while shutting down, nor once c is the
+ * only connection left with a socket (tl_loop_held's exceptions). */
+static int fair_still_held(struct tl_loop *l, const struct tl_conn *c)
+{
+	if (!c->fair_held || l->shutting_down || l->live - l->rc_waits <= 1)
+		return 0;
+	return l->evq.own_events[c->slot] > l->cfg.conn_max_events / 2 ||
+	       l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2;
+}
+
+/* run_stalled resumes the stalled connections that can go on. Returns how
+ * many it acted on: 0 when every one is still held at its share, so the
+ * loop does not count the pass as work (a busy iteration does not block,
+ * and the loop would spin through the pump's every head store). */
+static int run_stalled(struct tl_loop *l)
 {
 	struct tl_conn *list = l->stalled, *c;
+	int ran = 0;
 	l->stalled = NULL;
 	tl_evq_refresh(&l->evq);
 	while ((c = list) != NULL) {
@@ -236,10 +255,12 @@ static void run_stalled(struct tl_loop *l)
 		c->on_stall_list = 0;
 		c->stalled = 0;
 		if (c->final_pending) {
+			ran++;
 			tl_life_finish(l, c);
 			continue;
 		}
 		if (c->rc_pending) {
+			ran++;
 			tl_life_end_or_reconnect(l, c);
 			continue;
 		}
@@ -248,9 +269,19 @@ static void run_stalled(struct tl_loop *l)
 		 * reconnect: it has no socket). */
 		if (c->dying || c->state == TL_ST_IDLE || c->rc_wait)
 			continue;
+		if (fair_still_held(l, c)) {
+			c->stalled = 1;
+			c->on_stall_list = 1;
+			c->stall_next = l->stalled;
+			l->stalled = c;
+			continue;
+		}
+		c->fair_held = 0;
+		ran++;
 		tl_life_drive(l, c);
 		tl_rx_step(l, c, RX_RESUME, 0);
 	}
+	return ran;
 }
 
 /* has_output says c has bytes a flush would hand to the kernel (or a
@@ -306,6 +337,16 @@ static void run_rearms(struct tl_loop *l, int sweep)
 }
 
 /* ---- the loop ---- */
+
+/* publish_before_resume publishes what this iteration's completions
+ * appended before run_stalled lets held connections parse again: a
+ * message that arrived beside a flood (an order's answer) then reaches
+ * the pump without waiting for the flood's next share to be parsed. */
+static void publish_before_resume(struct tl_loop *l)
+{
+	if (l->evq.tail != l->evq.published)
+		tl_evq_publish(&l->evq);
+}
 
 static int space_freed(struct tl_loop *l)
 {
@@ -514,8 +555,9 @@ static void loop_run(struct tl_loop *l)
 				l->last_sweep_ns = now;
 			if (l->stalled && (sweep || space_freed(l) || l->stall_kick)) {
 				l->stall_kick = 0;
-				run_stalled(l);
-				busy = 1;
+				publish_before_resume(l);
+				if (run_stalled(l))
+					busy = 1;
 			}
 			release_deferred(l);
 			if (l->rx_want || sweep || l->tx_retry)
@@ -645,6 +687,11 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	if (!l)
 		goto nomem;
 	l->cfg = *cfg;
+	/* 0: no fairness limit (the Decoder's single connection). */
+	if (!l->cfg.conn_max_events)
+		l->cfg.conn_max_events = UINT32_MAX;
+	if (!l->cfg.conn_max_bytes)
+		l->cfg.conn_max_bytes = UINT64_MAX;
 	l->sample_left = cfg->sample_every;
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);
@@ -657,7 +704,8 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		goto nomem_free;
 	if (tl_slots_alloc(&l->slots, cfg->buf_count) < 0)
 		goto nomem_free;
-	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats, cfg->sample_every != 0) < 0)
+	if (tl_evq_init(&l->evq, cfg->event_ring_size, cfg->arena_size, l->stats, cfg->sample_every != 0,
+			cfg->max_conns) < 0)
 		goto nomem_free;
 	if (tl_cmdq_init(&l->cmdq, cfg->cmd_ring_size) < 0)
 		goto nomem_free;

@@ -40,6 +40,14 @@ struct tl_config {
 	uint64_t max_send_queue;
 	uint32_t sample_every;    /* stamp one receive completion in this many; 0: off */
 	uint32_t pad_sample;
+	/* Receive fairness (Config.MaxConnPendingEvents/Bytes): a connection
+	 * with this many events, or this many payload bytes, published and not
+	 * yet passed by the pump is held (stalled) until the pump passes some
+	 * of them, so a flood queues at most this much ahead of another
+	 * connection's message. 0: no limit (the Decoder). */
+	uint32_t conn_max_events;
+	uint32_t pad_fair;
+	uint64_t conn_max_bytes;
 };
 
 /* tl_pool_stats mirrors talaris.PoolStats and the counters of
@@ -52,6 +60,7 @@ struct tl_pool_stats {
 	uint64_t msgs, bytes;  /* data messages published and their payload bytes */
 	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
 	uint64_t sendq_full;   /* reads held back because a connection's own replies (pongs, close) passed max_send_queue */
+	uint64_t fair_holds;   /* connections held at their conn_max_events / conn_max_bytes (also counted in stalls) */
 };
 
 struct tl_loop;
@@ -148,7 +157,7 @@ void tl_decoder_free(struct tl_loop *l);
 const char *tl_tls_backend(void);
 
 /* Layouts Go fills in or reads (see ring.h for the rings). */
-_Static_assert(sizeof(struct tl_config) == 120, "tl_config size");
+_Static_assert(sizeof(struct tl_config) == 136, "tl_config size");
 TL_LAYOUT(tl_config, sq_entries, 0);
 TL_LAYOUT(tl_config, ring_flags, 8);
 TL_LAYOUT(tl_config, sq_thread_cpu, 16);
@@ -165,12 +174,15 @@ TL_LAYOUT(tl_config, handshake_timeout_ns, 88);
 TL_LAYOUT(tl_config, close_timeout_ns, 96);
 TL_LAYOUT(tl_config, max_send_queue, 104);
 TL_LAYOUT(tl_config, sample_every, 112);
-_Static_assert(sizeof(struct tl_pool_stats) == 104, "tl_pool_stats size");
+TL_LAYOUT(tl_config, conn_max_events, 120);
+TL_LAYOUT(tl_config, conn_max_bytes, 128);
+_Static_assert(sizeof(struct tl_pool_stats) == 112, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
 TL_LAYOUT(tl_pool_stats, reconnects, 64);
 TL_LAYOUT(tl_pool_stats, msgs, 72);
 TL_LAYOUT(tl_pool_stats, sendq_full, 96);
+TL_LAYOUT(tl_pool_stats, fair_holds, 104);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);

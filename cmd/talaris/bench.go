@@ -104,6 +104,7 @@ type talVariant struct {
 	spinTime   time.Duration // Config.SpinTime (0: the default)
 	ringFlags  uint32        // Config.RingFlags (0: the default)
 	evRing     uint32        // Config.EventRingSize (0: the default)
+	connEvents uint32        // Config.MaxConnPendingEvents (0: the default)
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -130,6 +131,17 @@ var talVariants = []talVariant{
 	// The default with a 4096-event ring: how much of the orders
 	// workload's round trip is the flood queued ahead of the echo.
 	{name: "default-ring4k", evRing: 4096},
+	// The default with another share of the ring per connection
+	// (MaxConnPendingEvents; "fair-off": the whole ring, as before the
+	// share existed).
+	{name: "fair64", connEvents: 64},
+	{name: "fair128", connEvents: 128},
+	{name: "fair256", connEvents: 256},
+	{name: "fair512", connEvents: 512},
+	{name: "fair1k", connEvents: 1024},
+	{name: "fair2k", connEvents: 2048},
+	{name: "fair4k", connEvents: 4096},
+	{name: "fair-off", connEvents: 1 << 30},
 }
 
 // variantNames lists the variants for --help.
@@ -782,7 +794,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery}
+		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
@@ -817,6 +829,7 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 	var f0, b0 uint64
 	var c0 float64
 	var t0 time.Time
+	var st0 talaris.PoolStats
 	for {
 		if _, err := talPump(p, v, fn); err != nil {
 			return Result{}, err
@@ -825,12 +838,23 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 		if t0.IsZero() {
 			if now.After(warmEnd) {
 				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
+				st0 = p.Stats()
 			}
 		} else if now.After(end) {
 			return Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
-				Note: stageNote(p)}, nil
+				Note: strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}, nil
 		}
 	}
+}
+
+// waitNote says, per thousand messages, how often the loop held a
+// connection at its share of the ring, was woken, and the pump slept, and
+// how many batches, completions and recv re-arms they took.
+func waitNote(a, b talaris.PoolStats, msgs uint64) string {
+	k := float64(max(msgs, 1)) / 1000
+	return fmt.Sprintf("per 1000 messages: %.2f fair holds, %.2f loop wakes, %.2f pump sleeps, %.2f batches, %.2f completions, %.2f re-arms",
+		float64(b.FairHolds-a.FairHolds)/k, float64(b.LoopWakes-a.LoopWakes)/k, float64(b.PumpSleeps-a.PumpSleeps)/k,
+		float64(b.Batches-a.Batches)/k, float64(b.CQEs-a.CQEs)/k, float64(b.Rearms-a.Rearms)/k)
 }
 
 // talDialAll dials n connections at once with DialAsync and pumps until

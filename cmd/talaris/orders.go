@@ -114,6 +114,7 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 	var c0, f0 float64
 	var t0 time.Time
 	var frames0 uint64
+	var st0 talaris.PoolStats
 	for i := uint64(0); ; i++ {
 		now := time.Now()
 		if now.After(end) {
@@ -122,6 +123,7 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 		if t0.IsZero() && now.After(warmEnd) {
 			t0, c0, frames0 = now, cpuSeconds(), fFrames
 			f0 = float64(sent.Load())
+			st0 = p.Stats()
 		}
 		binary.LittleEndian.PutUint64(msg, i)
 		if err := o.SendBinary(msg); err != nil {
@@ -144,6 +146,11 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 		r.Secs, r.CPUSecs = time.Since(t0).Seconds(), cpuSeconds()-c0
 		r.Note = fmt.Sprintf("flood %.2f M frames/s on F; S accepted %.1f MiB (%.1f MiB while measured), ErrWouldBlock %d times",
 			float64(fFrames-frames0)/r.Secs/1e6, float64(sent.Load())/(1<<20), (float64(sent.Load())-f0)/(1<<20), wouldBlock.Load())
+		// Per order: how often F was held at its share of the ring
+		// (Config.MaxConnPendingEvents), and the wake-ups each side took.
+		st, n := p.Stats(), float64(max(h.TotalCount(), 1))
+		r.Note += fmt.Sprintf("; per order: %.1f fair holds, %.1f loop wakes, %.1f pump sleeps",
+			float64(st.FairHolds-st0.FairHolds)/n, float64(st.LoopWakes-st0.LoopWakes)/n, float64(st.PumpSleeps-st0.PumpSleeps)/n)
 	}
 	if e, ok := sendErr.Load().(error); ok {
 		r.Note += "; send to S failed: " + e.Error()

@@ -1,0 +1,354 @@
+//go:build linux && cgo
+
+package talaris_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+)
+
+// Receive fairness (Config.MaxConnPendingEvents/Bytes): one event ring
+// carries every connection's messages in arrival order, so a flood must
+// not be able to queue more than its share ahead of another connection's
+// message, nor keep that message out of the ring.
+
+// defaultConnPendingEvents is Config.MaxConnPendingEvents's documented
+// default.
+const defaultConnPendingEvents = 256
+
+// fairServer starts a gorilla server over ws:// or wss:// and returns it
+// with the DialOptions that trust it.
+func fairServer(t *testing.T, useTLS bool) (*wstest.Server, *DialOptions) {
+	t.Helper()
+	if useTLS {
+		return wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)), tlsOpts
+	}
+	return wstest.NewGorilla().Start(t), nil
+}
+
+// waitFor polls cond (nothing is pumped meanwhile) until it holds; a test
+// guard, not a timing assertion: what it waits for happens in
+// microseconds unless the loop is wrongly holding it back.
+func waitFor(t *testing.T, what string, cond func() bool, state func() string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 30s (%s)", what, state())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFairShareFloodBesideEcho: two connections flood a pool (n 64-byte
+// messages each) beside an echo connection. Nobody pumps at first: each
+// flood stops at its share of the ring (its MsgsIn never passes it) while
+// the ring has room for far more, and an order sent on the echo
+// connection is still delivered to the ring (the floods being held never
+// stalls it). Then the pump runs, slowly: fewer than the floods' shares
+// are passed before the echo, every round. Finally every flood message
+// arrives, complete and in order, and each flood ends with its close.
+func TestFairShareFloodBesideEcho(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		for _, share := range []uint32{0, 64} {
+			t.Run(fmt.Sprintf("share=%d", share), func(t *testing.T) { fairFloodBesideEcho(t, useTLS, share) })
+		}
+	})
+}
+
+func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
+	srv, opts := fairServer(t, useTLS)
+	p := newTestPool(t, Config{MaxConnPendingEvents: share}, hangGuard)
+	limit := uint64(share)
+	if share == 0 {
+		limit = defaultConnPendingEvents
+	}
+	n := scaled(200000)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floods := make([]Conn, 2)
+	chk := map[Conn]*wstest.Checker{}
+	for i := range floods {
+		if floods[i], err = p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=64", srv.URL, n), opts); err != nil {
+			t.Fatal(err)
+		}
+		chk[floods[i]] = wstest.NewChecker(64)
+	}
+	state := func() string {
+		return fmt.Sprintf("echo %+v, floods %+v %+v, pool %+v", o.Stats(), floods[0].Stats(), floods[1].Stats(), p.Stats())
+	}
+	// Unpumped: each flood fills its share and is held there.
+	waitFor(t, "floods held at their share", func() bool {
+		return p.Stats().FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
+	}, state)
+	time.Sleep(20 * time.Millisecond) // give an unfair loop time to overfill
+	for _, f := range floods {
+		// (its EventOpen, also unconsumed, is part of its share)
+		if got := f.Stats().MsgsIn; got > limit {
+			t.Fatalf("flood delivered %d messages to the ring with none consumed; its share is %d (%s)", got, limit, state())
+		}
+	}
+
+	order := make([]byte, 16)
+	var echoes, aheadMax int
+	var ahead int
+	opened := 0
+	closed := map[Conn]bool{}
+	var done bool
+	fn := func(c Conn, ev Event) {
+		switch {
+		case ev.Kind == EventOpen:
+			opened++
+		case c == o && ev.Kind == EventBinary:
+			if seq := binary.LittleEndian.Uint64(ev.Payload); int(seq) != echoes {
+				t.Errorf("echo %d carries order %d", echoes, seq)
+			}
+			echoes++
+			aheadMax = max(aheadMax, ahead)
+			done = true
+		case ev.Kind == EventBinary:
+			ahead++
+			if err := chk[c].Check(ev.Payload); err != nil {
+				t.Fatal(err)
+			}
+		case ev.Kind == EventClose || ev.Kind == EventError:
+			if c == o || ev.Kind != EventClose || chk[c].Count() != n {
+				t.Errorf("%v on conn %d (%v) after %d messages", ev.Kind, c.Slot(), ev.Err, chk[c].Count())
+			}
+			closed[c] = true
+		}
+	}
+	rounds := 8
+	for r := 0; r < rounds; r++ {
+		binary.LittleEndian.PutUint64(order, uint64(r))
+		if err := o.SendBinary(order); err != nil {
+			t.Fatalf("order %d: %v", r, err)
+		}
+		// Not pumping: the echo must reach the ring although both floods
+		// sit at their share (and, if the floods have not ended yet, are
+		// held there).
+		waitFor(t, fmt.Sprintf("echo %d delivered to the ring while nothing is pumped", r),
+			func() bool { return o.Stats().MsgsIn == uint64(r+1) }, state)
+		// Now the events ahead of it are at most the floods' shares. A
+		// slow pump (a pause per batch) keeps the floods at their share.
+		ahead, done = 0, false
+		pumpUntil(t, p, fn, func() bool { return done }, func() { time.Sleep(50 * time.Microsecond) })
+		if ahead > 2*int(limit) {
+			t.Fatalf("round %d: %d flood messages passed before the echo; at most %d (2 shares) may be ahead (%s)",
+				r, ahead, 2*limit, state())
+		}
+	}
+	if echoes != rounds || opened != 3 {
+		t.Fatalf("%d echoes of %d orders, %d opens of 3", echoes, rounds, opened)
+	}
+	// The rest of both floods, complete and in order.
+	pumpUntil(t, p, fn, func() bool { return closed[floods[0]] && closed[floods[1]] }, nil)
+	for _, f := range floods {
+		if chk[f].Count() != n {
+			t.Fatalf("flood got %d of %d messages", chk[f].Count(), n)
+		}
+	}
+	if p.Stats().FairHolds == 0 {
+		t.Fatalf("no fair holds counted (%s)", state())
+	}
+	t.Logf("most flood messages ahead of an echo: %d (share %d); %s", aheadMax, limit, state())
+}
+
+// TestFairShareLoneConn: a connection alone on its pool keeps the whole
+// ring (nobody's message can wait behind it): unpumped, it goes far past
+// its share and is never held.
+func TestFairShareLoneConn(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p := newTestPool(t, Config{MaxConnPendingEvents: 64, EventRingSize: 4096}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	f, err := p.Dial(ctx, srv.URL+"/stream?n=100000&size=64", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() string { return fmt.Sprintf("flood %+v, pool %+v", f.Stats(), p.Stats()) }
+	// (Far past its share; how far depends on how many messages each
+	// receive slot, held by its in-place payloads, happens to carry.)
+	waitFor(t, "a lone flood passes its share", func() bool { return f.Stats().MsgsIn >= 8*64 }, state)
+	if h := p.Stats().FairHolds; h != 0 {
+		t.Fatalf("a lone connection was held %d times (%s)", h, state())
+	}
+	chk := wstest.NewChecker(64)
+	final := pumpOne(t, p, f, func(ev Event) {
+		if ev.Kind == EventBinary {
+			if err := chk.Check(ev.Payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if final.Kind != EventClose || chk.Count() != 100000 {
+		t.Fatalf("final %+v after %d messages", final, chk.Count())
+	}
+}
+
+// TestFairShareCloseRace: Pool.Close and Conn.Close from other goroutines
+// while two floods are held at their share (nobody pumps, or a slow pump
+// runs): every call returns, the calls racing Close return nil or the
+// documented errors, and nothing hangs.
+func TestFairShareCloseRace(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		for i := range 4 {
+			poolClose, pumping := i&1 != 0, i&2 != 0
+			fairCloseRace(t, useTLS, poolClose, pumping)
+		}
+	})
+}
+
+func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
+	srv, opts := fairServer(t, useTLS)
+	p := newTestPool(t, Config{MaxConnPendingEvents: 32, CloseTimeout: 500 * time.Millisecond}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var floods []Conn
+	for range 2 {
+		f, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=64", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		floods = append(floods, f)
+	}
+	waitFor(t, "floods held", func() bool { return p.Stats().FairHolds >= 2 },
+		func() string { return fmt.Sprintf("%+v", p.Stats()) })
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	if pumping {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				_, err := p.PumpData(func(Conn, Opcode, []byte) { time.Sleep(time.Microsecond) })
+				if errors.Is(err, ErrPoolClosed) || errors.Is(err, ErrNoConns) {
+					return
+				}
+				if err != nil {
+					errc <- fmt.Errorf("PumpData: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	for _, c := range append([]Conn{o}, floods...) {
+		wg.Add(1)
+		go func(c Conn) {
+			defer wg.Done()
+			if err := c.Close(CloseNormal, "bye"); err != nil && !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrClosed) {
+				errc <- fmt.Errorf("Conn.Close: %w", err)
+			}
+			if err := c.SendText([]byte("late")); err == nil {
+				errc <- errors.New("SendText after Close returned nil")
+			}
+			_ = c.Stats()
+			_ = c.State()
+		}(c)
+	}
+	if poolClose {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Close(); err != nil {
+				errc <- fmt.Errorf("Pool.Close: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	// (Pool.Close also ends the held floods' close handshakes that Conn.Close
+	// began: they are bounded by CloseTimeout.)
+	if err := p.Close(); err != nil {
+		t.Fatalf("Pool.Close: %v", err)
+	}
+	if _, err := p.Pump(func(Conn, Event) {}); !errors.Is(err, ErrPoolClosed) {
+		t.Fatalf("Pump after Close: %v", err)
+	}
+	for _, c := range append([]Conn{o}, floods...) {
+		if s := c.State(); s != StateClosed {
+			t.Fatalf("state after Pool.Close: %v", s)
+		}
+	}
+}
+
+// TestFairShareBytes: the byte share (MaxConnPendingBytes). Unpumped, a
+// flood of 64 KiB messages stops at 256 KiB in the ring while an echo
+// beside it still gets in; a flood of 1 MiB messages, each larger than the
+// share, gets one message at a time into the ring (a lone message always
+// goes). Pumped, every message arrives whole and in order.
+func TestFairShareBytes(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		for _, size := range []int{64 << 10, 1 << 20} {
+			t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) { fairBytes(t, useTLS, size) })
+		}
+	})
+}
+
+func fairBytes(t *testing.T, useTLS bool, size int) {
+	const share = 256 << 10
+	srv, opts := fairServer(t, useTLS)
+	p := newTestPool(t, Config{MaxConnPendingBytes: share}, hangGuard)
+	n := 64
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=%d", srv.URL, n, size), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() string { return fmt.Sprintf("echo %+v, flood %+v, pool %+v", o.Stats(), f.Stats(), p.Stats()) }
+	waitFor(t, "flood held at its byte share", func() bool { return p.Stats().FairHolds >= 1 }, state)
+	time.Sleep(20 * time.Millisecond) // give an unfair loop time to overfill
+	want := uint64(share)
+	if size > share {
+		want = uint64(size) // one message larger than the share goes alone
+	}
+	if got := f.Stats().BytesIn; got > want || got == 0 {
+		t.Fatalf("flood put %d bytes in the ring with none consumed; its share is %d bytes of %d-byte messages (%s)",
+			got, share, size, state())
+	}
+	if err := o.SendText([]byte("order")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "echo delivered to the ring beside a flood held at its byte share",
+		func() bool { return o.Stats().MsgsIn == 1 }, state)
+	chk := wstest.NewChecker(size)
+	var echoed, closed bool
+	pumpUntil(t, p, func(c Conn, ev Event) {
+		switch {
+		case c == o && ev.Kind == EventText:
+			echoed = string(ev.Payload) == "order"
+		case c == f && ev.Kind == EventBinary:
+			if err := chk.Check(ev.Payload); err != nil {
+				t.Fatal(err)
+			}
+		case c == f && (ev.Kind == EventClose || ev.Kind == EventError):
+			if ev.Kind != EventClose || chk.Count() != n {
+				t.Errorf("flood ended with %v (%v) after %d of %d messages", ev.Kind, ev.Err, chk.Count(), n)
+			}
+			closed = true
+		}
+	}, func() bool { return echoed && closed }, func() { time.Sleep(50 * time.Microsecond) })
+}
