@@ -666,14 +666,14 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 }
 
 /* publish_frame publishes a whole frame found inside the current run: in
- * place when the run is a main-ring receive slot (the slot is recycled only
- * after the pump has passed the event), else copied like publish_data. The
- * few handshake-group slots must come back at once, or a flood nobody
- * pumps would keep the next 101 from arriving. */
+ * place when the run is a main-ring receive slot or a TLS plaintext slot
+ * (the slot is recycled only after the pump has passed the event), else
+ * copied like publish_data. The few handshake-group slots must come back
+ * at once, or a flood nobody pumps would keep the next 101 from arriving. */
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
+	int r = c->cur_q >= 0 && tl_slots_inplace(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
 								     : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return ring_full(l);

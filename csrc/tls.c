@@ -1,10 +1,12 @@
 /* tls.c - TLS inside the loop. Ciphertext arrives in provided-buffer slots
  * and is read by a custom BIO straight from the connection's slot queue
  * (no BIO_s_mem copy; a slot goes back to the kernel as soon as the library
- * has taken its bytes). Ciphertext written by the library is appended to
- * the connection's out buffer and leaves through the loop's send. One code
- * path for BoringSSL and OpenSSL 3; OPENSSL_IS_BORINGSSL guards the few
- * differences. */
+ * has taken its bytes). SSL_read decrypts into a plaintext slot (slots.h)
+ * the parser reads in place, so whole frames are delivered without a copy
+ * into the arena, as on ws://. Ciphertext written by the library is
+ * appended to the connection's out buffer and leaves through the loop's
+ * send. One code path for BoringSSL and OpenSSL 3; OPENSSL_IS_BORINGSSL
+ * guards the few differences. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -25,7 +27,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define TL_TLS_PT_CAP 16384 /* one record's worth of plaintext */
+#define TL_TLS_PT_CAP 16384 /* one record's worth of plaintext: the fallback buffer */
 #define TL_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 #define TL_SYSTEM_CA_DIR "/etc/ssl/certs"
 
@@ -34,8 +36,9 @@ struct tl_tls {
 	SSL_CTX *own_ctx; /* set when the dial brought its own roots or skips verification */
 	struct tl_loop *l;
 	struct tl_conn *c;
-	uint8_t *pt;      /* plaintext of the last SSL_read */
-	size_t pt_off, pt_len;
+	uint8_t *pt;      /* own plaintext buffer: used when no plaintext slot is free */
+	size_t pt_off, pt_len; /* plaintext run: parsed up to pt_off, decrypted up to pt_len */
+	int32_t pq;       /* plaintext slot holding the run (events may point into it), -1: pt */
 	int handshake_done;
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext since the last flush check */
@@ -198,6 +201,58 @@ static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char
 	tl_loop_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
 }
 
+/* ---- plaintext runs ---- */
+
+/* pt_drop gives up t's plaintext slot: back to the free stack, or deferred
+ * while an event Go has not passed points into it (tl_slots_release). */
+static void pt_drop(struct tl_loop *l, struct tl_tls *t)
+{
+	if (t->pq < 0)
+		return;
+	tl_slots_release(&l->slots, (uint32_t)t->pq, l->evq.head_cache);
+	t->pq = -1;
+}
+
+/* pt_base returns the start of t's plaintext run's buffer. */
+static inline uint8_t *pt_base(struct tl_loop *l, const struct tl_tls *t)
+{
+	return t->pq >= 0 ? tl_slots_ptr(&l->slots, (uint32_t)t->pq) : t->pt;
+}
+
+/* pt_room picks where the next SSL_read decrypts to, once the run is
+ * parsed to its end (pt_off == pt_len), and returns how many bytes fit
+ * there (at pt_base + pt_len). The current plaintext slot goes on while a
+ * whole record fits; else it is dropped and a free one taken (after
+ * releasing the deferred slots Go has passed). With none free - the pump
+ * is behind, or their memory could not be mapped - the connection
+ * decrypts into its own buffer and its frames are copied into the arena
+ * as before: it never waits for a plaintext slot, the ring and arena stay
+ * the only back-pressure. */
+static size_t pt_room(struct tl_loop *l, struct tl_tls *t)
+{
+	struct tl_slots *s = &l->slots;
+	int32_t q;
+
+	if (t->pq >= 0) {
+		if (TL_PT_SLOT - t->pt_len >= TL_PT_RECORD)
+			return TL_PT_SLOT - t->pt_len;
+		pt_drop(l, t);
+	}
+	t->pt_off = t->pt_len = 0;
+	if (tl_slots_pt_map(s) < 0)
+		return TL_TLS_PT_CAP;
+	q = tl_slots_pt_get(s);
+	if (q < 0 && tl_slots_deferred(s)) {
+		tl_evq_refresh(&l->evq);
+		tl_slots_release_deferred(s, l->evq.head_cache);
+		q = tl_slots_pt_get(s);
+	}
+	if (q < 0)
+		return TL_TLS_PT_CAP;
+	t->pq = q;
+	return TL_PT_SLOT;
+}
+
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_dial *d = c->dial;
@@ -220,6 +275,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	}
 	t->l = l;
 	t->c = c;
+	t->pq = -1;
 	c->tls = t;
 	if (d->ca_file_len || d->ca_pem_len || d->insecure) {
 		ctx = t->own_ctx = new_ctx();
@@ -305,6 +361,7 @@ void tl_tls_free(struct tl_conn *c)
 	struct tl_tls *t = c->tls;
 	if (!t)
 		return;
+	pt_drop(t->l, t);
 	tl_tlsv_conn_free(t->l, c, t->ssl);
 	SSL_free(t->ssl);
 	SSL_CTX_free(t->own_ctx);
@@ -506,7 +563,9 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			return TL_FEED_STALL; /* pongs pile up, the peer does not read: as the plain drive loop */
 		if (t->pt_off < t->pt_len) {
 			size_t used = 0;
-			r = tl_conn_feed(l, c, t->pt + t->pt_off, t->pt_len - t->pt_off, &used);
+			c->cur_q = t->pq; /* whole frames in a plaintext slot stay there */
+			r = tl_conn_feed(l, c, pt_base(l, t) + t->pt_off, t->pt_len - t->pt_off, &used);
+			c->cur_q = -1;
 			t->pt_off += used;
 			if (r == TL_FEED_STALL)
 				return TL_FEED_STALL;
@@ -518,10 +577,12 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				return TL_FEED_DEAD;
 			continue;
 		}
-		r = SSL_read(t->ssl, t->pt, TL_TLS_PT_CAP);
+		{
+			size_t room = pt_room(l, t);
+			r = SSL_read(t->ssl, pt_base(l, t) + t->pt_len, (int)room);
+		}
 		if (r > 0) {
-			t->pt_off = 0;
-			t->pt_len = (size_t)r;
+			t->pt_len += (size_t)r;
 			tl_loop_sample_pt(c);
 			continue;
 		}
