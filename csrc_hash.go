@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd92f1e704f2ea0e6
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3960541f18accaaa
 import "C"
 
-const csrcHash = "d92f1e704f2ea0e6"
+const csrcHash = "3960541f18accaaa"

@@ -910,6 +910,10 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 			}
 			hl = parse_hdr(hp, avail, &c->h);
 			if (hl == TL_WS_NEED_MORE) {
+				if (c->hdr_len == 0 && c->rx_hold) {
+					*used = off; /* the transport offers it again, whole */
+					return TL_FEED_OK;
+				}
 				if (c->hdr_len == 0) {
 					memcpy(c->hdr, p + off, n - off);
 					c->hdr_len = (uint8_t)(n - off);
@@ -943,6 +947,11 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 					}
 					off += (size_t)hl + c->h.len;
 					continue;
+				}
+				if (c->h.fin && (c->h.opcode == TL_OP_TEXT || c->h.opcode == TL_OP_BINARY) &&
+				    (uint64_t)hl + c->h.len <= c->rx_hold) {
+					*used = off; /* held: see rx_hold (begin_frame is idempotent) */
+					return TL_FEED_OK;
 				}
 				off += (size_t)hl;
 			} else {

@@ -199,6 +199,13 @@ struct tl_conn {
 	uint64_t opens;        /* successful opens of this handle */
 	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
 	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
+	/* Set by a transport that can keep its run contiguous (TLS
+	 * plaintext slots) for one tl_conn_feed: a whole data frame of at most
+	 * this many bytes (header included) that is not all in the run yet is
+	 * left unconsumed, with its header, to be offered again with more
+	 * bytes after it, so it is delivered in place rather than reassembled.
+	 * 0: off. */
+	size_t rx_hold;
 };
 
 /* tl_conn_send_subscribe queues c's subscribe messages (text frames, in
@@ -235,8 +242,9 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_feed parses server bytes p[0..n) (upgrade response, then frames)
  * and publishes events; *used says how many bytes it took. Returns a
- * TL_FEED_* code. p is not retained unless an event points into the slot
- * c->cur_q. */
+ * TL_FEED_* code; TL_FEED_OK means every byte was used, except that with
+ * c->rx_hold set a partial frame may be left at the end (see rx_hold). p
+ * is not retained unless an event points into the slot c->cur_q. */
 int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
 
 /* tl_conn_flush_pending retries what c's last feed could not publish (the

@@ -28,6 +28,10 @@
 #include <sys/socket.h>
 
 #define TL_TLS_PT_CAP 16384 /* one record's worth of plaintext: the fallback buffer */
+/* The largest frame (header included) kept whole in a plaintext slot while
+ * its bytes arrive: a held frame's start moves to the front of a fresh
+ * slot, where a record still fits after it. */
+#define TL_PT_HOLD (TL_PT_SLOT - TL_PT_RECORD)
 #define TL_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 #define TL_SYSTEM_CA_DIR "/etc/ssl/certs"
 
@@ -39,6 +43,8 @@ struct tl_tls {
 	uint8_t *pt;      /* own plaintext buffer: used when no plaintext slot is free */
 	size_t pt_off, pt_len; /* plaintext run: parsed up to pt_off, decrypted up to pt_len */
 	int32_t pq;       /* plaintext slot holding the run (events may point into it), -1: pt */
+	uint8_t held;     /* the parser left a partial frame at pt_off for more bytes (rx_hold) */
+	uint8_t unhold;   /* no slot to grow it in: the next feed takes it without holding */
 	int handshake_done;
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext since the last flush check */
@@ -213,6 +219,25 @@ static void pt_drop(struct tl_loop *l, struct tl_tls *t)
 	t->pq = -1;
 }
 
+/* pt_take takes a free plaintext slot, first releasing the deferred ones
+ * Go has passed when none is free; maps them on first use. Returns its
+ * id, or -1. */
+static int32_t pt_take(struct tl_loop *l)
+{
+	struct tl_slots *s = &l->slots;
+	int32_t q;
+
+	if (tl_slots_pt_map(s) < 0)
+		return -1;
+	q = tl_slots_pt_get(s);
+	if (q < 0 && tl_slots_deferred(s)) {
+		tl_evq_refresh(&l->evq);
+		tl_slots_release_deferred(s, l->evq.head_cache);
+		q = tl_slots_pt_get(s);
+	}
+	return q;
+}
+
 /* pt_base returns the start of t's plaintext run's buffer. */
 static inline uint8_t *pt_base(struct tl_loop *l, const struct tl_tls *t)
 {
@@ -230,7 +255,6 @@ static inline uint8_t *pt_base(struct tl_loop *l, const struct tl_tls *t)
  * the only back-pressure. */
 static size_t pt_room(struct tl_loop *l, struct tl_tls *t)
 {
-	struct tl_slots *s = &l->slots;
 	int32_t q;
 
 	if (t->pq >= 0) {
@@ -239,18 +263,31 @@ static size_t pt_room(struct tl_loop *l, struct tl_tls *t)
 		pt_drop(l, t);
 	}
 	t->pt_off = t->pt_len = 0;
-	if (tl_slots_pt_map(s) < 0)
-		return TL_TLS_PT_CAP;
-	q = tl_slots_pt_get(s);
-	if (q < 0 && tl_slots_deferred(s)) {
-		tl_evq_refresh(&l->evq);
-		tl_slots_release_deferred(s, l->evq.head_cache);
-		q = tl_slots_pt_get(s);
-	}
+	q = pt_take(l);
 	if (q < 0)
 		return TL_TLS_PT_CAP;
 	t->pq = q;
 	return TL_PT_SLOT;
+}
+
+/* pt_move_held moves a held partial frame (pt_off..pt_len, at most
+ * TL_PT_HOLD bytes) to the front of a free plaintext slot, where a whole
+ * record fits after it, and gives up the old slot: one copy of less than
+ * a frame, where reassembly would copy the whole frame twice. Returns 0,
+ * or -1 when no slot is free. */
+static int pt_move_held(struct tl_loop *l, struct tl_tls *t)
+{
+	int32_t q = pt_take(l);
+	size_t n = t->pt_len - t->pt_off;
+
+	if (q < 0)
+		return -1;
+	memcpy(tl_slots_ptr(&l->slots, (uint32_t)q), pt_base(l, t) + t->pt_off, n);
+	pt_drop(l, t);
+	t->pq = q;
+	t->pt_off = 0;
+	t->pt_len = n;
+	return 0;
 }
 
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
@@ -561,11 +598,16 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 	for (;;) {
 		if (tl_conn_replies(c) > l->cfg.max_send_queue)
 			return TL_FEED_STALL; /* pongs pile up, the peer does not read: as the plain drive loop */
-		if (t->pt_off < t->pt_len) {
+		if (t->pt_off < t->pt_len && !t->held) {
 			size_t used = 0;
-			c->cur_q = t->pq; /* whole frames in a plaintext slot stay there */
+			/* Whole frames in a plaintext slot stay there; one not all
+			 * decrypted yet waits in it for the rest (rx_hold). */
+			c->cur_q = t->pq;
+			c->rx_hold = t->pq >= 0 && !t->unhold ? TL_PT_HOLD : 0;
 			r = tl_conn_feed(l, c, pt_base(l, t) + t->pt_off, t->pt_len - t->pt_off, &used);
 			c->cur_q = -1;
+			c->rx_hold = 0;
+			t->unhold = 0;
 			t->pt_off += used;
 			if (r == TL_FEED_STALL)
 				return TL_FEED_STALL;
@@ -575,14 +617,22 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			}
 			if (c->dying)
 				return TL_FEED_DEAD;
+			t->held = t->pt_off < t->pt_len;
+			continue;
+		}
+		if (t->held && TL_PT_SLOT - t->pt_len < TL_PT_RECORD && pt_move_held(l, t) < 0) {
+			/* No slot to grow the frame in: the parser reassembles it. */
+			t->held = 0;
+			t->unhold = 1;
 			continue;
 		}
 		{
-			size_t room = pt_room(l, t);
+			size_t room = pt_room(l, t); /* keeps a held frame: its slot has room */
 			r = SSL_read(t->ssl, pt_base(l, t) + t->pt_len, (int)room);
 		}
 		if (r > 0) {
 			t->pt_len += (size_t)r;
+			t->held = 0;
 			tl_loop_sample_pt(c);
 			continue;
 		}
