@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x3960541f18accaaa
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x09552f9736dcf6ce
 import "C"
 
-const csrcHash = "3960541f18accaaa"
+const csrcHash = "09552f9736dcf6ce"

@@ -1,16 +1,21 @@
-/* tls.c - TLS inside the loop. Ciphertext arrives in provided-buffer slots
- * and is read by a custom BIO straight from the connection's slot queue
- * (no BIO_s_mem copy; a slot goes back to the kernel as soon as the library
- * has taken its bytes). SSL_read decrypts into a plaintext slot (slots.h)
- * the parser reads in place, so whole frames are delivered without a copy
- * into the arena, as on ws://. Ciphertext written by the library is
- * appended to the connection's out buffer and leaves through the loop's
- * send. One code path for BoringSSL and OpenSSL 3; OPENSSL_IS_BORINGSSL
- * guards the few differences. */
+/* tls.c - the TLS (wss://) transport. Ciphertext arrives in provided-buffer
+ * slots and is read by a custom BIO straight from the connection's slot
+ * queue (no BIO_s_mem copy; a slot goes back to the kernel as soon as the
+ * library has taken its bytes); SSL_read decrypts into a plaintext slot
+ * (slots.h) the parser (conn.c) reads in place, so whole frames are
+ * delivered without a copy into the arena, as on ws://.
+ * Outgoing frames are framed by conn.c into the connection's plaintext
+ * buffer (tx_pt); tl_tls_seal, called by the loop's flush, encrypts them
+ * into the out buffer, which leaves through the loop's send. Calls conn.c
+ * and the layers below it, never loop.c. One code path for BoringSSL and
+ * OpenSSL 3; OPENSSL_IS_BORINGSSL guards the few differences. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "loop.h"
+#include "pub.h"
+#include "sample.h"
+#include "state.h"
+#include "tls.h"
 #include "tls_verify.h"
 
 #include <arpa/inet.h>
@@ -204,14 +209,14 @@ static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char
 	}
 	ERR_clear_error();
 	send_alert_now(c);
-	tl_loop_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
+	tl_conn_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
 }
 
-/* ---- plaintext runs ---- */
+/* ---- received plaintext runs (rxp_*) ---- */
 
-/* pt_drop gives up t's plaintext slot: back to the free stack, or deferred
+/* rxp_drop gives up t's plaintext slot: back to the free stack, or deferred
  * while an event Go has not passed points into it (tl_slots_release). */
-static void pt_drop(struct tl_loop *l, struct tl_tls *t)
+static void rxp_drop(struct tl_loop *l, struct tl_tls *t)
 {
 	if (t->pq < 0)
 		return;
@@ -219,10 +224,10 @@ static void pt_drop(struct tl_loop *l, struct tl_tls *t)
 	t->pq = -1;
 }
 
-/* pt_take takes a free plaintext slot, first releasing the deferred ones
+/* rxp_take takes a free plaintext slot, first releasing the deferred ones
  * Go has passed when none is free; maps them on first use. Returns its
  * id, or -1. */
-static int32_t pt_take(struct tl_loop *l)
+static int32_t rxp_take(struct tl_loop *l)
 {
 	struct tl_slots *s = &l->slots;
 	int32_t q;
@@ -238,52 +243,52 @@ static int32_t pt_take(struct tl_loop *l)
 	return q;
 }
 
-/* pt_base returns the start of t's plaintext run's buffer. */
-static inline uint8_t *pt_base(struct tl_loop *l, const struct tl_tls *t)
+/* rxp_base returns the start of t's plaintext run's buffer. */
+static inline uint8_t *rxp_base(struct tl_loop *l, const struct tl_tls *t)
 {
 	return t->pq >= 0 ? tl_slots_ptr(&l->slots, (uint32_t)t->pq) : t->pt;
 }
 
-/* pt_room picks where the next SSL_read decrypts to, once the run is
+/* rxp_room picks where the next SSL_read decrypts to, once the run is
  * parsed to its end (pt_off == pt_len), and returns how many bytes fit
- * there (at pt_base + pt_len). The current plaintext slot goes on while a
+ * there (at rxp_base + pt_len). The current plaintext slot goes on while a
  * whole record fits; else it is dropped and a free one taken (after
  * releasing the deferred slots Go has passed). With none free - the pump
  * is behind, or their memory could not be mapped - the connection
  * decrypts into its own buffer and its frames are copied into the arena
  * as before: it never waits for a plaintext slot, the ring and arena stay
  * the only back-pressure. */
-static size_t pt_room(struct tl_loop *l, struct tl_tls *t)
+static size_t rxp_room(struct tl_loop *l, struct tl_tls *t)
 {
 	int32_t q;
 
 	if (t->pq >= 0) {
 		if (TL_PT_SLOT - t->pt_len >= TL_PT_RECORD)
 			return TL_PT_SLOT - t->pt_len;
-		pt_drop(l, t);
+		rxp_drop(l, t);
 	}
 	t->pt_off = t->pt_len = 0;
-	q = pt_take(l);
+	q = rxp_take(l);
 	if (q < 0)
 		return TL_TLS_PT_CAP;
 	t->pq = q;
 	return TL_PT_SLOT;
 }
 
-/* pt_move_held moves a held partial frame (pt_off..pt_len, at most
+/* rxp_move_held moves a held partial frame (pt_off..pt_len, at most
  * TL_PT_HOLD bytes) to the front of a free plaintext slot, where a whole
  * record fits after it, and gives up the old slot: one copy of less than
  * a frame, where reassembly would copy the whole frame twice. Returns 0,
  * or -1 when no slot is free. */
-static int pt_move_held(struct tl_loop *l, struct tl_tls *t)
+static int rxp_move_held(struct tl_loop *l, struct tl_tls *t)
 {
-	int32_t q = pt_take(l);
+	int32_t q = rxp_take(l);
 	size_t n = t->pt_len - t->pt_off;
 
 	if (q < 0)
 		return -1;
-	memcpy(tl_slots_ptr(&l->slots, (uint32_t)q), pt_base(l, t) + t->pt_off, n);
-	pt_drop(l, t);
+	memcpy(tl_slots_ptr(&l->slots, (uint32_t)q), rxp_base(l, t) + t->pt_off, n);
+	rxp_drop(l, t);
 	t->pq = q;
 	t->pt_off = 0;
 	t->pt_len = n;
@@ -307,7 +312,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	t = calloc(1, sizeof(*t));
 	if (!t || !(t->pt = malloc(TL_TLS_PT_CAP))) {
 		free(t);
-		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory starting TLS");
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory starting TLS");
 		return -1;
 	}
 	t->l = l;
@@ -386,6 +391,9 @@ void tl_tls_close_notify(struct tl_conn *c)
 	struct tl_tls *t = c->tls;
 	if (!t || !t->handshake_done || t->shutdown_sent)
 		return;
+	/* The frames framed before it (the close frame) go first. */
+	if (tl_tls_seal(t->l, c) < 0)
+		return;
 	t->shutdown_sent = 1;
 	/* Writes close_notify through the slot BIO into the out buffer; 0
 	 * (the peer's is still to come) is the expected result. */
@@ -398,7 +406,7 @@ void tl_tls_free(struct tl_conn *c)
 	struct tl_tls *t = c->tls;
 	if (!t)
 		return;
-	pt_drop(t->l, t);
+	rxp_drop(t->l, t);
 	tl_tlsv_conn_free(t->l, c, t->ssl);
 	SSL_free(t->ssl);
 	SSL_CTX_free(t->own_ctx);
@@ -414,21 +422,55 @@ void tl_tls_shared_free(struct tl_tls_shared *ts)
 	tl_tlsv_shared_free(ts);
 }
 
-int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n)
+/* pt_drop empties c's plaintext buffer, retiring the send units of its
+ * frames (they will never be written). */
+static void pt_drop(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_outbuf *pt = &c->tx_pt;
+	uint64_t units = pt->units;
+
+	pt->len = 0;
+	pt->units = 0;
+	pt->replies = 0;
+	tl_pub_tx_retire(l, c, units);
+}
+
+int tl_tls_seal(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_tls *t = c->tls;
-	(void)l;
-	if (!t || !t->handshake_done)
-		return -1;
+	struct tl_outbuf *pt = &c->tx_pt, *ob;
+	const uint8_t *p = pt->p;
+	size_t n = pt->len;
+
+	if (!n)
+		return 0;
+	if (!t || !t->handshake_done) {
+		/* Not reached: frames are framed only once c is open (after the
+		 * handshake). Nothing could encrypt them: drop, not send. */
+		pt_drop(l, c);
+		return 0;
+	}
 	while (n > 0) {
 		int chunk = n > (1u << 30) ? (1 << 30) : (int)n;
 		int w = SSL_write(t->ssl, p, chunk);
 		if (w <= 0) {
 			tls_fail(l, c, TL_TLS_GENERIC, NULL);
+			pt_drop(l, c);
 			return -1;
 		}
 		p += w;
 		n -= (size_t)w;
+	}
+	ob = &c->out[c->cur]; /* where the BIO appended the records */
+	ob->units += pt->units;
+	ob->replies += pt->replies;
+	pt->len = 0;
+	pt->units = 0;
+	pt->replies = 0;
+	if (pt->cap > (1u << 20)) { /* give back memory after a burst */
+		free(pt->p);
+		pt->p = NULL;
+		pt->cap = 0;
 	}
 	return 0;
 }
@@ -540,7 +582,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		t->saw_data = 1;
 		if (!looks_like_tls(l, c, peek, sizeof(peek))) {
 			snprintf(msg, sizeof(msg), "server answered in plain text: %s", peek);
-			tl_loop_fail(l, c, TL_E_TLS, TL_TLS_NOT_TLS, 0, msg);
+			tl_conn_fail(l, c, TL_E_TLS, TL_TLS_NOT_TLS, 0, msg);
 			return -2;
 		}
 	}
@@ -555,7 +597,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 			return 0;
 		}
 		if (c->eof && ERR_peek_last_error() == 0) {
-			tl_loop_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
+			tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
 			return -2;
 		}
 		cause = tls_classify(t, &what, ebuf, sizeof(ebuf));
@@ -604,7 +646,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			 * decrypted yet waits in it for the rest (rx_hold). */
 			c->cur_q = t->pq;
 			c->rx_hold = t->pq >= 0 && !t->unhold ? TL_PT_HOLD : 0;
-			r = tl_conn_feed(l, c, pt_base(l, t) + t->pt_off, t->pt_len - t->pt_off, &used);
+			r = tl_conn_feed(l, c, rxp_base(l, t) + t->pt_off, t->pt_len - t->pt_off, &used);
 			c->cur_q = -1;
 			c->rx_hold = 0;
 			t->unhold = 0;
@@ -615,25 +657,25 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				t->pt_off = t->pt_len;
 				c->discard = 1;
 			}
-			if (c->dying)
+			if (tl_conn_ending(c))
 				return TL_FEED_DEAD;
 			t->held = t->pt_off < t->pt_len;
 			continue;
 		}
-		if (t->held && TL_PT_SLOT - t->pt_len < TL_PT_RECORD && pt_move_held(l, t) < 0) {
+		if (t->held && TL_PT_SLOT - t->pt_len < TL_PT_RECORD && rxp_move_held(l, t) < 0) {
 			/* No slot to grow the frame in: the parser reassembles it. */
 			t->held = 0;
 			t->unhold = 1;
 			continue;
 		}
 		{
-			size_t room = pt_room(l, t); /* keeps a held frame: its slot has room */
-			r = SSL_read(t->ssl, pt_base(l, t) + t->pt_len, (int)room);
+			size_t room = rxp_room(l, t); /* keeps a held frame: its slot has room */
+			r = SSL_read(t->ssl, rxp_base(l, t) + t->pt_len, (int)room);
 		}
 		if (r > 0) {
 			t->pt_len += (size_t)r;
 			t->held = 0;
-			tl_loop_sample_pt(c);
+			tl_sample_pt(c);
 			continue;
 		}
 		{
@@ -649,7 +691,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				 * the socket without waiting for a send). */
 				ERR_clear_error();
 				c->eof = 1;
-				if (!c->shut_wr && c->fd >= 0) {
+				if (!c->shut_wr && !(c->todo & TL_DO_SHUT_WR) && c->fd >= 0) {
 					tl_tls_close_notify(c);
 					send_alert_now(c);
 					if (!c->send_inflight) {
@@ -672,7 +714,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			return TL_FEED_DEAD;
 		}
 	}
-	if (t->consumed && !c->dying && !c->close_sent) {
+	if (t->consumed && !tl_conn_ending(c) && !c->close_sent) {
 		/* Acknowledge a KeyUpdate (or flush any post-handshake reply) even on
 		 * a connection that never sends: both libraries emit it on write.
 		 * Keyed on ciphertext consumed, not on plaintext returned: a

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../life.h"
 #include "../loop.h"
 #include "../ws.h"
 #include "check.h"
@@ -128,7 +129,7 @@ static void test_hold(void)
 	int32_t q;
 
 	CHECK(l != NULL);
-	tl_loop_open_memory(l, 0, 1);
+	tl_life_open_memory(l, 0, 1);
 	CHECK_EQ(tl_slots_pt_map(&l->slots), 0);
 	q = tl_slots_pt_get(&l->slots);
 	CHECK(q >= 0);
