@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x09552f9736dcf6ce
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x336573574be5f2cd
 import "C"
 
-const csrcHash = "09552f9736dcf6ce"
+const csrcHash = "336573574be5f2cd"

@@ -715,6 +715,23 @@ static inline int text_valid(const uint8_t *p, size_t n)
 	return tl_utf8_valid(p, n);
 }
 
+/* hold_text_bad validates the have payload bytes of a held text frame at
+ * pl that earlier holds of it have not checked (c->rx_held_ok, zeroed by
+ * the transport when it offers a run that does not start with the frame
+ * it held). Returns 1 when they are not valid UTF-8. Cold: only frames cut
+ * by the end of what is decrypted so far. */
+static int hold_text_bad(struct tl_conn *c, const uint8_t *pl, size_t have)
+{
+	if (c->rx_held_ok == 0)
+		tl_utf8_reset(&c->utf8); /* free: no fragmented message is under way */
+	if (have <= c->rx_held_ok)
+		return 0;
+	if (tl_utf8_feed(&c->utf8, pl + c->rx_held_ok, have - c->rx_held_ok) < 0)
+		return 1;
+	c->rx_held_ok = have;
+	return 0;
+}
+
 /* parse_hdr decodes the header at hp; the common server frame (no RSV, a
  * data opcode, length < 126, unmasked) is handled inline. */
 static inline int parse_hdr(const uint8_t *hp, size_t avail, tl_ws_hdr *h)
@@ -964,7 +981,15 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 				}
 				if (c->h.fin && (c->h.opcode == TL_OP_TEXT || c->h.opcode == TL_OP_BINARY) &&
 				    (uint64_t)hl + c->h.len <= c->rx_hold) {
-					*used = off; /* held: see rx_hold (begin_frame is idempotent) */
+					/* Held (see rx_hold; begin_frame is idempotent). A
+					 * text frame's bytes so far are validated now, not
+					 * when it is whole: bad UTF-8 fails fast, as in the
+					 * reassembly path. */
+					if (c->h.opcode == TL_OP_TEXT && hold_text_bad(c, p + off + hl, n - off - (size_t)hl)) {
+						*used = n;
+						return fail_proto(l, c, TL_E_UTF8, 1007, "invalid UTF-8 in a text message");
+					}
+					*used = off;
 					return TL_FEED_OK;
 				}
 				off += (size_t)hl;

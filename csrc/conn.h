@@ -225,6 +225,7 @@ struct tl_conn {
 	 * bytes after it, so it is delivered in place rather than reassembled.
 	 * 0: off. */
 	size_t rx_hold;
+	size_t rx_held_ok;  /* payload bytes of the held text frame already validated */
 };
 
 /* tl_conn_ending says c is ending: teardown started, or requested

@@ -50,6 +50,7 @@ struct tl_tls {
 	int32_t pq;       /* plaintext slot holding the run (events may point into it), -1: pt */
 	uint8_t held;     /* the parser left a partial frame at pt_off for more bytes (rx_hold) */
 	uint8_t unhold;   /* no slot to grow it in: the next feed takes it without holding */
+	uint8_t reoffer;  /* the next feed starts with the frame held last (tl_conn.rx_held_ok holds) */
 	int handshake_done;
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext since the last flush check */
@@ -646,6 +647,9 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			 * decrypted yet waits in it for the rest (rx_hold). */
 			c->cur_q = t->pq;
 			c->rx_hold = t->pq >= 0 && !t->unhold ? TL_PT_HOLD : 0;
+			if (!t->reoffer)
+				c->rx_held_ok = 0; /* the run does not start with a held frame */
+			t->reoffer = 0;
 			r = tl_conn_feed(l, c, rxp_base(l, t) + t->pt_off, t->pt_len - t->pt_off, &used);
 			c->cur_q = -1;
 			c->rx_hold = 0;
@@ -660,6 +664,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			if (tl_conn_ending(c))
 				return TL_FEED_DEAD;
 			t->held = t->pt_off < t->pt_len;
+			t->reoffer = t->held;
 			continue;
 		}
 		if (t->held && TL_PT_SLOT - t->pt_len < TL_PT_RECORD && rxp_move_held(l, t) < 0) {

@@ -58,11 +58,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* first byte: run length (1..64) used to cut the rest; bit 6: hold
 	 * frames of up to 512 bytes as the TLS transport does */
 	size_t run = (size_t)(data[0] & 63) + 1, want = run, hold = data[0] & 64 ? 512 : 0;
+	int reoffer = 0;
 	data++;
 	size--;
 	while (off < size && !c->dying && c->state != TL_ST_IDLE) {
 		size_t n = size - off < want ? size - off : want, used = 0;
 		c->rx_hold = hold;
+		if (!reoffer)
+			c->rx_held_ok = 0; /* as the TLS transport: a run not starting with the held frame */
+		reoffer = 0;
 		int r = tl_conn_feed(L, c, data + off, n, &used);
 		c->rx_hold = 0;
 		tl_life_after(L, c); /* what the parser asked of the loop (a close: teardown) */
@@ -78,6 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break; /* the input ends inside the held frame: a cut stream */
 			}
 			want = n - used + run; /* offer it again with more bytes */
+			reoffer = 1;
 		}
 		drain(L, &final);
 		if (r == -1 && used == 0) {
