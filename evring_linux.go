@@ -453,6 +453,23 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 // pumpStamped is PumpStamped.
 func (p *Pool) pumpStamped(fs StampedFunc) (int, error) { return p.pumpBlocking(nil, nil, fs) }
 
+// testhook's Origin* values mirror TL_ORIGIN_* (talaris.h): a negative
+// array length fails to compile unless the two sides are equal.
+type (
+	_ [C.TL_ORIGIN_ARENA - testhook.OriginArena]byte
+	_ [testhook.OriginArena - C.TL_ORIGIN_ARENA]byte
+	_ [C.TL_ORIGIN_SLOT - testhook.OriginSlot]byte
+	_ [testhook.OriginSlot - C.TL_ORIGIN_SLOT]byte
+	_ [C.TL_ORIGIN_PLAINTEXT - testhook.OriginPlaintext]byte
+	_ [testhook.OriginPlaintext - C.TL_ORIGIN_PLAINTEXT]byte
+)
+
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
+	testhook.PayloadOrigin = func(p any, b []byte) int {
+		if len(b) == 0 {
+			return testhook.OriginOther
+		}
+		return int(C.tl_loop_payload_origin(p.(*Pool).loop, unsafe.Pointer(&b[0])))
+	}
 }

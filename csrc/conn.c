@@ -709,10 +709,10 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 }
 
 /* publish_frame publishes a whole frame found inside the current run: in
- * place when the run is a main-ring receive slot (the slot is recycled only
- * after the pump has passed the event), else copied like publish_data. The
- * few handshake-group slots must come back at once, or a flood nobody
- * pumps would keep the next 101 from arriving. */
+ * place when the run is a main-ring receive slot or a TLS plaintext slot
+ * (the slot is recycled only after the pump has passed the event), else
+ * copied like publish_data. The few handshake-group slots must come back
+ * at once, or a flood nobody pumps would keep the next 101 from arriving. */
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
@@ -720,8 +720,8 @@ static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, co
 
 	if (conn_held(l, c, n))
 		return TL_FEED_STALL; /* over its share of the ring: wait for the pump */
-	r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? conn_emit_inplace(l, c, kind, p, n)
-								 : conn_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	r = c->cur_q >= 0 && tl_slots_inplace(&l->slots, (uint32_t)c->cur_q) ? conn_emit_inplace(l, c, kind, p, n)
+								     : conn_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return ring_full(l);
 	count_in(l, c, n);
@@ -746,6 +746,23 @@ static inline int text_valid(const uint8_t *p, size_t n)
 			return 1;
 	}
 	return tl_utf8_valid(p, n);
+}
+
+/* hold_text_bad validates the have payload bytes of a held text frame at
+ * pl that earlier holds of it have not checked (c->rx_held_ok, zeroed by
+ * the transport when it offers a run that does not start with the frame
+ * it held). Returns 1 when they are not valid UTF-8. Cold: only frames cut
+ * by the end of what is decrypted so far. */
+static int hold_text_bad(struct tl_conn *c, const uint8_t *pl, size_t have)
+{
+	if (c->rx_held_ok == 0)
+		tl_utf8_reset(&c->utf8); /* free: no fragmented message is under way */
+	if (have <= c->rx_held_ok)
+		return 0;
+	if (tl_utf8_feed(&c->utf8, pl + c->rx_held_ok, have - c->rx_held_ok) < 0)
+		return 1;
+	c->rx_held_ok = have;
+	return 0;
 }
 
 /* parse_hdr decodes the header at hp; the common server frame (no RSV, a
@@ -959,6 +976,10 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 			}
 			hl = parse_hdr(hp, avail, &c->h);
 			if (hl == TL_WS_NEED_MORE) {
+				if (c->hdr_len == 0 && c->rx_hold) {
+					*used = off; /* the transport offers it again, whole */
+					return TL_FEED_OK;
+				}
 				if (c->hdr_len == 0) {
 					memcpy(c->hdr, p + off, n - off);
 					c->hdr_len = (uint8_t)(n - off);
@@ -992,6 +1013,19 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 					}
 					off += (size_t)hl + c->h.len;
 					continue;
+				}
+				if (c->h.fin && (c->h.opcode == TL_OP_TEXT || c->h.opcode == TL_OP_BINARY) &&
+				    (uint64_t)hl + c->h.len <= c->rx_hold) {
+					/* Held (see rx_hold; begin_frame is idempotent). A
+					 * text frame's bytes so far are validated now, not
+					 * when it is whole: bad UTF-8 fails fast, as in the
+					 * reassembly path. */
+					if (c->h.opcode == TL_OP_TEXT && hold_text_bad(c, p + off + hl, n - off - (size_t)hl)) {
+						*used = n;
+						return fail_proto(l, c, TL_E_UTF8, 1007, "invalid UTF-8 in a text message");
+					}
+					*used = off;
+					return TL_FEED_OK;
 				}
 				off += (size_t)hl;
 			} else {

@@ -221,6 +221,14 @@ struct tl_conn {
 	/* receive fairness (conn_held in conn.c): stalled because it had its
 	 * share of the event ring pending, not because the ring was full */
 	uint8_t fair_held;
+	/* Set by a transport that can keep its run contiguous (TLS
+	 * plaintext slots) for one tl_conn_feed: a whole data frame of at most
+	 * this many bytes (header included) that is not all in the run yet is
+	 * left unconsumed, with its header, to be offered again with more
+	 * bytes after it, so it is delivered in place rather than reassembled.
+	 * 0: off. */
+	size_t rx_hold;
+	size_t rx_held_ok;  /* payload bytes of the held text frame already validated */
 };
 
 /* tl_conn_ending says c is ending: teardown started, or requested
@@ -281,8 +289,9 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_feed parses server bytes p[0..n) (upgrade response, then frames)
  * and publishes events; *used says how many bytes it took. Returns a
- * TL_FEED_* code. p is not retained unless an event points into the slot
- * c->cur_q. */
+ * TL_FEED_* code; TL_FEED_OK means every byte was used, except that with
+ * c->rx_hold set a partial frame may be left at the end (see rx_hold). p
+ * is not retained unless an event points into the slot c->cur_q. */
 int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
 
 /* tl_conn_flush_pending retries what c's last feed could not publish (the

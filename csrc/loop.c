@@ -775,6 +775,20 @@ struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l) { return l->cmdq.r; }
 struct tl_conn_pub *tl_loop_conns(struct tl_loop *l) { return l->pub; }
 struct tl_pool_stats *tl_loop_stats(struct tl_loop *l) { return l->stats; }
 
+int tl_loop_payload_origin(const struct tl_loop *l, const void *p)
+{
+	const uint8_t *b = p;
+	if (b >= l->evq.arena && b < l->evq.arena + l->evq.arena_size)
+		return TL_ORIGIN_ARENA;
+	switch (tl_slots_origin(&l->slots, b)) {
+	case TL_SLOTS_RECV:
+		return TL_ORIGIN_SLOT;
+	case TL_SLOTS_PT:
+		return TL_ORIGIN_PLAINTEXT;
+	}
+	return TL_ORIGIN_OTHER;
+}
+
 int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p)
 {
 	struct tl_dial *d;

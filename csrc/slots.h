@@ -9,7 +9,14 @@
  * A consumed slot goes back to the kernel at once, unless an event Go has
  * not passed yet points into it (a payload delivered in place): then it
  * waits in the deferred queue, in release order, until Go's head passes
- * ref[slot]. */
+ * ref[slot].
+ *
+ * Plaintext slots (TLS) share the tables: ids from pt_first = main count +
+ * TL_HS_COUNT on. SSL_read decrypts into them so whole frames are
+ * delivered in place on wss:// as on ws://; they are released the same
+ * way (deferred while an event points into them) onto a free stack
+ * instead of a buffer ring. Their memory is mapped on first use (the
+ * first TLS connection): a pool that only speaks ws:// never pays for it. */
 #ifndef TALARIS_SLOTS_H
 #define TALARIS_SLOTS_H
 
@@ -34,10 +41,34 @@ struct tl_slots {
 	uint64_t *ref;           /* per slot: events below this tail position point into it */
 	uint32_t *defer_q;       /* consumed slots still referenced, in release order */
 	uint32_t defer_head, defer_tail, defer_mask;
+	/* plaintext slots: pt_count of TL_PT_SLOT bytes, ids pt_first.. */
+	uint8_t *pt_mem;         /* NULL until tl_slots_pt_map */
+	uint32_t pt_first, pt_count;
+	uint32_t *pt_free;       /* free plaintext slot ids (a stack) */
+	uint32_t pt_nfree;
 };
 
+/* TL_PT_SLOT is one plaintext slot's size: four full TLS records, so
+ * frames straddle two slots (and take the reassembly path) rarely. A slot
+ * takes another SSL_read only while a whole record (TL_PT_RECORD) fits. */
+#define TL_PT_SLOT (64u << 10)
+#define TL_PT_RECORD 16384u
+
+/* tl_slots_pt_count is how many plaintext slots a loop with count receive
+ * slots gets: an eighth of them, between 8 and 256 (at most 16 MiB,
+ * mapped on first use). When every one is taken (the pump is behind) a TLS
+ * connection decrypts into its own buffer and its frames are copied into
+ * the arena as before: plaintext slots never make a connection wait. */
+static inline uint32_t tl_slots_pt_count(uint32_t count)
+{
+	uint32_t n = count / 8;
+	return n < 8 ? 8 : n > 256 ? 256 : n;
+}
+
 /* tl_slots_alloc allocates the per-slot tables for count main slots plus
- * the handshake group. Returns 0 or -ENOMEM (free with tl_slots_free). */
+ * the handshake group and tl_slots_pt_count(count) plaintext slots (their
+ * memory is mapped later, tl_slots_pt_map). Returns 0 or -ENOMEM (free
+ * with tl_slots_free). */
 int tl_slots_alloc(struct tl_slots *s, uint32_t count);
 
 /* tl_slots_register maps both groups (count main slots and TL_HS_COUNT
@@ -48,6 +79,26 @@ int tl_slots_register(struct tl_slots *s, struct io_uring *ring, uint32_t size, 
 /* tl_slots_free unregisters the groups from ring (NULL: never registered)
  * and frees the tables. Safe on a zeroed struct. */
 void tl_slots_free(struct tl_slots *s, struct io_uring *ring);
+
+/* tl_slots_pt_map maps the plaintext slots' memory (populated) and fills
+ * the free stack, once; later calls return at once. Returns 0 or -ENOMEM
+ * (a caller then decrypts into its own buffer). Loop thread only. */
+int tl_slots_pt_map(struct tl_slots *s);
+
+/* tl_slots_pt_get takes a free plaintext slot: its id, or -1 when none is
+ * free (or none is mapped). */
+static inline int32_t tl_slots_pt_get(struct tl_slots *s)
+{
+	if (s->pt_nfree == 0)
+		return -1;
+	return (int32_t)s->pt_free[--s->pt_nfree];
+}
+
+/* tl_slots_origin says whether p lies in a receive slot (TL_SLOTS_RECV),
+ * a plaintext slot (TL_SLOTS_PT) or neither (0): tests only
+ * (tl_loop_payload_origin). */
+enum { TL_SLOTS_RECV = 1, TL_SLOTS_PT = 2 };
+int tl_slots_origin(const struct tl_slots *s, const uint8_t *p);
 
 /* tl_slots_release_deferred recycles deferred slots that no unconsumed
  * event points into any more; ev_head is Go's head, freshly read. */
@@ -67,19 +118,33 @@ static inline uint32_t tl_slots_taken(struct tl_slots *s, int hs, uint32_t bid)
  * arriving). */
 static inline int tl_slots_is_main(const struct tl_slots *s, uint32_t q) { return q < s->main.count; }
 
+/* tl_slots_is_pt says whether slot q is a plaintext slot. */
+static inline int tl_slots_is_pt(const struct tl_slots *s, uint32_t q) { return q >= s->pt_first; }
+
+/* tl_slots_inplace says whether events may point into slot q (payloads
+ * delivered in place): main-group and plaintext slots. */
+static inline int tl_slots_inplace(const struct tl_slots *s, uint32_t q)
+{
+	return q < s->main.count || q >= s->pt_first;
+}
+
 static inline uint8_t *tl_slots_ptr(const struct tl_slots *s, uint32_t q)
 {
+	if (q >= s->pt_first)
+		return s->pt_mem + (size_t)(q - s->pt_first) * TL_PT_SLOT;
 	return q < s->main.count ? tl_bufring_slot(&s->main, q) : tl_bufring_slot(&s->hs, q - s->main.count);
 }
 
 /* tl_slots_recycle hands slot q back to its group (visible to the kernel
- * after tl_slots_commit). */
+ * after tl_slots_commit), a plaintext slot to the free stack. */
 static inline void tl_slots_recycle(struct tl_slots *s, uint32_t q)
 {
 	if (q < s->main.count)
 		tl_bufring_recycle(&s->main, q);
-	else
+	else if (q < s->pt_first)
 		tl_bufring_recycle(&s->hs, q - s->main.count);
+	else
+		s->pt_free[s->pt_nfree++] = q; /* at most pt_count: each id is free once */
 }
 
 /* tl_slots_release recycles consumed slot q, or defers it while an event

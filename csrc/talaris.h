@@ -77,6 +77,15 @@ struct tl_cmdring *tl_loop_cmdring(struct tl_loop *l);
 struct tl_conn_pub *tl_loop_conns(struct tl_loop *l);
 struct tl_pool_stats *tl_loop_stats(struct tl_loop *l);
 
+/* Where a delivered payload lies (tl_loop_payload_origin). */
+enum { TL_ORIGIN_OTHER = 0, TL_ORIGIN_ARENA = 1, TL_ORIGIN_SLOT = 2, TL_ORIGIN_PLAINTEXT = 3 };
+
+/* tl_loop_payload_origin says where p lies: the arena (copied), a receive
+ * slot or a TLS plaintext slot (delivered in place), else
+ * TL_ORIGIN_OTHER. For tests (internal/testhook), never per message:
+ * call it from the pump while the event that carries p is unconsumed. */
+int tl_loop_payload_origin(const struct tl_loop *l, const void *p);
+
 /* tl_dial_params describes one connection; strings are copied by
  * tl_dial_prepare and need not outlive the call. */
 struct tl_dial_params {

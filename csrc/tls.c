@@ -1,7 +1,9 @@
 /* tls.c - the TLS (wss://) transport. Ciphertext arrives in provided-buffer
  * slots and is read by a custom BIO straight from the connection's slot
  * queue (no BIO_s_mem copy; a slot goes back to the kernel as soon as the
- * library has taken its bytes); the plaintext goes to the parser (conn.c).
+ * library has taken its bytes); SSL_read decrypts into a plaintext slot
+ * (slots.h) the parser (conn.c) reads in place, so whole frames are
+ * delivered without a copy into the arena, as on ws://.
  * Outgoing frames are framed by conn.c into the connection's plaintext
  * buffer (tx_pt); tl_tls_seal, called by the loop's flush, encrypts them
  * into the out buffer, which leaves through the loop's send. Calls conn.c
@@ -30,7 +32,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define TL_TLS_PT_CAP 16384 /* one record's worth of plaintext */
+#define TL_TLS_PT_CAP 16384 /* one record's worth of plaintext: the fallback buffer */
+/* The largest frame (header included) kept whole in a plaintext slot while
+ * its bytes arrive: a held frame's start moves to the front of a fresh
+ * slot, where a record still fits after it. */
+#define TL_PT_HOLD (TL_PT_SLOT - TL_PT_RECORD)
 #define TL_SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 #define TL_SYSTEM_CA_DIR "/etc/ssl/certs"
 
@@ -39,8 +45,12 @@ struct tl_tls {
 	SSL_CTX *own_ctx; /* set when the dial brought its own roots or skips verification */
 	struct tl_loop *l;
 	struct tl_conn *c;
-	uint8_t *pt;      /* plaintext of the last SSL_read */
-	size_t pt_off, pt_len;
+	uint8_t *pt;      /* own plaintext buffer: used when no plaintext slot is free */
+	size_t pt_off, pt_len; /* plaintext run: parsed up to pt_off, decrypted up to pt_len */
+	int32_t pq;       /* plaintext slot holding the run (events may point into it), -1: pt */
+	uint8_t held;     /* the parser left a partial frame at pt_off for more bytes (rx_hold) */
+	uint8_t unhold;   /* no slot to grow it in: the next feed takes it without holding */
+	uint8_t reoffer;  /* the next feed starts with the frame held last (tl_conn.rx_held_ok holds) */
 	int handshake_done;
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext since the last flush check */
@@ -203,6 +213,89 @@ static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char
 	tl_conn_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
 }
 
+/* ---- received plaintext runs (rxp_*) ---- */
+
+/* rxp_drop gives up t's plaintext slot: back to the free stack, or deferred
+ * while an event Go has not passed points into it (tl_slots_release). */
+static void rxp_drop(struct tl_loop *l, struct tl_tls *t)
+{
+	if (t->pq < 0)
+		return;
+	tl_slots_release(&l->slots, (uint32_t)t->pq, l->evq.head_cache);
+	t->pq = -1;
+}
+
+/* rxp_take takes a free plaintext slot, first releasing the deferred ones
+ * Go has passed when none is free; maps them on first use. Returns its
+ * id, or -1. */
+static int32_t rxp_take(struct tl_loop *l)
+{
+	struct tl_slots *s = &l->slots;
+	int32_t q;
+
+	if (tl_slots_pt_map(s) < 0)
+		return -1;
+	q = tl_slots_pt_get(s);
+	if (q < 0 && tl_slots_deferred(s)) {
+		tl_evq_refresh(&l->evq);
+		tl_slots_release_deferred(s, l->evq.head_cache);
+		q = tl_slots_pt_get(s);
+	}
+	return q;
+}
+
+/* rxp_base returns the start of t's plaintext run's buffer. */
+static inline uint8_t *rxp_base(struct tl_loop *l, const struct tl_tls *t)
+{
+	return t->pq >= 0 ? tl_slots_ptr(&l->slots, (uint32_t)t->pq) : t->pt;
+}
+
+/* rxp_room picks where the next SSL_read decrypts to, once the run is
+ * parsed to its end (pt_off == pt_len), and returns how many bytes fit
+ * there (at rxp_base + pt_len). The current plaintext slot goes on while a
+ * whole record fits; else it is dropped and a free one taken (after
+ * releasing the deferred slots Go has passed). With none free - the pump
+ * is behind, or their memory could not be mapped - the connection
+ * decrypts into its own buffer and its frames are copied into the arena
+ * as before: it never waits for a plaintext slot, the ring and arena stay
+ * the only back-pressure. */
+static size_t rxp_room(struct tl_loop *l, struct tl_tls *t)
+{
+	int32_t q;
+
+	if (t->pq >= 0) {
+		if (TL_PT_SLOT - t->pt_len >= TL_PT_RECORD)
+			return TL_PT_SLOT - t->pt_len;
+		rxp_drop(l, t);
+	}
+	t->pt_off = t->pt_len = 0;
+	q = rxp_take(l);
+	if (q < 0)
+		return TL_TLS_PT_CAP;
+	t->pq = q;
+	return TL_PT_SLOT;
+}
+
+/* rxp_move_held moves a held partial frame (pt_off..pt_len, at most
+ * TL_PT_HOLD bytes) to the front of a free plaintext slot, where a whole
+ * record fits after it, and gives up the old slot: one copy of less than
+ * a frame, where reassembly would copy the whole frame twice. Returns 0,
+ * or -1 when no slot is free. */
+static int rxp_move_held(struct tl_loop *l, struct tl_tls *t)
+{
+	int32_t q = rxp_take(l);
+	size_t n = t->pt_len - t->pt_off;
+
+	if (q < 0)
+		return -1;
+	memcpy(tl_slots_ptr(&l->slots, (uint32_t)q), rxp_base(l, t) + t->pt_off, n);
+	rxp_drop(l, t);
+	t->pq = q;
+	t->pt_off = 0;
+	t->pt_len = n;
+	return 0;
+}
+
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_dial *d = c->dial;
@@ -225,6 +318,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	}
 	t->l = l;
 	t->c = c;
+	t->pq = -1;
 	c->tls = t;
 	if (d->ca_file_len || d->ca_pem_len || d->insecure) {
 		ctx = t->own_ctx = new_ctx();
@@ -313,6 +407,7 @@ void tl_tls_free(struct tl_conn *c)
 	struct tl_tls *t = c->tls;
 	if (!t)
 		return;
+	rxp_drop(t->l, t);
 	tl_tlsv_conn_free(t->l, c, t->ssl);
 	SSL_free(t->ssl);
 	SSL_CTX_free(t->own_ctx);
@@ -546,9 +641,19 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 	for (;;) {
 		if (tl_conn_replies(c) > l->cfg.max_send_queue)
 			return TL_FEED_STALL; /* pongs pile up, the peer does not read: as tl_plain_drive */
-		if (t->pt_off < t->pt_len) {
+		if (t->pt_off < t->pt_len && !t->held) {
 			size_t used = 0;
-			r = tl_conn_feed(l, c, t->pt + t->pt_off, t->pt_len - t->pt_off, &used);
+			/* Whole frames in a plaintext slot stay there; one not all
+			 * decrypted yet waits in it for the rest (rx_hold). */
+			c->cur_q = t->pq;
+			c->rx_hold = t->pq >= 0 && !t->unhold ? TL_PT_HOLD : 0;
+			if (!t->reoffer)
+				c->rx_held_ok = 0; /* the run does not start with a held frame */
+			t->reoffer = 0;
+			r = tl_conn_feed(l, c, rxp_base(l, t) + t->pt_off, t->pt_len - t->pt_off, &used);
+			c->cur_q = -1;
+			c->rx_hold = 0;
+			t->unhold = 0;
 			t->pt_off += used;
 			if (r == TL_FEED_STALL)
 				return TL_FEED_STALL;
@@ -558,12 +663,23 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			}
 			if (tl_conn_ending(c))
 				return TL_FEED_DEAD;
+			t->held = t->pt_off < t->pt_len;
+			t->reoffer = t->held;
 			continue;
 		}
-		r = SSL_read(t->ssl, t->pt, TL_TLS_PT_CAP);
+		if (t->held && TL_PT_SLOT - t->pt_len < TL_PT_RECORD && rxp_move_held(l, t) < 0) {
+			/* No slot to grow the frame in: the parser reassembles it. */
+			t->held = 0;
+			t->unhold = 1;
+			continue;
+		}
+		{
+			size_t room = rxp_room(l, t); /* keeps a held frame: its slot has room */
+			r = SSL_read(t->ssl, rxp_base(l, t) + t->pt_len, (int)room);
+		}
 		if (r > 0) {
-			t->pt_off = 0;
-			t->pt_len = (size_t)r;
+			t->pt_len += (size_t)r;
+			t->held = 0;
 			tl_sample_pt(c);
 			continue;
 		}

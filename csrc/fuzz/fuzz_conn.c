@@ -1,8 +1,10 @@
 /* fuzz_conn.c - the whole receive state machine (frame parser, reassembly,
  * UTF-8, control frames, close handshake, event emission) on a detached
  * loop: the input is server bytes for one memory connection, cut into runs
- * at fuzzer-chosen points. Every event must be well formed and every
- * delivered text message valid UTF-8; sanitizers catch the rest. */
+ * at fuzzer-chosen points, optionally with the TLS transport's hold
+ * (tl_conn.rx_hold: a partial frame is left unconsumed and offered again
+ * with more bytes). Every event must be well formed and every delivered
+ * text message valid UTF-8; sanitizers catch the rest. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,21 +55,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	c = &L->conns[0];
 	tl_life_open_memory(L, 0, ++gen);
-	/* first byte: run length (1..64) used to cut the rest */
-	size_t run = (size_t)(data[0] & 63) + 1;
+	/* first byte: run length (1..64) used to cut the rest; bit 6: hold
+	 * frames of up to 512 bytes as the TLS transport does */
+	size_t run = (size_t)(data[0] & 63) + 1, want = run, hold = data[0] & 64 ? 512 : 0;
+	int reoffer = 0;
 	data++;
 	size--;
 	while (off < size && !c->dying && c->state != TL_ST_IDLE) {
-		size_t n = size - off < run ? size - off : run, used = 0;
+		size_t n = size - off < want ? size - off : want, used = 0;
+		c->rx_hold = hold;
+		if (!reoffer)
+			c->rx_held_ok = 0; /* as the TLS transport: a run not starting with the held frame */
+		reoffer = 0;
 		int r = tl_conn_feed(L, c, data + off, n, &used);
+		c->rx_hold = 0;
 		tl_life_after(L, c); /* what the parser asked of the loop (a close: teardown) */
 		if (used > n)
 			abort();
+		want = run;
+		if (r == 0 && used < n) {
+			/* held: only with hold set, and only a frame that fits it */
+			if (!hold || n - used > hold)
+				abort();
+			if (n == size - off) {
+				drain(L, &final);
+				break; /* the input ends inside the held frame: a cut stream */
+			}
+			want = n - used + run; /* offer it again with more bytes */
+			reoffer = 1;
+		}
 		drain(L, &final);
 		if (r == -1 && used == 0) {
 			/* stalled with nothing consumed: the ring was drained above,
 			 * so the next call must make progress */
+			c->rx_hold = hold;
 			r = tl_conn_feed(L, c, data + off, n, &used);
+			c->rx_hold = 0;
 			tl_life_after(L, c);
 			drain(L, &final);
 			if (r == -1 && used == 0 && !c->open_pending && !c->msg_ready && !c->ctrl_ready)

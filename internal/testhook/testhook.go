@@ -8,3 +8,17 @@ package testhook
 // pumps, 1 a goroutine is inside a Pump call, 2 the pool was closed and
 // freed. Package talaris sets it (linux and cgo only; nil elsewhere).
 var PumpClaim func(pool any) int32
+
+// Where a payload handed to a callback lies (PayloadOrigin).
+const (
+	OriginOther     = 0 // none of the below
+	OriginArena     = 1 // copied into the event arena
+	OriginSlot      = 2 // in place, in a receive slot (ws://)
+	OriginPlaintext = 3 // in place, in a TLS plaintext slot (wss://)
+)
+
+// PayloadOrigin says where payload b of an event of *talaris.Pool pool
+// lies (an Origin* value): which delivery path it took. Call it inside
+// the callback that got b. One cgo call: tests only. Package talaris sets
+// it (linux and cgo only; nil elsewhere).
+var PayloadOrigin func(pool any, b []byte) int
