@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x115cc208a44aa978
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x77fc50c680af21a5
 import "C"
 
-const csrcHash = "115cc208a44aa978"
+const csrcHash = "77fc50c680af21a5"

@@ -174,6 +174,10 @@ static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *
 		if ((c = cmd_conn(l, cmd)) != NULL)
 			tl_loop_abort(l, c);
 		break;
+	case TL_CMD_DIRECT:
+		if ((c = cmd_conn(l, cmd)) != NULL)
+			tl_loop_direct_rest(l, c, cmd->code, payload, cmd->len);
+		break;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
 	case TL_CMD_PONG:

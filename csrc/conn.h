@@ -199,6 +199,9 @@ struct tl_conn {
 	uint64_t opens;        /* successful opens of this handle */
 	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
 	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
+	/* direct sends (loop.c, tl_conn_pub.tx_own): output or the socket's
+	 * close waits for a Go sender to hand the socket back */
+	uint8_t tx_defer;
 };
 
 /* tl_conn_send_subscribe queues c's subscribe messages (text frames, in

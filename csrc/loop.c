@@ -78,6 +78,194 @@ static int submit_send(struct tl_loop *l, struct tl_conn *c, struct tl_outbuf *o
 	return 0;
 }
 
+/* ---- direct sends: who writes a plain connection's socket ----
+ * A Go sender may write an open plain connection's socket itself while the
+ * loop has nothing to write there (tl_conn_pub.tx_own, ring.h): the loop
+ * offers the socket when its output is done (tx_release), takes it back
+ * before it submits a send (tx_take) and for good before it closes it
+ * (tx_seize). While a Go sender holds it the loop only marks TL_OWN_WANT
+ * and parks the connection (tx_defer); the sender hands the socket over
+ * when it is done and wakes a sleeping loop, and tx_run_deferred goes on.
+ * No lock, and nothing on the receive path. */
+
+static void maybe_finish(struct tl_loop *l, struct tl_conn *c);
+
+static inline uint32_t *own_word(struct tl_loop *l, const struct tl_conn *c)
+{
+	return &l->pub[c->slot].tx_own;
+}
+
+static void tx_defer(struct tl_loop *l, struct tl_conn *c)
+{
+	if (!c->tx_defer) {
+		c->tx_defer = 1;
+		l->tx_deferred++;
+	}
+}
+
+static void tx_undefer(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->tx_defer) {
+		c->tx_defer = 0;
+		l->tx_deferred--;
+	}
+}
+
+/* tx_take makes the loop the writer of c's socket. Returns 1 when it is,
+ * 0 when a Go sender holds the socket (or handed it off: the rest of its
+ * frame is on its way in the command ring); then Go is asked for it
+ * (TL_OWN_WANT) and c waits on the deferred list. */
+static int tx_take(struct tl_loop *l, struct tl_conn *c)
+{
+	uint32_t *w = own_word(l, c);
+	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+
+	for (;;) {
+		uint32_t st = v & TL_OWN_STATE;
+		if (st == TL_OWN_LOOP)
+			return 1;
+		if (st == TL_OWN_FREE) {
+			if (__atomic_compare_exchange_n(w, &v, (v & ~(TL_OWN_STATE | TL_OWN_WANT)) | TL_OWN_LOOP, 0,
+							__ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+				return 1;
+			continue;
+		}
+		if (st == TL_OWN_HANDOFF || (v & TL_OWN_WANT) ||
+		    __atomic_compare_exchange_n(w, &v, v | TL_OWN_WANT, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+			tx_defer(l, c);
+			return 0;
+		}
+	}
+}
+
+/* tx_release offers c's socket to Go senders: only an open plain
+ * connection that may still send data, with nothing of the loop's left
+ * to write (so a direct write can never overtake or split loop output). */
+static void tx_release(struct tl_loop *l, struct tl_conn *c)
+{
+	uint32_t *w = own_word(l, c);
+	uint32_t v;
+
+	if (c->is_tls || c->fd < 0 || c->state != TL_ST_OPEN || c->close_sent || c->close_rcvd || c->send_errno ||
+	    c->dying || c->discard || c->shut_wr || c->send_inflight || c->tx_msg_open || c->out[0].len ||
+	    c->out[1].len || c->sq.head != c->sq.len)
+		return;
+	v = __atomic_load_n(w, __ATOMIC_RELAXED);
+	if ((v & TL_OWN_STATE) != TL_OWN_LOOP)
+		return;
+	/* Go writes only LOOP-free states, so a plain store; release: the fd
+	 * is visible to the sender whose CAS sees FREE. */
+	__atomic_store_n(&l->pub[c->slot].tx_fd, c->fd, __ATOMIC_RELAXED);
+	__atomic_store_n(w, (v & ~(TL_OWN_STATE | TL_OWN_WANT)) | TL_OWN_FREE, __ATOMIC_RELEASE);
+}
+
+/* tx_seize takes c's socket back for good before it is closed: no Go
+ * sender writes it afterwards, and the rest of a frame Go handed off
+ * under the old epoch is dropped when it arrives. Returns 0 (c deferred)
+ * while a Go sender still writes it. */
+static int tx_seize(struct tl_loop *l, struct tl_conn *c)
+{
+	uint32_t *w = own_word(l, c);
+	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+
+	for (;;) {
+		if ((v & TL_OWN_STATE) == TL_OWN_GO) {
+			if ((v & TL_OWN_WANT) ||
+			    __atomic_compare_exchange_n(w, &v, v | TL_OWN_WANT, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+				tx_defer(l, c);
+				return 0;
+			}
+			continue;
+		}
+		if (__atomic_compare_exchange_n(w, &v, (((v >> TL_OWN_EPOCH_SHIFT) + 1) << TL_OWN_EPOCH_SHIFT) | TL_OWN_LOOP,
+						0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+			tx_undefer(l, c);
+			return 1;
+		}
+	}
+}
+
+/* tx_deferred_ready reports whether a deferred connection's socket came
+ * back from Go (the loop's last look before it sleeps: Go hands it over,
+ * then checks loop_sleeping; seq_cst on both sides, Dekker style). */
+static int tx_deferred_ready(struct tl_loop *l)
+{
+	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
+		const struct tl_conn *c = &l->conns[i];
+		uint32_t st;
+		if (!c->tx_defer)
+			continue;
+		st = __atomic_load_n(own_word(l, c), __ATOMIC_SEQ_CST) & TL_OWN_STATE;
+		if (st == TL_OWN_LOOP || st == TL_OWN_FREE)
+			return 1;
+	}
+	return 0;
+}
+
+/* tx_run_deferred goes on with the connections whose socket Go handed
+ * back: their output, or their end. A handoff waits for its rest instead
+ * (tl_loop_direct_rest goes on). */
+static void tx_run_deferred(struct tl_loop *l)
+{
+	for (uint32_t i = 0; i < l->cfg.max_conns && l->tx_deferred; i++) {
+		struct tl_conn *c = &l->conns[i];
+		uint32_t st;
+		if (!c->tx_defer)
+			continue;
+		st = __atomic_load_n(own_word(l, c), __ATOMIC_ACQUIRE) & TL_OWN_STATE;
+		if (st == TL_OWN_GO || st == TL_OWN_HANDOFF)
+			continue;
+		tx_undefer(l, c);
+		if (c->dying)
+			maybe_finish(l, c);
+		else
+			tl_loop_flush(l, c);
+	}
+}
+
+void tl_loop_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, const uint8_t *p, size_t n)
+{
+	uint32_t *w = own_word(l, c);
+	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	struct tl_outbuf *ob = &c->out[c->cur ^ 1];
+
+	if ((v & TL_OWN_STATE) != TL_OWN_HANDOFF || (uint16_t)(v >> TL_OWN_EPOCH_SHIFT) != epoch) {
+		tl_loop_tx_retire(l, c, n); /* that socket is gone: nobody reads the rest */
+		return;
+	}
+	__atomic_store_n(w, (v & ~(TL_OWN_STATE | TL_OWN_WANT)) | TL_OWN_LOOP, __ATOMIC_RELEASE);
+	tx_undefer(l, c);
+	/* Go took the socket with nothing of the loop's in flight or queued, so
+	 * the in-flight buffer is empty: the rest goes there, ahead of what the
+	 * loop collected in out[cur] meanwhile (a pong, a close, later sends). */
+	if (c->dying || c->send_errno || c->send_inflight || ob->len) {
+		tl_loop_tx_retire(l, c, n);
+		if (c->dying)
+			maybe_finish(l, c); /* it may have waited for the socket */
+		else if (!c->send_errno) /* cannot happen: never splice a frame */
+			tl_loop_fail(l, c, TL_E_INTERNAL, 0, 1011, "direct send handoff with output in flight");
+		else
+			tl_loop_flush(l, c); /* drops what was collected meanwhile */
+		return;
+	}
+	if (ob->cap < n) {
+		uint8_t *np = realloc(ob->p, n);
+		if (!np) {
+			tl_loop_tx_retire(l, c, n);
+			tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory taking a direct send's rest");
+			return;
+		}
+		ob->p = np;
+		ob->cap = n;
+	}
+	memcpy(ob->p, p, n);
+	ob->len = n;
+	ob->units = n;
+	ob->replies = 0;
+	c->sent_off = 0;
+	tl_loop_flush(l, c);
+}
+
 /* tl_loop_flush submits output when no send is in flight: first the rest
  * of a buffer a short send left (when no SQE was free to continue it),
  * else the collecting buffer, topped up from the send queue. One send per
@@ -94,21 +282,25 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c)
 	}
 	ob = &c->out[c->cur ^ 1];
 	if (ob->len > c->sent_off) {
-		submit_send(l, c, ob);
+		if (tx_take(l, c))
+			submit_send(l, c, ob);
 		return;
 	}
 	if (tl_conn_tx_refill(l, c) < 0 || c->dying)
 		return;
 	ob = &c->out[c->cur];
 	if (ob->len == 0) {
-		if (c->shut_wr == 1) {
+		if (c->shut_wr == 1 && tx_take(l, c)) {
 			/* Everything up to the close frame (and close_notify) has
 			 * left: tell the peer we are done writing. */
 			shutdown(c->fd, SHUT_WR);
 			c->shut_wr = 2;
 		}
+		tx_release(l, c); /* nothing left to write: Go senders may */
 		return;
 	}
+	if (!tx_take(l, c))
+		return; /* a Go sender writes the socket: it hands it back */
 	c->sent_off = 0;
 	if (submit_send(l, c, ob) == 0)
 		c->cur ^= 1; /* new bytes go to the other buffer meanwhile */
@@ -650,6 +842,8 @@ static void maybe_finish(struct tl_loop *l, struct tl_conn *c)
 	if (!c->dying || c->rc_pending || rx_in_kernel(c) || c->send_inflight || c->cancel_inflight ||
 	    c->connect_inflight)
 		return;
+	if (c->fd >= 0 && !tx_seize(l, c))
+		return; /* a Go sender writes the socket: close it once handed back */
 	if (c->fd >= 0) {
 		close(c->fd);
 		c->fd = -1;
@@ -1273,7 +1467,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * back on the next natural wake-up, without an extra syscall. */
 	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rx_want))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
-	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) ||
+	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) || (l->tx_deferred && tx_deferred_ready(l)) ||
 	    (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST))) {
 		__atomic_store_n(&l->cmdq.r->loop_sleeping, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
@@ -1344,6 +1538,8 @@ static void loop_run(struct tl_loop *l)
 				l->pub_ns = 0;
 			}
 		}
+		if (l->tx_deferred) /* Go senders handed sockets back */
+			tx_run_deferred(l);
 		{
 			uint64_t now = l->live > l->rc_waits && !busy ? tl_loop_now_ns() : 0;
 			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;

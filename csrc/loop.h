@@ -102,6 +102,8 @@ struct tl_loop {
 	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
 	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
 	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */
+	/* loop.c: direct sends (tl_conn_pub.tx_own) */
+	uint32_t tx_deferred;     /* connections with tx_defer set */
 };
 
 /* Timers. A connection has one field per kind of timer, each an absolute
@@ -164,6 +166,13 @@ void tl_loop_flush(struct tl_loop *l, struct tl_conn *c);
  * to the socket, or dropped) and publishes it in tl_conn_pub.tx_done,
  * waking a SendContext that sleeps on tx_seq. */
 void tl_loop_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units);
+
+/* tl_loop_direct_rest takes the rest of a direct send that Go's write did
+ * not finish (TL_CMD_DIRECT): when c's socket is still in the handoff Go
+ * left under epoch, the bytes go out before anything else of c; otherwise
+ * (the epoch ended: c failed, closed or reconnected) they are dropped.
+ * Either way their n send units are retired once done. Copies p. */
+void tl_loop_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, const uint8_t *p, size_t n);
 
 /* tl_loop_fail records why c failed (the first cause wins) and starts its
  * end: a close frame with code when open (0: none), then teardown after

@@ -104,6 +104,7 @@ type talVariant struct {
 	spinTime   time.Duration // Config.SpinTime (0: the default)
 	ringFlags  uint32        // Config.RingFlags (0: the default)
 	evRing     uint32        // Config.EventRingSize (0: the default)
+	noDirect   bool          // Config.NoDirectSend
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -130,6 +131,9 @@ var talVariants = []talVariant{
 	// The default with a 4096-event ring: how much of the orders
 	// workload's round trip is the flood queued ahead of the echo.
 	{name: "default-ring4k", evRing: 4096},
+	// The default with every send going through the loop (issue 9 item 4:
+	// what the direct send path buys).
+	{name: "nodirect", noDirect: true},
 }
 
 // variantNames lists the variants for --help.
@@ -782,7 +786,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery}
+		SampleEvery: sampleEvery, NoDirectSend: v.noDirect}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
