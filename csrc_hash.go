@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x77fc50c680af21a5
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xddd32424577bdb8e
 import "C"
 
-const csrcHash = "77fc50c680af21a5"
+const csrcHash = "ddd32424577bdb8e"
