@@ -60,6 +60,8 @@ type (
 	_ [cErrReadTimeout - C.TL_E_READ_TIMEOUT]byte
 	_ [C.TL_CMD_ABORT - cmdAbort]byte
 	_ [cmdAbort - C.TL_CMD_ABORT]byte
+	_ [C.TL_CMD_DIRECT - cmdDirect]byte
+	_ [cmdDirect - C.TL_CMD_DIRECT]byte
 
 	_ [C.TL_TLS_UNKNOWN_CA - cTLSUnknownCA]byte
 	_ [cTLSUnknownCA - C.TL_TLS_UNKNOWN_CA]byte

@@ -201,6 +201,10 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	p := c.p
 	defer p.exit()
 	p.sendMu.Lock()
+	if held, ok := c.takeDirect(len(b)); ok {
+		p.sendMu.Unlock()
+		return c.sendDirect(op, b, held)
+	}
 	defer p.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
 		if err == ErrWouldBlock && countFull {

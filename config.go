@@ -142,6 +142,16 @@ type Config struct {
 	// EventRingSize / ArenaSize switch the share off.
 	MaxConnPendingEvents uint32 // events one connection may have pending in the ring (256)
 	MaxConnPendingBytes  uint64 // payload bytes one connection may have pending in the ring (4 MiB)
+	// NoDirectSend makes every send go through the loop thread. By default
+	// a text or binary message of at most 64 KiB sent on an open ws://
+	// connection whose send queue is empty, and whose socket the loop is
+	// not writing, is framed and written by the calling goroutine itself
+	// (one send(2) on the non-blocking socket; what the socket does not
+	// take is handed to the loop, in order): the loop is neither woken
+	// nor needed for it. wss:// connections always send through the loop
+	// (it alone uses the TLS session). ConnStats.DirectSends counts the
+	// direct ones.
+	NoDirectSend bool
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -182,9 +192,10 @@ var defaults = Config{
 
 // Derived defaults and the Decoder's sizes.
 const (
-	cqPerSQ             = 4       // CQEntries = cqPerSQ x SQEntries
-	decoderEventRing    = 1 << 12 // events in a Decoder's ring
-	decoderMinArenaSize = 1 << 20 // a Decoder's arena: at least this, and 2 x its largest message
+	cqPerSQ             = 4        // CQEntries = cqPerSQ x SQEntries
+	decoderEventRing    = 1 << 12  // events in a Decoder's ring
+	decoderMinArenaSize = 1 << 20  // a Decoder's arena: at least this, and 2 x its largest message
+	directMax           = 64 << 10 // the largest message a direct send writes (Config.NoDirectSend)
 )
 
 // arenaFor returns the smallest power of two >= min that holds two

@@ -67,6 +67,11 @@ type ConnStats struct {
 	// SendContext calls that had to wait, because the queue was full.
 	SendQueueFull uint64
 	Reconnects    uint64 // successful re-opens under a ReconnectPolicy
+	// DirectSends counts the messages (of MsgsOut) the sending goroutine
+	// wrote to the socket itself (Config.NoDirectSend); DirectHandoffs
+	// those of them the socket took only part of, whose rest the loop
+	// wrote.
+	DirectSends, DirectHandoffs uint64
 }
 
 // Conn is a handle to one connection of a Pool. It is a small value: copy
@@ -214,4 +219,5 @@ const (
 	cmdClose  = 5
 	cmdInject = 7
 	cmdAbort  = 8
+	cmdDirect = 9
 )

@@ -69,10 +69,14 @@ func (c Conn) stats() ConnStats {
 		return ConnStats{} // ended: zero, as documented
 	}
 	pb := &c.p.pub[c.slot]
+	d := &c.p.direct[c.slot]
 	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
+	ds := d.sends.Load()
 	return ConnStats{
-		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in), MsgsOut: ld(&pb.msgs_out), BytesOut: ld(&pb.bytes_out),
-		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out),
+		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in),
+		MsgsOut: ld(&pb.msgs_out) + ds, BytesOut: ld(&pb.bytes_out) + d.bytes.Load(),
+		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out) + d.wire.Load(),
+		DirectSends: ds, DirectHandoffs: d.handoffs.Load(),
 		Resumed:    atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.resumed))) != 0,
 		SendQueued: c.queued(c.p.txAcc[c.slot].Load()), SendQueueFull: c.p.txFull[c.slot].Load(),
 		Reconnects: ld(&pb.reconnects),

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa4a0e5cb8c5cf87c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x0e58c729e9b55bd1
 import "C"
 
-const csrcHash = "a4a0e5cb8c5cf87c"
+const csrcHash = "0e58c729e9b55bd1"

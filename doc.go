@@ -81,6 +81,16 @@
 // connection's own queue, so a peer that stops reading never delays
 // another connection's sends, dials, pings or closes.
 //
+// A direct send skips the loop: a text or binary message of up to 64 KiB
+// on an open ws:// connection with nothing queued, whose socket the loop
+// is not writing, is framed, masked and written by the calling goroutine
+// (one send(2) on the non-blocking socket, as a Go WebSocket client
+// does), and what the socket does not take goes to the loop, in order.
+// The loop's own frames (pongs, the close) and queued sends never mix
+// with it. ConnStats.DirectSends counts them; Config.NoDirectSend turns
+// it off. wss:// always sends through the loop, which alone uses the TLS
+// session.
+//
 // Back-pressure is per connection and decided in Go, without a round
 // trip: a send that would take the connection's unsent bytes
 // (ConnStats.SendQueued) past Config.MaxSendQueue returns ErrWouldBlock at

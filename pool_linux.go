@@ -53,6 +53,8 @@ type pool struct {
 	txFull      []atomic.Uint64
 	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
 	userClosed  []atomic.Uint32
+	direct      []directSlot // direct sends (direct_linux.go)
+	maxDirect   int          // largest direct message; -1 when Config.NoDirectSend
 
 	pub    []C.struct_tl_conn_pub
 	cstats *C.struct_tl_pool_stats
@@ -182,6 +184,12 @@ func newPool(cfg Config) (*Pool, error) {
 	p.txAcc = make([]atomic.Uint64, d.MaxConns)
 	p.txFull = make([]atomic.Uint64, d.MaxConns)
 	p.userClosed = make([]atomic.Uint32, d.MaxConns)
+	p.direct = make([]directSlot, d.MaxConns)
+	if !d.NoDirectSend {
+		p.maxDirect = min(directMax, p.maxRecord()-wsMaxHdr)
+	} else {
+		p.maxDirect = -1
+	}
 	p.pub = unsafe.Slice(C.tl_loop_conns(loop), int(d.MaxConns))
 	p.cstats = C.tl_loop_stats(loop)
 	p.free = make([]uint32, 0, d.MaxConns)
@@ -351,6 +359,11 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	p.sendMu.Lock()
 	p.txAcc[s].Store(0)
 	p.txFull[s].Store(0)
+	d := &p.direct[s]
+	d.sends.Store(0)
+	d.handoffs.Store(0)
+	d.bytes.Store(0)
+	d.wire.Store(0)
 	p.sendMu.Unlock()
 	return s, p.gens[s], nil
 }

@@ -178,6 +178,14 @@ static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *
 		if ((c = cmd_conn(l, cmd)) != NULL)
 			tl_life_abort(l, c);
 		break;
+	case TL_CMD_DIRECT:
+		if ((c = cmd_conn(l, cmd)) != NULL) {
+			if (tl_tx_direct_rest(l, c, cmd->code, payload, cmd->len))
+				tl_life_maybe_finish(l, c);
+			else
+				tl_life_after(l, c);
+		}
+		break;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
 	case TL_CMD_PONG:

@@ -229,6 +229,9 @@ struct tl_conn {
 	 * 0: off. */
 	size_t rx_hold;
 	size_t rx_held_ok;  /* payload bytes of the held text frame already validated */
+	/* direct sends (tx.c, tl_conn_pub.tx_own): output or the socket's
+	 * close waits for a Go sender to hand the socket back */
+	uint8_t tx_defer;
 };
 
 /* tl_conn_ending says c is ending: teardown started, or requested

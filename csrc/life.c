@@ -286,6 +286,8 @@ void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c)
 	if (!c->dying || c->rc_pending || tl_rx_in_kernel(c) || c->send_inflight || c->cancel_inflight ||
 	    c->connect_inflight)
 		return;
+	if (c->fd >= 0 && !tl_tx_seize(l, c))
+		return; /* a Go sender writes the socket: close it once handed back */
 	if (c->fd >= 0) {
 		close(c->fd);
 		c->fd = -1;

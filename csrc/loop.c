@@ -477,7 +477,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * back on the next natural wake-up, without an extra syscall. */
 	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rx_want))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
-	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) ||
+	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) || (l->tx_deferred && tl_tx_deferred_ready(l)) ||
 	    (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST))) {
 		__atomic_store_n(&l->cmdq.r->loop_sleeping, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
@@ -514,6 +514,21 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	__atomic_store_n(&l->evq.r->loop_wants_space, 0, __ATOMIC_RELAXED);
 }
 
+/* run_handed_back goes on with the connections whose socket a Go sender
+ * handed back (direct sends, tx.c): their output, or their end. */
+static void run_handed_back(struct tl_loop *l)
+{
+	for (uint32_t i = 0; i < l->cfg.max_conns && l->tx_deferred; i++) {
+		struct tl_conn *c = &l->conns[i];
+		if (!tl_tx_handed_back(l, c))
+			continue;
+		if (c->dying)
+			tl_life_maybe_finish(l, c);
+		else
+			tl_life_flush(l, c);
+	}
+}
+
 static void loop_run(struct tl_loop *l)
 {
 	struct io_uring_cqe *cqes[TL_CQE_BATCH];
@@ -548,6 +563,8 @@ static void loop_run(struct tl_loop *l)
 				l->pub_ns = 0;
 			}
 		}
+		if (l->tx_deferred) /* Go senders handed sockets back */
+			run_handed_back(l);
 		{
 			uint64_t now = l->live > l->rc_waits && !busy ? tl_timer_now_ns() : 0;
 			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;

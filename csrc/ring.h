@@ -137,6 +137,12 @@ enum {
 	/* 6 was a shutdown command; tl_loop_stop does that. Not reused. */
 	TL_CMD_INJECT = 7,   /* feed payload to a memory connection as if the server sent it */
 	TL_CMD_ABORT = 8,    /* end slot/gen at once: no close handshake, queued output dropped */
+	/* The rest of a direct send (tl_conn_pub.tx_own) the socket did not
+	 * take: wire bytes (framed, masked), code = the ownership epoch Go
+	 * held, send units = len. The loop writes them before anything else
+	 * of that connection, or drops them (retiring the units) when the
+	 * epoch is over. */
+	TL_CMD_DIRECT = 9,
 };
 #define TL_CTRL_UNITS 14     /* a control frame's header counted as send units */
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
@@ -195,7 +201,27 @@ struct tl_conn_pub {
 	uint32_t gap;     /* 1 from a reconnecting drop until the next open: Send* refuse */
 	uint32_t pad0;
 	uint64_t reconnects; /* successful re-opens of this handle */
+	/* Direct sends (txown.h): who may write this plain connection's
+	 * socket, and the socket Go writes while it holds it. */
+	uint32_t tx_own;  /* TL_OWN_* state | TL_OWN_WANT | epoch << TL_OWN_EPOCH_SHIFT */
+	int32_t tx_fd;    /* the socket; valid while tx_own is FREE or GO */
 };
+
+/* tx_own states (bits 0-1). The loop owns a connection's socket output
+ * (TL_OWN_LOOP, also the zero value Go resets the block to) until it has
+ * nothing left to write on an open plain connection, then stores
+ * TL_OWN_FREE; a Go sender may CAS FREE -> GO, write the socket itself
+ * and store FREE again, or, when the socket did not take the whole frame,
+ * store HANDOFF and send the rest as TL_CMD_DIRECT. The loop never writes
+ * or closes the socket while Go holds it: it sets TL_OWN_WANT, and Go
+ * hands it over (LOOP) instead of freeing it and wakes the loop. */
+#define TL_OWN_LOOP 0u
+#define TL_OWN_FREE 1u
+#define TL_OWN_GO 2u
+#define TL_OWN_HANDOFF 3u
+#define TL_OWN_STATE 3u
+#define TL_OWN_WANT 4u
+#define TL_OWN_EPOCH_SHIFT 8 /* bumped by the loop each time it takes the socket back for good */
 
 /* Layouts Go reads and writes through cgo and sync/atomic: a field moved
  * here without the Go side moving too would be read as garbage, so the
@@ -258,6 +284,8 @@ TL_LAYOUT(tl_conn_pub, tx_seq, 256);
 TL_LAYOUT(tl_conn_pub, tx_waiters, 260);
 TL_LAYOUT(tl_conn_pub, gap, 264);
 TL_LAYOUT(tl_conn_pub, reconnects, 272);
-_Static_assert(sizeof(struct tl_conn_pub) == 280, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, tx_own, 280);
+TL_LAYOUT(tl_conn_pub, tx_fd, 284);
+_Static_assert(sizeof(struct tl_conn_pub) == 288, "tl_conn_pub size");
 
 #endif

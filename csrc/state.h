@@ -73,6 +73,8 @@ struct tl_loop {
 	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
 	 * the connections again next iteration (the wait is 1 ms meanwhile) */
 	uint32_t tx_retry;
+	/* tx.c: direct sends (tl_conn_pub.tx_own) */
+	uint32_t tx_deferred;     /* connections with tx_defer set */
 };
 
 /* Timers. A connection has one field per kind of timer, each an absolute

@@ -462,6 +462,13 @@ func TestSendConcurrentSenders(t *testing.T) {
 // sequence-numbered messages on one connection through send; the server
 // must see every sender's messages complete and in order.
 func runConcurrentSenders(t *testing.T, senders int, cfg Config, send func(c Conn, ctx context.Context, op Opcode, b []byte) error) {
+	runConcurrentSendersCheck(t, senders, cfg, send, nil)
+}
+
+// runConcurrentSendersCheck is runConcurrentSenders; check, if not nil,
+// also gets the connection's stats once every message arrived.
+func runConcurrentSendersCheck(t *testing.T, senders int, cfg Config, send func(c Conn, ctx context.Context, op Opcode, b []byte) error,
+	check func(t *testing.T, st ConnStats)) {
 	perSender := scaled(2000)
 	var mu sync.Mutex
 	var recv [][]int
@@ -521,7 +528,11 @@ func runConcurrentSenders(t *testing.T, senders int, cfg Config, send func(c Con
 			mu.Unlock()
 			t.Fatalf("server received %d of %d messages", n, senders*perSender)
 		}
-		t.Logf("stats %+v", c.Stats())
+		st := c.Stats()
+		t.Logf("stats %+v", st)
+		if check != nil {
+			check(t, st)
+		}
 		if f := closeAndWait(t, p, c); f.Kind != EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}

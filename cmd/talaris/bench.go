@@ -105,6 +105,7 @@ type talVariant struct {
 	ringFlags  uint32        // Config.RingFlags (0: the default)
 	evRing     uint32        // Config.EventRingSize (0: the default)
 	connEvents uint32        // Config.MaxConnPendingEvents (0: the default)
+	noDirect   bool          // Config.NoDirectSend
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -142,6 +143,9 @@ var talVariants = []talVariant{
 	{name: "fair2k", connEvents: 2048},
 	{name: "fair4k", connEvents: 4096},
 	{name: "fair-off", connEvents: 1 << 30},
+	// The default with every send going through the loop (issue 9 item 4:
+	// what the direct send path buys).
+	{name: "nodirect", noDirect: true},
 }
 
 // variantNames lists the variants for --help.
@@ -794,7 +798,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents}
+		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}

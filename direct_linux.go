@@ -1,0 +1,222 @@
+//go:build linux && cgo
+
+package talaris
+
+// Direct sends (docs/ARCHITECTURE.md, "Direct sends"): a text or binary
+// message for an open ws:// connection whose loop has nothing to write is
+// framed, masked and written by the sending goroutine itself, one send(2)
+// on the non-blocking socket, so an order needs no eventfd write and no
+// loop wake-up. Who may write the socket is one word per connection,
+// tl_conn_pub.tx_own (csrc/ring.h): the loop offers it (FREE) when its
+// output is done, a sender takes it (GO) with a CAS, and hands it back
+// (FREE, or LOOP and a wake-up when the loop asked for it meanwhile). What
+// the socket does not take goes to the loop as TL_CMD_DIRECT (HANDOFF),
+// which writes it before anything else of that connection. Nothing here
+// touches the receive path.
+
+/*
+#include "csrc/talaris.h"
+*/
+import "C"
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// tx_own bits (TL_OWN_* in csrc/ring.h).
+const (
+	ownLoop       = uint32(C.TL_OWN_LOOP)
+	ownFree       = uint32(C.TL_OWN_FREE)
+	ownGo         = uint32(C.TL_OWN_GO)
+	ownHandoff    = uint32(C.TL_OWN_HANDOFF)
+	ownState      = uint32(C.TL_OWN_STATE)
+	ownWant       = uint32(C.TL_OWN_WANT)
+	ownEpochShift = C.TL_OWN_EPOCH_SHIFT
+
+	wsMaxHdr = 14 // FIN/opcode, length (up to 9 bytes), mask key
+)
+
+// directSlot is one slot's direct-send state. buf is used only by the
+// goroutine holding the slot's socket (tx_own GO or HANDOFF), so mu is
+// never contended: the socket may come back through the loop (C atomics,
+// which the race detector does not see), and mu states the exclusion in
+// Go's terms. The counters are reset with the slot.
+type directSlot struct {
+	mu                     sync.Mutex
+	buf                    []byte
+	sends, handoffs, bytes atomic.Uint64
+	wire                   atomic.Uint64
+	_                      [24]byte // keep neighbours' counters apart
+}
+
+func (c Conn) ownWord() *uint32 {
+	return (*uint32)(unsafe.Pointer(&c.p.pub[c.slot].tx_own))
+}
+
+// takeDirect takes c's socket for a direct send of n payload bytes when
+// that may go out at once: direct sends on, a small message, c open and
+// sendable, nothing of c's queued (so nothing sent earlier can be
+// overtaken) and the loop not writing. It returns the tx_own value held.
+// Called with sendMu held (txAcc is stable).
+func (c Conn) takeDirect(n int) (uint32, bool) {
+	p := c.p
+	if n > p.maxDirect || p.closed.Load() || !c.sendable() || c.inGap() || c.queued(p.txAcc[c.slot].Load()) != 0 {
+		return 0, false
+	}
+	w := c.ownWord()
+	v := atomic.LoadUint32(w)
+	if v&ownState != ownFree {
+		return 0, false // the loop writes (or it is TLS, or not open)
+	}
+	nv := v&^(ownState|ownWant) | ownGo
+	if !atomic.CompareAndSwapUint32(w, v, nv) {
+		return 0, false
+	}
+	// The loop closes the socket only after taking it back, which it cannot
+	// while we hold it, so the slot cannot be reused under us: this only
+	// confirms that the FREE we took is this handle's.
+	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[c.slot].gen))) != c.gen {
+		p.releaseDirect(c.slot)
+		return 0, false
+	}
+	return nv, true
+}
+
+// sendDirect frames b and writes it to c's socket from this goroutine;
+// the rest of a short or refused write goes to the loop (handoff). c's
+// socket is held (takeDirect); the caller is inside p.enter and does not
+// hold sendMu.
+func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
+	p := c.p
+	d := &p.direct[c.slot]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	need := len(b) + wsMaxHdr
+	if cap(d.buf) < need {
+		d.buf = make([]byte, max(need, 512, 2*cap(d.buf)))
+	}
+	buf := d.buf[:need]
+	n, err := frameMasked(buf, op, b)
+	if err != nil {
+		p.releaseDirect(c.slot)
+		return err
+	}
+	fd := uintptr(atomic.LoadInt32((*int32)(unsafe.Pointer(&p.pub[c.slot].tx_fd))))
+	off := 0
+	for off < n {
+		w, _, errno := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&buf[off])), uintptr(n-off),
+			unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 || w == 0 {
+			// EAGAIN (the socket is full) or an error: the loop writes the
+			// rest, or meets the same error and ends the connection the
+			// way it does for its own sends.
+			break
+		}
+		off += int(w)
+	}
+	d.sends.Add(1)
+	d.bytes.Add(uint64(len(b)))
+	d.wire.Add(uint64(off))
+	if off == n {
+		p.releaseDirect(c.slot)
+		return nil
+	}
+	d.handoffs.Add(1)
+	return c.handoff(buf[off:n], held)
+}
+
+// releaseDirect gives the socket back after a whole write: FREE, or to
+// the loop when it asked for it meanwhile (it has output, or wants to
+// close the socket), waking it if it sleeps (Dekker: our CAS, then its
+// loop_sleeping; its store of loop_sleeping, then its look at tx_own).
+func (p *Pool) releaseDirect(slot uint32) {
+	w := (*uint32)(unsafe.Pointer(&p.pub[slot].tx_own))
+	for {
+		v := atomic.LoadUint32(w)
+		if v&ownWant != 0 {
+			if atomic.CompareAndSwapUint32(w, v, v&^(ownState|ownWant)|ownLoop) {
+				p.kick()
+				return
+			}
+			continue
+		}
+		if atomic.CompareAndSwapUint32(w, v, v&^ownState|ownFree) {
+			return
+		}
+	}
+}
+
+// handoff passes the unwritten rest of a frame to the loop: tx_own
+// HANDOFF (the loop writes nothing of c's until the rest arrives, and then
+// writes it first), then the rest as TL_CMD_DIRECT with the epoch we held,
+// so a rest for a socket the loop has since closed is dropped, never sent
+// on the next connection. The rest counts as queued until written.
+func (c Conn) handoff(rest []byte, held uint32) error {
+	p := c.p
+	w := c.ownWord()
+	for {
+		v := atomic.LoadUint32(w)
+		if atomic.CompareAndSwapUint32(w, v, v&^(ownState|ownWant)|ownHandoff) {
+			break
+		}
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	p.txAcc[c.slot].Add(uint64(len(rest)))
+	if err := p.putRecord(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, rest); err != nil {
+		return err // the pool closed: the loop is gone, and the socket with it
+	}
+	p.publish()
+	return nil
+}
+
+// frameMasked writes one whole masked frame (FIN set) of opcode op
+// carrying b into dst (len(b)+wsMaxHdr bytes) and returns its length. The
+// mask key comes from crypto/rand, as RFC 6455 asks.
+func frameMasked(dst []byte, op Opcode, b []byte) (int, error) {
+	var key [4]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return 0, err
+	}
+	dst[0] = 0x80 | byte(op)
+	hl := 2
+	switch n := len(b); {
+	case n < 126:
+		dst[1] = 0x80 | byte(n)
+	case n < 1<<16:
+		dst[1] = 0x80 | 126
+		binary.BigEndian.PutUint16(dst[2:], uint16(n))
+		hl = 4
+	default:
+		dst[1] = 0x80 | 127
+		binary.BigEndian.PutUint64(dst[2:], uint64(n))
+		hl = 10
+	}
+	copy(dst[hl:], key[:])
+	hl += 4
+	maskInto(dst[hl:hl+len(b)], b, key)
+	return hl + len(b), nil
+}
+
+// maskInto writes src XOR the repeated key to dst (same length), eight
+// bytes at a time.
+func maskInto(dst, src []byte, key [4]byte) {
+	k := uint64(binary.LittleEndian.Uint32(key[:]))
+	k |= k << 32
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(src[i:])^k)
+	}
+	for ; i < len(src); i++ {
+		dst[i] = src[i] ^ key[i&3]
+	}
+}

@@ -1,0 +1,521 @@
+//go:build linux && cgo
+
+package talaris_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+)
+
+// Direct-send tests (issue 9 item 4, Config.NoDirectSend): on ws:// a
+// send finding the connection's queue empty and the loop not writing is
+// written by the calling goroutine; a short write hands the rest to the
+// loop. The peers are real servers on loopback that parse every frame (a
+// byte of one frame inside another fails the parse) and check every
+// message's number and content. wss:// runs the same tests through the
+// loop path (DirectSends stays 0).
+
+// bgPump pumps p on its own goroutine until the pool closes or stop is
+// called, and records c's final event.
+type bgPump struct {
+	done  chan struct{}
+	mu    sync.Mutex
+	final *finalEvent
+	pongs int
+}
+
+func startPump(t *testing.T, p *Pool, c Conn) *bgPump {
+	b := &bgPump{done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		for {
+			_, err := p.Pump(func(cc Conn, ev Event) {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				switch ev.Kind {
+				case EventPong:
+					b.pongs++
+				case EventClose, EventError:
+					if cc == c {
+						f := copyFinal(ev)
+						b.final = &f
+					}
+				}
+			})
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			end := b.final != nil
+			b.mu.Unlock()
+			if end {
+				return
+			}
+		}
+	}()
+	return b
+}
+
+// wait waits for the pump to return (the final event, or the pool closed).
+func (b *bgPump) wait(t *testing.T) *finalEvent {
+	t.Helper()
+	select {
+	case <-b.done:
+	case <-time.After(hangGuard):
+		t.Fatal("pump did not return")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.final
+}
+
+// sendRetry sends b, retrying while the queue is full.
+func sendRetry(c Conn, b []byte) error {
+	for {
+		err := c.SendBinary(b)
+		if !errors.Is(err, ErrWouldBlock) {
+			return err
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// TestDirectSendConcurrentSenders: 16 goroutines send sequence-numbered
+// messages on one connection with SendBinary (retrying on ErrWouldBlock),
+// so sends race for the socket: some go out directly, the rest queue
+// behind them. The server sees every sender's messages complete, intact
+// and in order.
+func TestDirectSendConcurrentSenders(t *testing.T) {
+	send := func(c Conn, ctx context.Context, op Opcode, b []byte) error {
+		for {
+			var err error
+			if op == OpText {
+				err = c.SendText(b)
+			} else {
+				err = c.SendBinary(b)
+			}
+			if !errors.Is(err, ErrWouldBlock) {
+				return err
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	runConcurrentSendersCheck(t, 16, Config{MaxSendQueue: 256 << 10}, send, func(t *testing.T, st ConnStats) {
+		if st.DirectSends == 0 {
+			t.Errorf("no message went out directly (stats %+v)", st)
+		}
+		if st.DirectSends >= st.MsgsOut {
+			t.Errorf("every message went out directly: the mix with queued sends was not exercised (stats %+v)", st)
+		}
+	})
+}
+
+// TestDirectSendPeerStopsReading: against a peer that does not read,
+// direct sends fill the socket until it refuses (EAGAIN: the rest of that
+// frame goes to the loop), then the queue fills to ErrWouldBlock. When the
+// peer reads, every message arrives in order and intact, then more sent
+// with SendContext, then the close.
+func TestDirectSendPeerStopsReading(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		s := newSink(t, useTLS, false, 0)
+		p := newTestPool(t, Config{MaxSendQueue: 256 << 10}, hangGuard)
+		c := dialSink(t, p, s)
+		// The loop offers the socket once its output after the upgrade is
+		// done, a moment after Dial returns: until then sends queue.
+		next := 0
+		buf := make([]byte, 1000)
+		if err := c.SendBinary(seqMsg(buf, next)); err != nil {
+			t.Fatalf("SendBinary: %v", err)
+		}
+		next++
+		for c.Stats().SendQueued != 0 {
+			time.Sleep(time.Millisecond)
+		}
+		fillUntilBlocked(t, c, &next, 1000, 1<<30)
+		st := c.Stats()
+		t.Logf("refused after %d messages: %+v", next, st)
+		if useTLS {
+			if st.DirectSends != 0 {
+				t.Errorf("wss: %d direct sends, want 0 (the loop owns the TLS session)", st.DirectSends)
+			}
+		} else {
+			if st.DirectSends == 0 || st.DirectHandoffs == 0 {
+				t.Errorf("want direct sends and at least one handoff to the loop (stats %+v)", st)
+			}
+			if st.SendQueued == 0 {
+				t.Errorf("queue empty at ErrWouldBlock (stats %+v)", st)
+			}
+		}
+		close(s.gate)
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		for range 2000 {
+			if err := c.SendContext(ctx, OpBinary, seqMsg(buf, next)); err != nil {
+				t.Fatalf("SendContext %d: %v", next, err)
+			}
+			next++
+		}
+		s.waitCount(t, next)
+		st = c.Stats()
+		if st.MsgsOut != uint64(next) || st.SendQueued != 0 {
+			t.Errorf("stats %+v after %d messages arrived", st, next)
+		}
+		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+		if n, _, err := s.state(); err != nil || n != next {
+			t.Errorf("sink: %d messages, err %v; want %d", n, err, next)
+		}
+	})
+}
+
+// TestDirectSendControlInterleaved: while one goroutine sends data (direct
+// and queued), the server pings the client (the loop's pongs go out
+// between our frames), another goroutine sends pings, and then the close
+// goes out: the server parses every frame, sees the data in order and
+// intact, the pongs in the order of its pings, our pings, and the close
+// after the last message.
+func TestDirectSendControlInterleaved(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		total := scaled(20000)
+		type result struct {
+			n, pongs, pings, atClose int
+			err                      error
+		}
+		res := make(chan result, 1)
+		srv := wstest.NewRaw(func(rc *wstest.RawConn) {
+			var r result
+			stop := make(chan struct{})
+			var sent atomic.Int64
+			go func() { // the server's pings, until the close arrives
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(200 * time.Microsecond):
+					}
+					if rc.WriteFrame(true, ws.OpPing, fmt.Appendf(nil, "p%d", i)) != nil {
+						return
+					}
+					sent.Add(1)
+				}
+			}()
+			defer func() { close(stop); res <- r }()
+			for {
+				h, pl, err := rc.ReadFrame()
+				if err != nil {
+					r.err = fmt.Errorf("after %d messages: %w", r.n, err)
+					return
+				}
+				switch h.Op {
+				case ws.OpPong:
+					if want := fmt.Sprintf("p%d", r.pongs); string(pl) != want {
+						r.err = fmt.Errorf("pong %q, want %q", pl, want)
+						return
+					}
+					r.pongs++
+				case ws.OpPing:
+					r.pings++
+				case ws.OpClose:
+					r.atClose = r.n
+					rc.WriteClose(CloseNormal, "")
+					return
+				default:
+					if !h.Fin {
+						r.err = fmt.Errorf("message %d fragmented", r.n)
+						return
+					}
+					if err := checkSeqMsg(pl, r.n); err != nil {
+						r.err = err
+						return
+					}
+					r.n++
+				}
+			}
+		})
+		opts := (*DialOptions)(nil)
+		if useTLS {
+			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+			opts = tlsOpts
+		} else {
+			srv.Start(t)
+		}
+		p := newTestPool(t, Config{MaxSendQueue: 128 << 10}, hangGuard)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		c, err := p.Dial(ctx, srv.URL, opts)
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+		bg := startPump(t, p, c)
+		stopPing := make(chan struct{})
+		pingDone := make(chan struct{})
+		go func() {
+			defer close(pingDone)
+			for {
+				select {
+				case <-stopPing:
+					return
+				case <-time.After(time.Millisecond):
+				}
+				if err := c.Ping([]byte("c")); err != nil && !errors.Is(err, ErrWouldBlock) {
+					t.Errorf("Ping: %v", err)
+					return
+				}
+			}
+		}()
+		buf := make([]byte, 2100)
+		for i := range total {
+			if err := sendRetry(c, seqMsg(buf[:100+(i*37)%2000], i)); err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+		}
+		close(stopPing)
+		<-pingDone
+		st := c.Stats()
+		if err := c.Close(CloseNormal, "done"); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		f := bg.wait(t)
+		var r result
+		select {
+		case r = <-res:
+		case <-time.After(hangGuard):
+			t.Fatal("server did not finish")
+		}
+		t.Logf("server: %d messages, %d pongs, %d pings; client stats %+v", r.n, r.pongs, r.pings, st)
+		if r.err != nil {
+			t.Fatalf("server: %v", r.err)
+		}
+		if r.n != total || r.atClose != total {
+			t.Errorf("server got %d messages (%d before the close), want %d", r.n, r.atClose, total)
+		}
+		if r.pongs == 0 || r.pings == 0 {
+			t.Errorf("pongs %d, pings %d: the control frames were not exercised", r.pongs, r.pings)
+		}
+		if f == nil || f.Kind != EventClose {
+			t.Errorf("final %+v, want EventClose", f)
+		}
+		if !useTLS && st.DirectSends == 0 {
+			t.Errorf("no direct sends (stats %+v)", st)
+		}
+	})
+}
+
+// TestDirectSendRacingEnd: goroutines sending small messages (the direct
+// path) race Conn.Abort, Conn.Close and Pool.Close from another goroutine,
+// against a peer that reads and one that does not: every sender returns
+// (ErrClosed or ErrPoolClosed, or ErrWouldBlock while the peer does not
+// read), the connection ends with the expected event, and sends after the
+// end are refused.
+func TestDirectSendRacingEnd(t *testing.T) {
+	for _, how := range []string{"Abort", "Conn.Close", "Pool.Close"} {
+		t.Run(how, func(t *testing.T) {
+			forEachTransport(t, func(t *testing.T, useTLS bool) {
+				for it := range 4 {
+					directRaceOnce(t, useTLS, how, it%2 == 0)
+				}
+			})
+		})
+	}
+}
+
+func directRaceOnce(t *testing.T, useTLS bool, how string, reading bool) {
+	s := newSink(t, useTLS, reading, 0)
+	p := newTestPool(t, Config{MaxSendQueue: 64 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
+	c := dialSink(t, p, s)
+	bg := startPump(t, p, c)
+	ended := func(err error) bool { return errors.Is(err, ErrClosed) || errors.Is(err, ErrPoolClosed) }
+	var wg sync.WaitGroup
+	var direct atomic.Int64
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, 64+g*300)
+			for {
+				err := c.SendBinary(b)
+				switch {
+				case err == nil:
+				case ended(err):
+					return
+				case errors.Is(err, ErrWouldBlock):
+					time.Sleep(10 * time.Microsecond)
+				default:
+					t.Errorf("sender %d: %v", g, err)
+					return
+				}
+				if g == 0 {
+					direct.Store(int64(c.Stats().DirectSends))
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Duration(3+len(t.Name())%5) * time.Millisecond)
+	var err error
+	switch how {
+	case "Abort":
+		err = c.Abort()
+	case "Conn.Close":
+		err = c.Close(CloseNormal, "")
+	default:
+		err = p.Close()
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", how, err)
+	}
+	fin := make(chan struct{})
+	go func() { wg.Wait(); close(fin) }()
+	select {
+	case <-fin:
+	case <-time.After(hangGuard):
+		t.Fatal("senders did not return after the end")
+	}
+	f := bg.wait(t)
+	want := ErrClosed
+	switch how {
+	case "Pool.Close":
+		want = ErrPoolClosed
+	case "Abort":
+		if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrAborted) {
+			t.Errorf("final %+v, want EventError ErrAborted", f)
+		}
+	default:
+		if f == nil {
+			t.Errorf("no final event")
+		}
+	}
+	if err := c.SendBinary([]byte("late")); !errors.Is(err, want) {
+		t.Errorf("SendBinary after the end: %v, want %v", err, want)
+	}
+	if !useTLS && reading && direct.Load() == 0 {
+		t.Logf("no direct send before the end (timing)")
+	}
+}
+
+// TestDirectSendReconnect: a sender keeps sending while the server resets
+// the connection and the client reconnects (ReconnectPolicy): a frame cut
+// by the reset on the old socket is never finished on the new one. The
+// second connection's server parses every frame and sees intact messages
+// in increasing order.
+func TestDirectSendReconnect(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		var conns atomic.Int32
+		second := make(chan error, 1)
+		var got2 atomic.Int64
+		srv := wstest.NewRaw(func(rc *wstest.RawConn) {
+			if conns.Add(1) == 1 {
+				for i := 0; i < 500; i++ {
+					if _, _, err := rc.ReadFrame(); err != nil {
+						return
+					}
+				}
+				rc.Reset() // mid-stream: the client has frames on the way
+				return
+			}
+			last := -1
+			for {
+				op, pl, err := rc.ReadMessage()
+				if err != nil {
+					second <- fmt.Errorf("after %d messages: %w", got2.Load(), err)
+					return
+				}
+				if op == ws.OpClose {
+					rc.WriteClose(CloseNormal, "")
+					second <- nil
+					return
+				}
+				if op != ws.OpBinary {
+					continue
+				}
+				if len(pl) < 8 {
+					second <- fmt.Errorf("short message %d bytes", len(pl))
+					return
+				}
+				i := int(binary.LittleEndian.Uint64(pl))
+				if err := checkSeqMsg(pl, i); err != nil || i <= last {
+					second <- fmt.Errorf("message %d after %d: %v", i, last, err)
+					return
+				}
+				last = i
+				got2.Add(1)
+			}
+		})
+		opts := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
+		if useTLS {
+			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+			opts.TLS = tlsOpts.TLS
+		} else {
+			srv.Start(t)
+		}
+		p := newTestPool(t, Config{MaxSendQueue: 64 << 10}, hangGuard)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		c, err := p.Dial(ctx, srv.URL, opts)
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+		bg := startPump(t, p, c)
+		buf := make([]byte, 9000)
+		deadline := time.Now().Add(hangGuard)
+		for i := 0; got2.Load() < 2000; i++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("second connection got %d messages (stats %+v)", got2.Load(), c.Stats())
+			}
+			err := c.SendBinary(seqMsg(buf[:500+(i*131)%8000], i))
+			if errors.Is(err, ErrWouldBlock) {
+				time.Sleep(50 * time.Microsecond)
+			} else if err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+		}
+		st := c.Stats()
+		if err := c.Close(CloseNormal, ""); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		bg.wait(t)
+		select {
+		case err := <-second:
+			if err != nil {
+				t.Fatalf("second connection: %v", err)
+			}
+		case <-time.After(hangGuard):
+			t.Fatal("second connection did not end")
+		}
+		t.Logf("stats %+v", st)
+		if st.Reconnects != 1 {
+			t.Errorf("reconnects %d, want 1", st.Reconnects)
+		}
+		if !useTLS && st.DirectSends == 0 {
+			t.Errorf("no direct sends (stats %+v)", st)
+		}
+	})
+}
+
+// TestNoDirectSend: with Config.NoDirectSend every send goes through the
+// loop (DirectSends stays 0) and arrives as before.
+func TestNoDirectSend(t *testing.T) {
+	s := newSink(t, false, true, 0)
+	p := newTestPool(t, Config{NoDirectSend: true}, hangGuard)
+	c := dialSink(t, p, s)
+	buf := make([]byte, 300)
+	for i := range 1000 {
+		if err := sendRetry(c, seqMsg(buf, i)); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	s.waitCount(t, 1000)
+	if st := c.Stats(); st.DirectSends != 0 || st.MsgsOut != 1000 {
+		t.Errorf("stats %+v: want 1000 messages, none direct", st)
+	}
+}
