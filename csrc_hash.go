@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x115cc208a44aa978
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3b13e3f425cb4564
 import "C"
 
-const csrcHash = "115cc208a44aa978"
+const csrcHash = "3b13e3f425cb4564"
