@@ -173,6 +173,7 @@ func variant(name string) talVariant {
 
 type bench struct {
 	workloads, clients, variants  map[string]bool
+	transports                    map[string]bool
 	conns                         []int
 	warm, dur, latDur, rttDur     time.Duration
 	idleDur, ordersDur            time.Duration
@@ -217,6 +218,7 @@ func benchMain(args []string) error {
 	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
 	variants := fs.String("variants", "default,block,spin,spin-then-block", "talaris configurations to run: "+variantNames())
 	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
+	transports := fs.String("transports", "ws,wss", "ingress transports: ws (64 B frames), wss (256 B frames)")
 	samples := fs.String("sample", "off,64,1", "talaris decode and ingress rows per Config.SampleEvery: off, or N to stamp one completion in N (ingress: the first --variants entry only)")
 	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
 	fs.DurationVar(&b.warm, "warmup", 300*time.Millisecond, "warm-up before each measurement")
@@ -260,6 +262,7 @@ func benchMain(args []string) error {
 		def("decode-rounds", func() { b.decodeRounds = 3 })
 	}
 	b.workloads, b.clients, b.variants = splitSet(*workloads), splitSet(*clients), splitSet(*variants)
+	b.transports = splitSet(*transports)
 	for _, s := range strings.Split(*samples, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
@@ -494,7 +497,7 @@ func (b *bench) plan() []job {
 			name string
 			size int
 		}{{"ws", 64}, {"wss", 256}} {
-			if tr.name == "wss" && (b.tlsMode == "off" || !b.feed.TLSActive) {
+			if !b.transports[tr.name] || tr.name == "wss" && (b.tlsMode == "off" || !b.feed.TLSActive) {
 				continue
 			}
 			tlsOn := tr.name == "wss"
