@@ -73,7 +73,7 @@ func (b *bench) markdownTables() string {
 		s.WriteString("CPU columns are CPU seconds per million frames (= microseconds per thousand frames): the whole client process, " +
 			"then its threads over the same interval (talaris: the C loop thread `talaris-loop` and the goroutine's thread pumping it; " +
 			"the Rust crate: its one pool thread is both). Ceiling = 1 / the busiest thread's CPU per frame: the rate if that thread " +
-			"had a core of its own and the others kept up (a spinning thread is busy by construction, so its ceiling is its measured rate).\n\n")
+			"had a core of its own and the others kept up (a spinning thread counts its spin too).\n\n")
 		s.WriteString("| transport | frame | conns | client | frames/s | MB/s | CPU s / M frames | loop thread | pump thread | ceiling frames/s | % of floor |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rs {
 			if r.Err != "" {
