@@ -374,9 +374,9 @@ func summaryOf(r *Result) string {
 	case "decode":
 		return fmt.Sprintf("%8.1f ns/msg", r.NsPerMsg)
 	case "ingress":
-		s := fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.2f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
+		s := fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.3f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
 		if r.CeilingFPS > 0 {
-			s += fmt.Sprintf(" | loop %s pump %s other %.2f CPU-s/M, ceiling %.2f M/s", fmtF(r.LoopPerM, 2), pumpCell(*r),
+			s += fmt.Sprintf(" | loop %s pump %s other %.3f CPU-s/M, ceiling %.2f M/s", fmtF(r.LoopPerM, 3), pumpCell(*r),
 				r.OtherCPUSecs/(float64(r.Frames)/1e6), r.CeilingFPS/1e6)
 		}
 		return s

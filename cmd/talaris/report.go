@@ -81,7 +81,7 @@ func (b *bench) markdownTables() string {
 				continue
 			}
 			fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | %.1f | %s | %s | %s | %s | %s |\n", r.Transport, r.Size, r.Conns, r.Client,
-				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 2), fmtF(r.LoopPerM, 2), pumpCell(r), fmtRate(r.CeilingFPS), fmtF(r.FloorPct, 0))
+				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 3), fmtF(r.LoopPerM, 3), pumpCell(r), fmtRate(r.CeilingFPS), fmtF(r.FloorPct, 0))
 		}
 		s.WriteString("\n")
 	}
@@ -129,7 +129,7 @@ func pumpCell(r Result) string {
 	if r.SameThread {
 		return "= loop"
 	}
-	return fmtF(r.PumpPerM, 2)
+	return fmtF(r.PumpPerM, 3)
 }
 
 // latencyTable writes the percentile table of latency, rtt or orders
