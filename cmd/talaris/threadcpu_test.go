@@ -3,7 +3,10 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +136,38 @@ func TestThreadSplit(t *testing.T) {
 	r.finish()
 	if !r.SameThread || r.LoopPerM != 0.25 || r.PumpPerM != 0.25 || r.CeilingFPS != 4e6 || pumpCell(r) != "= loop" {
 		t.Fatalf("single-threaded client: %+v", r)
+	}
+}
+
+// TestRustAnchorPerThread runs the Rust anchor client (when it has been
+// built: build/rust-talaris, as ./build.sh bench does) against the
+// in-process feed: it reports the crate version Cargo.lock pins and its
+// per-thread CPU, and the driver attributes the busiest thread as both loop
+// and pump.
+func TestRustAnchorPerThread(t *testing.T) {
+	b := &bench{warm: 50 * time.Millisecond, dur: 300 * time.Millisecond, clientCPU: -1}
+	b.findRust("auto")
+	if b.rustBin == "" {
+		t.Skip(b.rustNote)
+	}
+	lock, err := os.ReadFile(filepath.Join(filepath.Dir(findTestdata()), "bench", "rust-talaris", "Cargo.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(lock), "name = \"talaris\"\nversion = \"")
+	want, _, _ := strings.Cut(after, "\"")
+	if want == "" || b.rustCrate != "talaris "+want {
+		t.Fatalf("client reports %q, Cargo.lock pins %q", b.rustCrate, want)
+	}
+	addr := startTestFeed(t)
+	r, err := b.rustNet("ingress", addr, "/flood?size=64", 2, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Workload = "ingress"
+	r.finish()
+	if r.Crate != b.rustCrate || r.Frames == 0 || len(r.Threads) == 0 || !r.SameThread || r.LoopCPUSecs <= 0 ||
+		r.LoopCPUSecs != r.PumpCPUSecs || r.LoopCPUSecs > r.CPUSecs+0.011 || r.CeilingFPS <= 0 {
+		t.Fatalf("rust ingress: %+v", r)
 	}
 }
