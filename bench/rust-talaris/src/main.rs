@@ -21,7 +21,7 @@
 //!   rust-talaris-bench ingress --addr 127.0.0.1:P --path /flood?size=64 --conns N
 //!                              --warmup-ms W --duration-ms D [--tls --ca FILE] [--spin] [--cpu C]
 //!                              [--per-event] [--bundle] [--copy-batch BYTES] [--post-spin N]
-//!                              [--slot BYTES] [--slots N]
+//!                              [--slot BYTES] [--slots N] [--cq N]
 //!   rust-talaris-bench latency --addr .. --path /paced?.. (same flags)
 //!   rust-talaris-bench rtt     --addr .. --path /echo (same flags)
 #![allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
@@ -58,6 +58,7 @@ struct Args {
     post_spin: usize,
     slot: u32,
     slots: u16,
+    cq: u32,
 }
 
 fn parse_args() -> Args {
@@ -81,6 +82,7 @@ fn parse_args() -> Args {
         post_spin: 0,
         slot: 16 * 1024,
         slots: 256,
+        cq: 0,
     };
     let mut it = std::env::args().skip(1);
     a.mode = it.next().unwrap_or_default();
@@ -105,6 +107,7 @@ fn parse_args() -> Args {
             "--post-spin" => a.post_spin = v().parse().unwrap_or(0),
             "--slot" => a.slot = v().parse().unwrap_or(16 * 1024),
             "--slots" => a.slots = v().parse().unwrap_or(256),
+            "--cq" => a.cq = v().parse().unwrap_or(0),
             other => fail(&format!("unknown flag {other}")),
         }
     }
@@ -337,7 +340,16 @@ fn payload<'a>(ev: WsDataEvent<'a>) -> &'a [u8] {
 }
 
 fn new_pool(a: &Args) -> Pool {
-    let cfg = PoolConfig::default().with_post_progress_spin_iters(a.post_spin);
+    // The crate's defaults otherwise: in A/B runs (1.0.0-rc4, 64 connections
+    // flooding) --bundle and --cq 16384 both stalled the flood (a pump that
+    // never returned data again), so neither is the default.
+    let mut proactor = talaris::proactor::ProactorConfig::default();
+    if a.cq > 0 {
+        proactor = proactor.with_cq_entries(a.cq);
+    }
+    let cfg = PoolConfig::new(proactor)
+        .with_post_progress_spin_iters(a.post_spin)
+        .with_initial_conn_capacity(a.conns);
     Pool::new(cfg).unwrap_or_else(|e| fail(&format!("pool: {e}")))
 }
 
