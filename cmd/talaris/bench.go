@@ -235,7 +235,7 @@ func benchMain(args []string) error {
 	fs.IntVar(&b.serverCPU, "server-cpu", -1, "pin the feed server process to this CPU")
 	fs.IntVar(&b.loopCPU, "loop-cpu", -1, "pin the talaris loop thread to this CPU")
 	fs.StringVar(&b.tlsMode, "tls", "auto", "TLS ingress: auto (when talaris has a TLS backend), on, off")
-	rustFlags := fs.String("rust-flags", "", "extra flags for the Rust client's ingress, latency and rtt runs, space-separated (A/B of the crate's knobs: --bundle, --per-event, --copy-batch N, --post-spin N, --slot N --slots N)")
+	rustFlags := fs.String("rust-flags", "", "extra flags for the Rust client's ingress, latency and rtt runs, space-separated (A/B of the crate's knobs: --bundle, --per-event, --copy-batch N, --post-spin N, --slot N --slots N, --cq N)")
 	rust := fs.String("rust", "auto", "Rust talaris bench client binary: auto (build/rust-talaris/release/rust-talaris-bench), a path, or off")
 	jsonOut := fs.String("json", "", "write results as JSON to this file")
 	mdOut := fs.String("md", "", "write a Markdown report to this file")
@@ -1290,13 +1290,26 @@ type rustOut struct {
 }
 
 func (b *bench) rustRun(args ...string) (Result, error) {
+	return b.rustRunFor(2*time.Minute, args...)
+}
+
+// rustRunFor runs the Rust client, killed after limit: its blocking pumps
+// wait for completions without a timeout, so a flood that stalls inside the
+// crate (seen with --bundle and --cq at 64 connections) would otherwise stop
+// the whole bench.
+func (b *bench) rustRunFor(limit time.Duration, args ...string) (Result, error) {
 	if b.clientCPU >= 0 {
 		args = append(args, "--cpu", strconv.Itoa(b.clientCPU))
 	}
-	cmd := exec.Command(b.rustBin, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.rustBin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	if ctx.Err() != nil {
+		return Result{}, fmt.Errorf("rust client killed after %v (stalled): %s", limit, strings.TrimSpace(stderr.String()))
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("rust client: %v: %s", err, strings.TrimSpace(stderr.String()))
 	}
@@ -1335,7 +1348,9 @@ func (b *bench) rustNet(mode, addr, path string, conns int, tlsOn, spin bool) (R
 	if spin {
 		args = append(args, "--spin")
 	}
-	r, err := b.rustRun(append(args, b.rustFlags...)...)
+	// Handshakes take at most 10 s inside the client; past that and the
+	// run's own length, a generous margin.
+	r, err := b.rustRunFor(b.warm+d+40*time.Second, append(args, b.rustFlags...)...)
 	if err == nil && mode == "ingress" && r.Frames == 0 {
 		// One pump call outlived the whole measurement: the flood stalled.
 		err = fmt.Errorf("rust client: no frames in the measured %v (stalled)", d)
