@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x3b13e3f425cb4564
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x73ed90f717b94c81
 import "C"
 
-const csrcHash = "3b13e3f425cb4564"
+const csrcHash = "73ed90f717b94c81"

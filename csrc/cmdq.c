@@ -68,9 +68,9 @@ static void cmd_dial(struct tl_loop *l, const struct tl_cmd *cmd)
 		return;
 	if (cmd->slot < l->cfg.max_conns && l->conns[cmd->slot].state == TL_ST_IDLE && !l->conns[cmd->slot].dying) {
 		if (cmd->flags & TL_CMDF_MEMORY)
-			tl_loop_open_memory(l, cmd->slot, cmd->gen);
+			tl_life_open_memory(l, cmd->slot, cmd->gen);
 		else
-			tl_loop_dial(l, cmd->slot, cmd->gen);
+			tl_life_dial(l, cmd->slot, cmd->gen);
 	}
 }
 
@@ -80,11 +80,12 @@ static void cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_
 
 	if (c && c->fd < 0 && !c->dying) {
 		/* an INJECT is a memory connection's completion, parsed at once */
-		tl_loop_sample_rx(l, c, 1);
-		tl_loop_sample_pt(c);
-		tl_conn_inject(l, c, payload, cmd->len);
+		tl_sample_rx(l, c, 1);
+		tl_sample_pt(c);
+		if (tl_conn_inject(l, c, payload, cmd->len) == TL_FEED_STALL)
+			tl_life_stall(l, c);
 	} else if (c) {
-		tl_loop_tx_retire(l, c, cmd->len);
+		tl_pub_tx_retire(l, c, cmd->len);
 	}
 }
 
@@ -92,26 +93,29 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 {
 	if ((cmd->flags & TL_CMDF_IF_DIALING) && c->state >= TL_ST_OPEN)
 		return; /* it opened first: Dial returns it after all */
-	tl_loop_stop_reconnect(c);
+	tl_life_stop_reconnect(c);
 	if (c->dying) /* ending already (or its EventReconnecting waits for room): now final */
 		return;
 	if (c->rc_wait) {
-		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed while waiting to reconnect");
+		tl_life_fail(l, c, TL_E_ABORTED, 0, 0, "closed while waiting to reconnect");
 	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;
 		c->close_rcvd = 1;
-		tl_loop_teardown(l, c);
+		tl_life_teardown(l, c);
 	} else if (c->state == TL_ST_OPEN) {
 		tl_conn_send_close(l, c, cmd->code, payload, cmd->len);
+		tl_life_after(l, c);
+		if (c->dying)
+			return;
 		/* Submit it now: without a send in flight nothing else would, and
 		 * the frame sat queued until the close timeout (conformance cases
 		 * X.6, X.13). */
-		tl_loop_flush(l, c);
-		tl_loop_set_state(l, c, TL_ST_CLOSING);
-		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+		tl_life_flush(l, c);
+		tl_pub_set_state(l, c, TL_ST_CLOSING);
+		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
 	} else if (c->state < TL_ST_OPEN) {
-		tl_loop_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
+		tl_life_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
 	}
 }
 
@@ -130,7 +134,7 @@ static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 	int early = cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying && !c->opens;
 
 	if (!early && (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno)) {
-		tl_loop_tx_retire(l, c, units);
+		tl_pub_tx_retire(l, c, units);
 		return;
 	}
 	if (cmd->op == TL_CMD_SEND) {
@@ -146,11 +150,11 @@ static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 		if (tl_conn_send_frame(l, c, cmd->op == TL_CMD_PING ? TL_OP_PING : TL_OP_PONG, 1, payload, cmd->len) < 0)
 			return;
 		if (c->fd < 0)
-			tl_loop_tx_retire(l, c, units);
+			tl_pub_tx_retire(l, c, units);
 		else
-			c->out[c->cur].units += units;
+			tl_conn_wbuf(c)->units += units;
 	}
-	tl_loop_flush(l, c);
+	tl_life_flush(l, c);
 }
 
 /* cmd_run dispatches one record. */
@@ -172,7 +176,7 @@ static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *
 	case TL_CMD_ABORT:
 		/* At once: nothing queued for the connection is waited for. */
 		if ((c = cmd_conn(l, cmd)) != NULL)
-			tl_loop_abort(l, c);
+			tl_life_abort(l, c);
 		break;
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
@@ -180,8 +184,13 @@ static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *
 		if ((c = cmd_conn(l, cmd)) != NULL)
 			cmd_frame(l, c, cmd, payload);
 		break;
+	default:
+		return; /* unknown ops are skipped */
 	}
-	/* unknown ops are skipped */
+	/* What the connection layer asked for (a failed frame's teardown, a
+	 * flush) is done before the next command. */
+	if (cmd->op != TL_CMD_DIAL && (c = cmd_conn(l, cmd)) != NULL && c->todo)
+		tl_life_after(l, c);
 }
 
 int tl_cmdq_drain(struct tl_loop *l)

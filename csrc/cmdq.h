@@ -30,4 +30,11 @@ static inline int tl_cmdq_pending(const struct tl_cmdq *q)
 	return q->head != __atomic_load_n(&q->r->tail, __ATOMIC_SEQ_CST);
 }
 
+struct tl_loop;
+
+/* tl_cmdq_drain runs the commands Go published on l's ring, one handler
+ * per op (cmdq.c sits above the connection layers and calls the loop's
+ * lifecycle functions). Returns 1 if any ran, else 0. */
+int tl_cmdq_drain(struct tl_loop *l);
+
 #endif

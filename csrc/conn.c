@@ -1,16 +1,28 @@
-/* conn.c - one WebSocket client connection inside the loop: the upgrade
- * exchange, the streaming frame parser (split headers, payloads across
- * buffer slots, fragmentation, interleaved control frames), the close
- * handshake and outgoing framing with CSPRNG mask keys.
+/* conn.c - one WebSocket client connection inside the loop, the WebSocket
+ * state machine: the upgrade exchange, the streaming frame parser (split
+ * headers, payloads across buffer slots, fragmentation, interleaved
+ * control frames), the close handshake, failure, and outgoing framing
+ * with CSPRNG mask keys.
  *
- * Input arrives as byte runs (a buffer slot, or TLS plaintext). A run is
- * consumed as far as the event ring and arena allow; what cannot be
- * published stays where it is and the connection stalls until Go releases
- * space (back-pressure, never loss). */
+ * Input arrives as byte runs (a buffer slot, or TLS plaintext) from a
+ * transport (plain.c, tls.c). A run is consumed as far as the event ring
+ * and arena allow; what cannot be published stays where it is and the
+ * connection stalls until Go releases space (back-pressure, never loss).
+ *
+ * Layering: this file includes state.h, not loop.h, and calls only the
+ * layers below it (evq, slots, pub, timer, sample, the codecs). What
+ * needs the loop (teardown, a flush, a regroup, ending the sending side)
+ * is requested in c->todo (TL_DO_*) and done by tl_life_after once the
+ * call returns; output is framed into tl_conn_wbuf and the transport
+ * (plain: nothing to do; TLS: tl_tls_seal) is asked by the loop to send
+ * it. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "loop.h"
+#include "pub.h"
+#include "sample.h"
+#include "state.h"
+#include "timer.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,8 +35,8 @@
 void tl_conn_reset(struct tl_conn *c)
 {
 	/* Keep allocations (msg, out) for reuse by the next dial on this slot. */
-	uint8_t *msg = c->msg, *o0 = c->out[0].p, *o1 = c->out[1].p, *sq = c->sq.p;
-	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap, sqc = c->sq.cap;
+	uint8_t *msg = c->msg, *o0 = c->out[0].p, *o1 = c->out[1].p, *sq = c->sq.p, *pt = c->tx_pt.p;
+	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap, sqc = c->sq.cap, ptc = c->tx_pt.cap;
 	uint32_t slot = c->slot;
 
 	free(c->fail_head);
@@ -46,6 +58,8 @@ void tl_conn_reset(struct tl_conn *c)
 	c->out[1].cap = c1;
 	c->sq.p = sq;
 	c->sq.cap = sqc;
+	c->tx_pt.p = pt;
+	c->tx_pt.cap = ptc;
 	c->close_code = 1005;
 	c->retry_after = -1;
 }
@@ -75,16 +89,20 @@ void tl_conn_reset_keep(struct tl_conn *c)
 
 /* ---- output ---- */
 
-void tl_conn_shared_free(struct tl_conn_shared *cs)
+void tl_conn_free_bufs(struct tl_conn *c)
 {
-	free(cs->scratch);
-	cs->scratch = NULL;
-	cs->scratch_cap = 0;
+	free(c->fail_head);
+	free(c->msg);
+	free(c->out[0].p);
+	free(c->out[1].p);
+	free(c->tx_pt.p);
+	free(c->sq.p);
+	c->fail_head = NULL;
+	c->msg = c->out[0].p = c->out[1].p = c->tx_pt.p = c->sq.p = NULL;
 }
 
-uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n)
+uint8_t *tl_outbuf_reserve(struct tl_outbuf *ob, size_t n)
 {
-	struct tl_outbuf *ob = &c->out[c->cur];
 	if (ob->len + n > ob->cap) {
 		size_t cap = ob->cap ? ob->cap : 4096;
 		uint8_t *p;
@@ -102,7 +120,7 @@ uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n)
 
 int tl_conn_out_append(struct tl_conn *c, const uint8_t *p, size_t n)
 {
-	uint8_t *d = tl_conn_out_reserve(c, n);
+	uint8_t *d = tl_outbuf_reserve(&c->out[c->cur], n);
 	if (!d)
 		return -1;
 	memcpy(d, p, n);
@@ -131,10 +149,13 @@ static void mask_key(struct tl_loop *l, uint8_t key[4])
 	l->cs.rnd_off += 4;
 }
 
-/* tl_conn_send_frame frames, masks and queues one frame. Returns 0 or -1 on
- * allocation failure (the connection is then failed). */
+/* tl_conn_send_frame frames, masks and queues one frame in tl_conn_wbuf:
+ * wire bytes for ws://, plaintext tl_tls_seal encrypts for wss:// (one
+ * copy either way: the masked frame is written once, in place). Returns 0
+ * or -1 on allocation failure (the connection is then failed). */
 int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n)
 {
+	struct tl_outbuf *ob = tl_conn_wbuf(c);
 	uint8_t key[4];
 	uint8_t *d;
 	size_t hl;
@@ -142,45 +163,26 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
 	if (c->fd < 0)
 		return 0; /* a memory connection has no peer: pongs and closes go nowhere */
 	mask_key(l, key);
-	if (!c->is_tls) {
-		d = tl_conn_out_reserve(c, TL_WS_MAX_HDR + n);
-		if (!d)
-			goto nomem;
-		hl = tl_ws_write_hdr(d, fin, opcode, n, key);
-		tl_ws_mask(d + hl, p, n, key, 0);
-		c->out[c->cur].len -= TL_WS_MAX_HDR - hl;
-		return 0;
-	}
-	if (l->cs.scratch_cap < TL_WS_MAX_HDR + n) {
-		size_t cap = l->cs.scratch_cap ? l->cs.scratch_cap : 16384;
-		uint8_t *s;
-		while (cap < TL_WS_MAX_HDR + n)
-			cap *= 2;
-		s = realloc(l->cs.scratch, cap);
-		if (!s)
-			goto nomem;
-		l->cs.scratch = s;
-		l->cs.scratch_cap = cap;
-	}
-	hl = tl_ws_write_hdr(l->cs.scratch, fin, opcode, n, key);
-	tl_ws_mask(l->cs.scratch + hl, p, n, key, 0);
-	if (tl_tls_write(l, c, l->cs.scratch, hl + n) < 0)
+	d = tl_outbuf_reserve(ob, TL_WS_MAX_HDR + n);
+	if (!d) {
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
 		return -1;
+	}
+	hl = tl_ws_write_hdr(d, fin, opcode, n, key);
+	tl_ws_mask(d + hl, p, n, key, 0);
+	ob->len -= TL_WS_MAX_HDR - hl;
 	return 0;
-nomem:
-	tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
-	return -1;
 }
 
 /* send_reply queues one of the loop's own control frames (pong, close)
  * and counts its bytes as replies (tl_conn_replies). */
 static int send_reply(struct tl_loop *l, struct tl_conn *c, int opcode, const uint8_t *p, size_t n)
 {
-	size_t before = c->out[c->cur].len;
-	int cur = c->cur;
+	struct tl_outbuf *ob = tl_conn_wbuf(c);
+	size_t before = ob->len;
 	int r = tl_conn_send_frame(l, c, opcode, 1, p, n);
-	if (r == 0 && c->out[cur].len > before)
-		c->out[cur].replies += c->out[cur].len - before;
+	if (r == 0 && ob->len > before)
+		ob->replies += ob->len - before;
 	return r;
 }
 
@@ -254,24 +256,24 @@ static int sq_push(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, co
 	return 0;
 }
 
-/* sq_move moves the frame at the send queue's head into the collecting
- * out buffer (encrypting it on wss). Returns 0, or -1 after failing c. */
+/* sq_move moves the frame at the send queue's head into tl_conn_wbuf.
+ * Returns 0, or -1 after failing c. */
 static int sq_move(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_sendq *q = &c->sq;
+	struct tl_outbuf *ob = tl_conn_wbuf(c);
 	struct tl_sqrec r;
 	const uint8_t *f = q->p + q->head + sizeof(r);
+	uint8_t *d;
 
 	memcpy(&r, q->p + q->head, sizeof(r));
-	if (!c->is_tls) {
-		if (tl_conn_out_append(c, f, r.len) < 0) {
-			tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
-			return -1;
-		}
-	} else if (tl_tls_write(l, c, f, r.len) < 0) {
+	d = tl_outbuf_reserve(ob, r.len);
+	if (!d) {
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
 		return -1;
 	}
-	c->out[c->cur].units += r.units;
+	memcpy(d, f, r.len);
+	ob->units += r.units;
 	c->tx_msg_open = !r.fin;
 	q->head += sizeof(r) + align8(r.len);
 	if (sq_empty(q))
@@ -283,18 +285,18 @@ int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin,
 		      uint32_t units)
 {
 	if (c->fd < 0) { /* a memory connection: nobody to send to */
-		tl_loop_tx_retire(l, c, units);
+		tl_pub_tx_retire(l, c, units);
 		return 0;
 	}
-	if (c->state == TL_ST_OPEN && sq_empty(&c->sq) && c->out[c->cur].len < TL_TX_CHUNK) {
+	if (c->state == TL_ST_OPEN && sq_empty(&c->sq) && tl_conn_collecting(c) < TL_TX_CHUNK) {
 		if (tl_conn_send_frame(l, c, opcode, fin, p, n) < 0)
 			return -1;
-		c->out[c->cur].units += units;
+		tl_conn_wbuf(c)->units += units;
 		c->tx_msg_open = !fin;
 		return 0;
 	}
 	if (sq_push(l, c, opcode, fin, p, n, units) < 0) {
-		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
 		return -1;
 	}
 	return 0;
@@ -304,7 +306,7 @@ int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->state != TL_ST_OPEN && c->state != TL_ST_CLOSING)
 		return 0; /* sends made before the upgrade completed wait for it */
-	while (!sq_empty(&c->sq) && c->out[c->cur].len < TL_TX_CHUNK)
+	while (!sq_empty(&c->sq) && tl_conn_collecting(c) < TL_TX_CHUNK)
 		if (sq_move(l, c) < 0)
 			return -1;
 	return 0;
@@ -324,7 +326,7 @@ static void sq_drop(struct tl_loop *l, struct tl_conn *c)
 	}
 	sq_reset(q);
 	if (units)
-		tl_loop_tx_retire(l, c, units);
+		tl_pub_tx_retire(l, c, units);
 }
 
 void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c)
@@ -348,10 +350,14 @@ void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
 		ob->len = 0;
 		ob->replies = 0;
 	}
+	units += c->tx_pt.units; /* wss plaintext not yet encrypted */
+	c->tx_pt.units = 0;
+	c->tx_pt.len = 0;
+	c->tx_pt.replies = 0;
 	if (!c->send_inflight)
 		c->sent_off = 0;
 	if (units)
-		tl_loop_tx_retire(l, c, units);
+		tl_pub_tx_retire(l, c, units);
 	sq_drop(l, c);
 }
 
@@ -362,9 +368,7 @@ void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
  * (raw bytes from head to len): the INJECT command leaves the command
  * ring at once, and Go's admission (the same send units) bounds it. */
 
-/* stash_feed offers c's stashed input to the parser. Returns a TL_FEED_*
- * code; consumed (or dropped) bytes retire their units. */
-static int stash_feed(struct tl_loop *l, struct tl_conn *c)
+int tl_conn_feed_stash(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_sendq *q = &c->sq;
 	int r = TL_FEED_OK;
@@ -375,8 +379,8 @@ static int stash_feed(struct tl_loop *l, struct tl_conn *c)
 		if (r == TL_FEED_DEAD)
 			used = q->len - q->head; /* closing or failed: the rest does not count */
 		q->head += used;
-		tl_loop_tx_retire(l, c, used);
-		if (r == TL_FEED_STALL || c->dying)
+		tl_pub_tx_retire(l, c, used);
+		if (r == TL_FEED_STALL || tl_conn_ending(c))
 			break;
 	}
 	if (sq_empty(q))
@@ -393,28 +397,25 @@ int tl_conn_inject(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_
 		r = tl_conn_feed(l, c, p, n, &used);
 		if (r == TL_FEED_DEAD)
 			used = n;
-		tl_loop_tx_retire(l, c, used);
-		if (r != TL_FEED_STALL || c->dying) {
-			tl_loop_sample_end(c);
-			return 0;
+		tl_pub_tx_retire(l, c, used);
+		if (r != TL_FEED_STALL || tl_conn_ending(c)) {
+			tl_sample_end(c);
+			return TL_FEED_OK;
 		}
 	}
 	/* Behind earlier stashed bytes, or the parser stalled (perhaps with
 	 * every byte taken and only an event pending): keep the rest in order
 	 * until the pump makes room. */
-	if (used == n) {
-		tl_loop_stall(l, c);
-		return 0;
-	}
+	if (used == n)
+		return TL_FEED_STALL;
 	uint8_t *d = sq_reserve(&c->sq, n - used);
 	if (!d) {
-		tl_loop_tx_retire(l, c, n - used);
-		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory keeping injected bytes");
-		return -1;
+		tl_pub_tx_retire(l, c, n - used);
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory keeping injected bytes");
+		return TL_FEED_DEAD;
 	}
 	memcpy(d, p + used, n - used);
-	tl_loop_stall(l, c);
-	return 0;
+	return TL_FEED_STALL;
 }
 
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen)
@@ -428,7 +429,7 @@ int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, cons
 	/* The close jumps the queue: only a message already started goes
 	 * before it. */
 	tl_conn_tx_cut(l, c);
-	if (c->dying)
+	if (tl_conn_ending(c))
 		return -1;
 	if (code && code != 1005) {
 		if (rlen > 123)
@@ -448,12 +449,13 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_dial *d = c->dial;
 	tl_http_request rq;
+	struct tl_outbuf *ob;
 	size_t cap, n;
 	uint8_t *buf;
 
-	tl_loop_set_state(l, c, TL_ST_UPGRADING);
+	tl_pub_set_state(l, c, TL_ST_UPGRADING);
 	if (tl_ws_make_key(c->key) < 0) {
-		tl_loop_fail(l, c, TL_E_INTERNAL, errno, 0, "getrandom failed");
+		tl_conn_fail(l, c, TL_E_INTERNAL, errno, 0, "getrandom failed");
 		return -1;
 	}
 	memset(&rq, 0, sizeof(rq));
@@ -467,33 +469,21 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c)
 	rq.protocols_len = d->protocols_len;
 	rq.key = c->key;
 	cap = 512 + d->host_len + d->path_len + d->headers_len + d->protocols_len;
-	if (c->is_tls) {
-		if (l->cs.scratch_cap < cap) {
-			uint8_t *s = realloc(l->cs.scratch, cap);
-			if (!s)
-				goto nomem;
-			l->cs.scratch = s;
-			l->cs.scratch_cap = cap;
-		}
-		n = tl_http_write_request((char *)l->cs.scratch, cap, &rq);
-		if (!n || tl_tls_write(l, c, l->cs.scratch, n) < 0)
-			goto nomem;
-	} else {
-		buf = tl_conn_out_reserve(c, cap);
-		if (!buf)
-			goto nomem;
-		n = tl_http_write_request((char *)buf, cap, &rq);
-		c->out[c->cur].len -= cap - n;
-		if (!n)
-			goto nomem;
-	}
+	ob = tl_conn_wbuf(c); /* wss: the loop's flush encrypts it (tl_tls_seal) */
+	buf = tl_outbuf_reserve(ob, cap);
+	if (!buf)
+		goto nomem;
+	n = tl_http_write_request((char *)buf, cap, &rq);
+	ob->len -= cap - n;
+	if (!n)
+		goto nomem;
 	c->hs = malloc(TL_HTTP_MAX_HEAD);
 	if (!c->hs)
 		goto nomem;
 	c->hs_len = 0;
 	return 0;
 nomem:
-	tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory writing the upgrade request");
+	tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory writing the upgrade request");
 	return -1;
 }
 
@@ -517,7 +507,35 @@ int tl_conn_send_subscribe(struct tl_loop *l, struct tl_conn *c)
 		__atomic_store_n(&pub->bytes_out, pub->bytes_out + n, __ATOMIC_RELAXED);
 		off += n;
 	}
-	tl_loop_flush(l, c);
+	c->todo |= TL_DO_FLUSH;
+	return 0;
+}
+
+/* conn_emit appends one event for c to the event queue: kind, payload
+ * p[0..n) copied into the arena, and for control events code, err, aux
+ * and flags. Returns 0, or -1 when the ring or arena is full (nothing was
+ * written). Inline so the per-message path (constant kind, zero code)
+ * folds down to tl_evq_append's fast path. */
+static inline __attribute__((always_inline)) int conn_emit(struct tl_loop *l, struct tl_conn *c, int kind,
+							   const uint8_t *p, size_t n, uint16_t code, int err, int aux,
+							   int flags)
+{
+	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .code = code, .kind = (uint8_t)kind,
+			      .flags = (uint8_t)flags, .err = err, .aux = aux};
+	return tl_evq_append(&l->evq, m, p, n);
+}
+
+/* conn_emit_inplace publishes a data message whose payload stays where it
+ * is, in the slot c->cur_q (a whole frame inside one slot): no arena copy.
+ * The slot is recycled only after Go has passed the event
+ * (tl_slots_release). */
+static inline __attribute__((always_inline)) int conn_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
+								   const uint8_t *p, size_t n)
+{
+	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .kind = (uint8_t)kind};
+	if (tl_evq_append_ref(&l->evq, m, p, n) < 0)
+		return -1;
+	l->slots.ref[c->cur_q] = l->evq.tail;
 	return 0;
 }
 
@@ -528,7 +546,7 @@ static int publish_open(struct tl_loop *l, struct tl_conn *c)
 	struct tl_conn_pub *p = &l->pub[c->slot];
 	size_t n = strnlen(p->proto, sizeof(p->proto));
 	int reopens = c->opens > 1 ? (int)(c->opens - 1) : 0;
-	if (tl_loop_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, reopens, 0) < 0) {
+	if (conn_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, reopens, 0) < 0) {
 		c->open_pending = 1;
 		return TL_FEED_STALL;
 	}
@@ -581,7 +599,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		*used = n;
 		c->retry_after = rs.retry_after;
 		keep_head(c);
-		tl_loop_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
+		tl_conn_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
 		return TL_FEED_DEAD;
 	}
 	{
@@ -594,13 +612,9 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 	*used = take - (c->hs_len - rs.head_len);
 	free(c->hs);
 	c->hs = NULL;
-	/* deadline belonged to the handshake */
-	if (c->deadline_ns) {
-		c->deadline_ns = 0;
-		l->timed--;
-	}
-	tl_loop_set_state(l, c, TL_ST_OPEN);
-	tl_loop_regroup(l, c);
+	tl_timer_clear_deadline(l, c); /* it belonged to the handshake */
+	tl_pub_set_state(l, c, TL_ST_OPEN);
+	c->todo |= TL_DO_REGROUP; /* leave the handshake group (rx_step) */
 	/* Subscribe goes out first: user commands for this connection are
 	 * only run by the loop after this returns. */
 	if (tl_conn_send_subscribe(l, c) < 0)
@@ -628,7 +642,7 @@ static int grow_msg(struct tl_conn *c, size_t need)
 
 static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t code, const char *why)
 {
-	tl_loop_fail(l, c, err, 0, code, why);
+	tl_conn_fail(l, c, err, 0, code, why);
 	return TL_FEED_DEAD;
 }
 
@@ -643,7 +657,7 @@ static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
 	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
 	l->evq.msgs++; /* pool-wide, stored to the shared stats once per batch */
 	l->evq.bytes += n;
-	tl_loop_sample_msg(l, c);
+	tl_sample_msg(l, c);
 }
 
 /* ring_full says what an event that did not fit means: a stall
@@ -659,7 +673,7 @@ static int ring_full(const struct tl_loop *l)
 /* publish_data publishes a reassembled message, copied into the arena. */
 static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
-	if (tl_loop_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
+	if (conn_emit(l, c, op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY, p, n, 0, 0, 0, 0) < 0)
 		return ring_full(l);
 	count_in(l, c, n);
 	return TL_FEED_OK;
@@ -673,8 +687,8 @@ static inline int publish_data(struct tl_loop *l, struct tl_conn *c, int op, con
 static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, const uint8_t *p, size_t n)
 {
 	int kind = op == TL_OP_TEXT ? TL_EV_TEXT : TL_EV_BINARY;
-	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? tl_loop_emit_inplace(l, c, kind, p, n)
-								     : tl_loop_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	int r = c->cur_q >= 0 && tl_slots_is_main(&l->slots, (uint32_t)c->cur_q) ? conn_emit_inplace(l, c, kind, p, n)
+								     : conn_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return ring_full(l);
 	count_in(l, c, n);
@@ -742,9 +756,9 @@ static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
 	if (!c->close_sent)
 		tl_conn_send_close(l, c, (uint16_t)code, c->reason, c->reason_len);
 	if (c->state != TL_ST_CLOSING)
-		tl_loop_set_state(l, c, TL_ST_CLOSING);
+		tl_pub_set_state(l, c, TL_ST_CLOSING);
 	if (c->fd < 0) { /* memory connection */
-		tl_loop_teardown(l, c);
+		c->todo |= TL_DO_TEARDOWN;
 		return TL_FEED_DEAD;
 	}
 	/* Both close frames are out: the handshake is complete. End our
@@ -752,9 +766,9 @@ static int handle_close_frame(struct tl_loop *l, struct tl_conn *c)
 	 * TCP first (RFC 6455 7.1.1), is not left waiting for it (Python's
 	 * websockets over TLS waits for our close_notify). Bound the wait for
 	 * its end; a close we started keeps its earlier deadline. */
-	tl_loop_shut_wr(l, c);
+	c->todo |= TL_DO_SHUT_WR;
 	if (!c->deadline_ns)
-		tl_loop_set_deadline(l, c, l->cfg.close_timeout_ns);
+		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
 	return TL_FEED_DEAD; /* stop parsing: input is discarded from here */
 }
 
@@ -766,14 +780,14 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 	struct tl_conn_pub *pub = &l->pub[c->slot];
 	switch (c->h.opcode) {
 	case TL_OP_PING:
-		if (tl_loop_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
+		if (conn_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
 		if (!c->close_sent)
 			send_reply(l, c, TL_OP_PONG, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
-		if (tl_loop_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
+		if (conn_emit(l, c, TL_EV_PONG, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;
@@ -970,7 +984,7 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 			} else if (k) {
 				if (grow_msg(c, c->msg_len + k) < 0) {
 					*used = n;
-					tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory reassembling a message");
+					tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory reassembling a message");
 					return TL_FEED_DEAD;
 				}
 				memcpy(c->msg + c->msg_len, p + off, k);
@@ -996,76 +1010,45 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 	return TL_FEED_OK;
 }
 
-/* ---- driving input ---- */
+/* ---- the end of input ---- */
 
-static void on_eof(struct tl_loop *l, struct tl_conn *c)
+void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->fail_err) {
-		tl_loop_teardown(l, c);
+		c->todo |= TL_DO_TEARDOWN;
 	} else if (c->close_rcvd) {
-		tl_loop_teardown(l, c); /* clean: EventClose */
+		c->todo |= TL_DO_TEARDOWN; /* clean: EventClose */
 	} else if (c->state < TL_ST_OPEN) {
-		tl_loop_fail(l, c, TL_E_LOST, c->eof_errno, 0,
+		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0,
 			     c->eof_errno ? strerror(c->eof_errno) : "connection closed during the handshake");
 	} else {
 		/* (A failed send may have taken the socket's error: report it.) */
 		int e = c->eof_errno ? c->eof_errno : c->send_errno;
-		tl_loop_fail(l, c, TL_E_LOST, e, 1006, e ? strerror(e) : "connection closed without a close frame");
+		tl_conn_fail(l, c, TL_E_LOST, e, 1006, e ? strerror(e) : "connection closed without a close frame");
 	}
 }
 
-/* tl_conn_drive offers queued input to the parser until it is used up or
- * the connection stalls, then handles a pending EOF and flushes replies. */
-void tl_conn_drive(struct tl_loop *l, struct tl_conn *c)
-{
-	int r = TL_FEED_OK;
+/* ---- failure ---- */
 
-	if (c->dying)
-		return;
-	if (c->is_tls) {
-		r = tl_tls_drive(l, c);
-	} else {
-		if (c->state == TL_ST_OPEN || c->state == TL_ST_CLOSING) {
-			r = flush_pending(l, c);
-		}
-		if (c->fd < 0 && r == TL_FEED_OK && !sq_empty(&c->sq))
-			r = stash_feed(l, c); /* a memory connection's injected backlog */
-		while (r != TL_FEED_STALL && !tl_rxq_empty(&c->rxq) && !c->dying) {
-			if (tl_conn_replies(c) > l->cfg.max_send_queue) {
-				/* Replies (pongs) pile up: the peer does not read. Stop
-				 * reading too until the socket drains. (Go's own sends
-				 * are bounded by its admission control and do not stop
-				 * reading: a peer that echoes would deadlock with us.) */
-				if (!c->stalled)
-					__atomic_store_n(&l->stats->sendq_full, l->stats->sendq_full + 1, __ATOMIC_RELAXED);
-				r = TL_FEED_STALL;
-				break;
-			}
-			const uint8_t *p;
-			size_t n, used = 0;
-			int32_t q = tl_rxq_peek(&l->slots, &c->rxq, &p, &n);
-			if (r == TL_FEED_OK) {
-				c->cur_q = q;
-				tl_loop_sample_pt(c);
-				r = tl_conn_feed(l, c, p, n, &used);
-				c->cur_q = -1;
-			} else
-				used = n; /* dead: drop the rest */
-			tl_rxq_consume(&l->slots, &c->rxq, used, l->evq.head_cache);
-			if (r == TL_FEED_DEAD)
-				r = TL_FEED_OK, c->discard = 1;
-		}
+void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail)
+{
+	if (!c->fail_err) {
+		c->fail_err = err;
+		c->fail_aux = aux;
+		c->fail_code = code;
+		if (detail)
+			tl_pub_detail(l, c, detail);
 	}
-	if (c->dying)
-		return;
-	if (r == TL_FEED_STALL) {
-		tl_loop_stall(l, c);
-		tl_loop_flush(l, c);
+	c->discard = 1;
+	c->msg_ready = 0;
+	c->ctrl_ready = 0;
+	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && !c->send_errno && c->fd >= 0) {
+		tl_conn_send_close(l, c, code, NULL, 0);
+		tl_pub_set_state(l, c, TL_ST_CLOSING);
+		c->todo |= TL_DO_FLUSH;
+		/* Give the peer a moment to read our close; then we go. */
+		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns < 1000000000ull ? l->cfg.close_timeout_ns : 1000000000ull);
 		return;
 	}
-	tl_loop_sample_end(c);
-	if (c->eof && tl_rxq_empty(&c->rxq))
-		on_eof(l, c);
-	if (!c->dying)
-		tl_loop_flush(l, c);
+	c->todo |= TL_DO_TEARDOWN;
 }

@@ -1,7 +1,12 @@
 /* conn.h - one WebSocket client connection: its state (struct tl_conn),
- * the feed result codes, and what conn.c exports: the upgrade exchange,
- * the streaming frame parser, the close handshake, outgoing framing, and
- * the plain transport's drive loop. */
+ * the outcomes conn.c reports (TL_FEED_* results, TL_DO_* requests), and
+ * what conn.c exports: the upgrade exchange, the streaming frame parser,
+ * the close handshake, failure, and outgoing framing into the
+ * connection's buffers. conn.c is the WebSocket state machine: the
+ * transports (plain.c, tls.c) feed it bytes, it appends events (evq.c),
+ * publishes state (pub.c) and arms timers (timer.c), and it calls nothing
+ * above it: what only the loop can do (io_uring operations) it leaves in
+ * c->todo for its caller (tl_life_after). */
 #ifndef TALARIS_CONN_H
 #define TALARIS_CONN_H
 
@@ -26,6 +31,16 @@ enum {
 	TL_FEED_OK = 0,     /* all input used (a partial frame is kept) */
 	TL_FEED_STALL = -1, /* ring or arena full: offer the rest again later */
 	TL_FEED_DEAD = -2,  /* the connection failed or is closing: drop the rest */
+};
+
+/* Requests conn.c (and the transports) leave in tl_conn.todo for the loop,
+ * which acts on them in tl_life_after once the call returns, in this
+ * order: TL_DO_TEARDOWN alone (the others are moot), else the rest. */
+enum {
+	TL_DO_TEARDOWN = 1 << 0, /* end c: cancel its operations, then the final event */
+	TL_DO_REGROUP = 1 << 1,  /* the upgrade completed: move the recv to the main group */
+	TL_DO_SHUT_WR = 1 << 2,  /* close handshake complete: end the sending side (tl_tx_shut_wr) */
+	TL_DO_FLUSH = 1 << 3,    /* output is waiting: submit it */
 };
 
 /* Connection states: mirror talaris.State. */
@@ -199,7 +214,24 @@ struct tl_conn {
 	uint64_t opens;        /* successful opens of this handle */
 	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
 	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
+	/* layering: conn.c's requests to the loop, and wss output that waits
+	 * for the TLS transport */
+	uint8_t todo;          /* TL_DO_*: acted on (and cleared) by tl_life_after */
+	struct tl_outbuf tx_pt; /* wss: framed plaintext, encrypted into out[cur] by tl_tls_seal */
 };
+
+/* tl_conn_ending says c is ending: teardown started, or requested
+ * (TL_DO_TEARDOWN) and not yet acted on. Input and output stop here. */
+static inline int tl_conn_ending(const struct tl_conn *c) { return c->dying || (c->todo & TL_DO_TEARDOWN); }
+
+/* tl_conn_wbuf is the buffer c's frames are written to: the collecting
+ * out buffer (wire bytes) for ws://, the plaintext buffer tl_tls_seal
+ * encrypts from for wss://. */
+static inline struct tl_outbuf *tl_conn_wbuf(struct tl_conn *c) { return c->is_tls ? &c->tx_pt : &c->out[c->cur]; }
+
+/* tl_conn_collecting is how many bytes c has collected for its next send
+ * (framed plaintext still to encrypt included). */
+static inline size_t tl_conn_collecting(const struct tl_conn *c) { return c->out[c->cur].len + c->tx_pt.len; }
 
 /* tl_conn_send_subscribe queues c's subscribe messages (text frames, in
  * order) after the upgrade completed, before any user command can run.
@@ -209,18 +241,13 @@ int tl_conn_send_subscribe(struct tl_loop *l, struct tl_conn *c);
 /* tl_conn_shared is conn.c's state shared by every connection of a loop
  * (the loop thread is its only user). */
 struct tl_conn_shared {
-	uint8_t *scratch;       /* TLS plaintext framing and mask staging */
-	size_t scratch_cap;
 	uint8_t rnd[4096];      /* CSPRNG bytes for mask keys, refilled by getrandom */
 	uint32_t rnd_off;
 };
 
-/* tl_conn_shared_free releases cs's buffers. */
-void tl_conn_shared_free(struct tl_conn_shared *cs);
-
 /* tl_conn_reset clears c for a new dial on its slot, keeping the message
- * and out buffers' allocations for reuse; the previous connection's
- * fail_head is freed. */
+ * and out buffers' allocations for reuse (tl_conn_free_bufs frees them);
+ * the previous connection's fail_head is freed. */
 void tl_conn_reset(struct tl_conn *c);
 
 /* tl_conn_reset_keep is tl_conn_reset between two attempts of one
@@ -228,9 +255,25 @@ void tl_conn_reset(struct tl_conn *c);
  * reconnect bookkeeping survive. */
 void tl_conn_reset_keep(struct tl_conn *c);
 
-/* tl_conn_start_upgrade writes the HTTP upgrade request (through TLS when
- * c is wss) and prepares to read the response. Returns 0, or -1 after
- * failing c. */
+/* tl_conn_free_bufs frees the allocations tl_conn_reset keeps (message,
+ * out, plaintext and send queue buffers, fail_head): the loop is going. */
+void tl_conn_free_bufs(struct tl_conn *c);
+
+/* tl_conn_fail records why c failed (the first cause wins; detail is
+ * copied to its public detail) and starts its end: when c is open (and
+ * code is not 0 or 1006, and the peer can still read) a close frame with
+ * code, state CLOSING, TL_DO_FLUSH and a short deadline for the peer's
+ * answer; otherwise TL_DO_TEARDOWN. Input is discarded from here. */
+void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
+
+/* tl_conn_on_eof decides what the transport's end of input (c->eof, all
+ * queued input parsed) means: a clean end after a close handshake or an
+ * earlier failure (TL_DO_TEARDOWN), else a failure (lost connection). */
+void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_conn_start_upgrade writes the HTTP upgrade request (to
+ * tl_conn_wbuf: TLS encrypts it when c is wss) and prepares to read the
+ * response. Returns 0, or -1 after failing c. */
 int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_feed parses server bytes p[0..n) (upgrade response, then frames)
@@ -244,13 +287,14 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
  * a TL_FEED_* code. */
 int tl_conn_flush_pending(struct tl_loop *l, struct tl_conn *c);
 
-/* tl_conn_drive offers c's queued input to the parser (plain) or to TLS
- * until it is used up or c stalls, then handles a pending EOF and flushes
- * replies. */
-void tl_conn_drive(struct tl_loop *l, struct tl_conn *c);
+/* tl_conn_feed_stash offers a memory connection's stashed input (what
+ * tl_conn_inject could not feed yet) to the parser; consumed (or dropped)
+ * bytes retire their units. Returns TL_FEED_OK or TL_FEED_STALL. */
+int tl_conn_feed_stash(struct tl_loop *l, struct tl_conn *c);
 
-/* tl_conn_send_frame frames, masks and queues one frame (encrypted when
- * c is wss). Returns 0, or -1 after failing c (no memory, TLS error). */
+/* tl_conn_send_frame frames, masks and queues one frame in tl_conn_wbuf
+ * (a wss frame is encrypted when the loop flushes). Returns 0, or -1
+ * after failing c (no memory). */
 int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n);
 
 /* tl_conn_send_data queues one data frame from Go (opcode TL_OP_TEXT,
@@ -263,9 +307,9 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
 int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
 		      uint32_t units);
 
-/* tl_conn_tx_refill moves whole frames from the send queue into the
- * collecting out buffer while it holds less than TL_TX_CHUNK (nothing
- * before c is open). Returns 0, or -1 after failing c (TLS). */
+/* tl_conn_tx_refill moves whole frames from the send queue into
+ * tl_conn_wbuf while c collects less than TL_TX_CHUNK (nothing before c
+ * is open). Returns 0, or -1 after failing c (no memory). */
 int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_tx_cut prepares c's output for a close frame: the frames of a
@@ -275,33 +319,38 @@ int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c);
 void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_tx_drop_all drops every byte c still has to send (both out
- * buffers unless a send is in flight, and the send queue), retiring their
- * units: the socket refused a send, nobody will read them. */
+ * buffers unless a send is in flight, the plaintext buffer and the send
+ * queue), retiring their units: the socket refused a send, nobody will
+ * read them. */
 void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_inject feeds p[0..n) to memory connection c as if its server
  * had sent it. What the parser cannot take yet (event ring or arena full)
- * is kept, in order, in c's send queue (a memory connection never sends)
- * and c stalls; tl_conn_drive feeds it when room returns. Parsed (or
- * dropped) bytes retire their units, like sent frames. Returns 0, or -1
- * after failing c (no memory). */
+ * is kept, in order, in c's send queue (a memory connection never sends);
+ * tl_conn_feed_stash feeds it when room returns. Parsed (or dropped)
+ * bytes retire their units, like sent frames. Returns TL_FEED_OK,
+ * TL_FEED_STALL (the caller stalls c) or TL_FEED_DEAD (c failed: no
+ * memory). */
 int tl_conn_inject(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n);
 
 /* tl_conn_replies reports the bytes of the loop's own replies waiting in
- * c's out buffers (the receive side stops reading past max_send_queue). */
-static inline size_t tl_conn_replies(const struct tl_conn *c) { return c->out[0].replies + c->out[1].replies; }
+ * c's buffers (the receive side stops reading past max_send_queue). */
+static inline size_t tl_conn_replies(const struct tl_conn *c)
+{
+	return c->out[0].replies + c->out[1].replies + c->tx_pt.replies;
+}
 
 /* tl_conn_send_close queues c's close frame once (later calls do
  * nothing): code and up to 123 reason bytes; code 0 or 1005 sends an empty
  * close. Returns as tl_conn_send_frame. */
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen);
 
-/* tl_conn_out_reserve grows c's collecting out buffer by n bytes and
- * returns where they go, or NULL on no memory. */
-uint8_t *tl_conn_out_reserve(struct tl_conn *c, size_t n);
+/* tl_outbuf_reserve grows ob by n bytes and returns where they go, or
+ * NULL on no memory. */
+uint8_t *tl_outbuf_reserve(struct tl_outbuf *ob, size_t n);
 
-/* tl_conn_out_append copies p[0..n) to c's out buffer. Returns 0 or -1 on
- * no memory. */
+/* tl_conn_out_append copies wire bytes p[0..n) to c's collecting out
+ * buffer (the TLS BIO's ciphertext). Returns 0 or -1 on no memory. */
 int tl_conn_out_append(struct tl_conn *c, const uint8_t *p, size_t n);
 
 #endif

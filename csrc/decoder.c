@@ -17,7 +17,7 @@ struct tl_loop *tl_decoder_new(uint64_t max_message, uint32_t ring_size, uint64_
 	struct tl_loop *l = tl_loop_new_detached(&cfg);
 	if (!l)
 		return NULL;
-	tl_loop_open_memory(l, 0, 1);
+	tl_life_open_memory(l, 0, 1);
 	return l;
 }
 
@@ -30,6 +30,7 @@ int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used)
 	if (c->state != TL_ST_OPEN)
 		return -2;
 	r = tl_conn_feed(l, c, p, n, used);
+	tl_life_after(l, c); /* a close frame ends the memory connection */
 	l->evq.r->tail = l->evq.tail; /* same thread: no publish protocol needed */
 	l->evq.published = l->evq.tail;
 	return r;

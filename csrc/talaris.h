@@ -48,7 +48,7 @@ struct tl_config {
  * per published batch. */
 struct tl_pool_stats {
 	uint64_t events, batches, cqes, rearms, nobufs, stalls, loop_wakes, pump_sleeps;
-	uint64_t reconnects;   /* successful re-opens by reconnect policies: counted in tl_loop_set_state */
+	uint64_t reconnects;   /* successful re-opens by reconnect policies: counted in tl_pub_set_state */
 	uint64_t msgs, bytes;  /* data messages published and their payload bytes */
 	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
 	uint64_t sendq_full;   /* reads held back because a connection's own replies (pongs, close) passed max_send_queue */

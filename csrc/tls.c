@@ -1,14 +1,19 @@
-/* tls.c - TLS inside the loop. Ciphertext arrives in provided-buffer slots
- * and is read by a custom BIO straight from the connection's slot queue
- * (no BIO_s_mem copy; a slot goes back to the kernel as soon as the library
- * has taken its bytes). Ciphertext written by the library is appended to
- * the connection's out buffer and leaves through the loop's send. One code
- * path for BoringSSL and OpenSSL 3; OPENSSL_IS_BORINGSSL guards the few
- * differences. */
+/* tls.c - the TLS (wss://) transport. Ciphertext arrives in provided-buffer
+ * slots and is read by a custom BIO straight from the connection's slot
+ * queue (no BIO_s_mem copy; a slot goes back to the kernel as soon as the
+ * library has taken its bytes); the plaintext goes to the parser (conn.c).
+ * Outgoing frames are framed by conn.c into the connection's plaintext
+ * buffer (tx_pt); tl_tls_seal, called by the loop's flush, encrypts them
+ * into the out buffer, which leaves through the loop's send. Calls conn.c
+ * and the layers below it, never loop.c. One code path for BoringSSL and
+ * OpenSSL 3; OPENSSL_IS_BORINGSSL guards the few differences. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "loop.h"
+#include "pub.h"
+#include "sample.h"
+#include "state.h"
+#include "tls.h"
 #include "tls_verify.h"
 
 #include <arpa/inet.h>
@@ -195,7 +200,7 @@ static void tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char
 	}
 	ERR_clear_error();
 	send_alert_now(c);
-	tl_loop_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
+	tl_conn_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
 }
 
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
@@ -215,7 +220,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	t = calloc(1, sizeof(*t));
 	if (!t || !(t->pt = malloc(TL_TLS_PT_CAP))) {
 		free(t);
-		tl_loop_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory starting TLS");
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 0, "out of memory starting TLS");
 		return -1;
 	}
 	t->l = l;
@@ -293,6 +298,9 @@ void tl_tls_close_notify(struct tl_conn *c)
 	struct tl_tls *t = c->tls;
 	if (!t || !t->handshake_done || t->shutdown_sent)
 		return;
+	/* The frames framed before it (the close frame) go first. */
+	if (tl_tls_seal(t->l, c) < 0)
+		return;
 	t->shutdown_sent = 1;
 	/* Writes close_notify through the slot BIO into the out buffer; 0
 	 * (the peer's is still to come) is the expected result. */
@@ -320,21 +328,55 @@ void tl_tls_shared_free(struct tl_tls_shared *ts)
 	tl_tlsv_shared_free(ts);
 }
 
-int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n)
+/* pt_drop empties c's plaintext buffer, retiring the send units of its
+ * frames (they will never be written). */
+static void pt_drop(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_outbuf *pt = &c->tx_pt;
+	uint64_t units = pt->units;
+
+	pt->len = 0;
+	pt->units = 0;
+	pt->replies = 0;
+	tl_pub_tx_retire(l, c, units);
+}
+
+int tl_tls_seal(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_tls *t = c->tls;
-	(void)l;
-	if (!t || !t->handshake_done)
-		return -1;
+	struct tl_outbuf *pt = &c->tx_pt, *ob;
+	const uint8_t *p = pt->p;
+	size_t n = pt->len;
+
+	if (!n)
+		return 0;
+	if (!t || !t->handshake_done) {
+		/* Not reached: frames are framed only once c is open (after the
+		 * handshake). Nothing could encrypt them: drop, not send. */
+		pt_drop(l, c);
+		return 0;
+	}
 	while (n > 0) {
 		int chunk = n > (1u << 30) ? (1 << 30) : (int)n;
 		int w = SSL_write(t->ssl, p, chunk);
 		if (w <= 0) {
 			tls_fail(l, c, TL_TLS_GENERIC, NULL);
+			pt_drop(l, c);
 			return -1;
 		}
 		p += w;
 		n -= (size_t)w;
+	}
+	ob = &c->out[c->cur]; /* where the BIO appended the records */
+	ob->units += pt->units;
+	ob->replies += pt->replies;
+	pt->len = 0;
+	pt->units = 0;
+	pt->replies = 0;
+	if (pt->cap > (1u << 20)) { /* give back memory after a burst */
+		free(pt->p);
+		pt->p = NULL;
+		pt->cap = 0;
 	}
 	return 0;
 }
@@ -446,7 +488,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		t->saw_data = 1;
 		if (!looks_like_tls(l, c, peek, sizeof(peek))) {
 			snprintf(msg, sizeof(msg), "server answered in plain text: %s", peek);
-			tl_loop_fail(l, c, TL_E_TLS, TL_TLS_NOT_TLS, 0, msg);
+			tl_conn_fail(l, c, TL_E_TLS, TL_TLS_NOT_TLS, 0, msg);
 			return -2;
 		}
 	}
@@ -461,7 +503,7 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 			return 0;
 		}
 		if (c->eof && ERR_peek_last_error() == 0) {
-			tl_loop_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
+			tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0, "connection closed during the TLS handshake");
 			return -2;
 		}
 		cause = tls_classify(t, &what, ebuf, sizeof(ebuf));
@@ -514,7 +556,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				t->pt_off = t->pt_len;
 				c->discard = 1;
 			}
-			if (c->dying)
+			if (tl_conn_ending(c))
 				return TL_FEED_DEAD;
 			continue;
 		}
@@ -522,7 +564,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 		if (r > 0) {
 			t->pt_off = 0;
 			t->pt_len = (size_t)r;
-			tl_loop_sample_pt(c);
+			tl_sample_pt(c);
 			continue;
 		}
 		{
@@ -538,7 +580,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				 * the socket without waiting for a send). */
 				ERR_clear_error();
 				c->eof = 1;
-				if (!c->shut_wr && c->fd >= 0) {
+				if (!c->shut_wr && !(c->todo & TL_DO_SHUT_WR) && c->fd >= 0) {
 					tl_tls_close_notify(c);
 					send_alert_now(c);
 					if (!c->send_inflight) {
@@ -561,7 +603,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			return TL_FEED_DEAD;
 		}
 	}
-	if (t->consumed && !c->dying && !c->close_sent) {
+	if (t->consumed && !tl_conn_ending(c) && !c->close_sent) {
 		/* Acknowledge a KeyUpdate (or flush any post-handshake reply) even on
 		 * a connection that never sends: both libraries emit it on write.
 		 * Keyed on ciphertext consumed, not on plaintext returned: a

@@ -1,6 +1,8 @@
-/* tls.h - the TLS transport (tls.c): a custom BIO reads ciphertext from
- * the connection's slot queue and writes into its out buffer; plaintext
- * goes to tl_conn_feed. BoringSSL or OpenSSL 3. */
+/* tls.h - the TLS (wss://) transport (tls.c), the same shape as the plain
+ * one (plain.h): a custom BIO reads ciphertext from the connection's slot
+ * queue (tl_rxq) and writes into its out buffer; plaintext goes to
+ * tl_conn_feed; frames conn.c put in the plaintext buffer are encrypted
+ * by tl_tls_seal when the loop flushes. BoringSSL or OpenSSL 3. */
 #ifndef TALARIS_TLS_H
 #define TALARIS_TLS_H
 
@@ -20,18 +22,22 @@ struct tl_tls_shared {
  * sends the ClientHello. Returns 0, or -1 after failing c. */
 int tl_tls_start(struct tl_loop *l, struct tl_conn *c);
 
-/* tl_tls_drive runs the handshake, then decrypts queued ciphertext and
- * feeds the plaintext to the parser. Returns TL_FEED_OK, TL_FEED_STALL
- * (plaintext kept for later) or TL_FEED_DEAD (c failed). */
+/* tl_tls_drive runs the handshake (then writes the upgrade request),
+ * then decrypts queued ciphertext and feeds the plaintext to the parser.
+ * Returns TL_FEED_OK, TL_FEED_STALL (plaintext kept for later) or
+ * TL_FEED_DEAD (c failed or is ending); requests for the loop are left in
+ * c->todo. A pending EOF and the flush are the caller's. */
 int tl_tls_drive(struct tl_loop *l, struct tl_conn *c);
 
-/* tl_tls_write encrypts p[0..n) into c's out buffer. Returns 0, or -1
- * (handshake not done, or a TLS error: c is failed). */
-int tl_tls_write(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n);
+/* tl_tls_seal encrypts c's framed plaintext (c->tx_pt) into its
+ * collecting out buffer, moving the frames' send units and reply bytes
+ * with it. Returns 0, or -1 after failing c (a TLS error; the plaintext's
+ * units are retired). */
+int tl_tls_seal(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_tls_close_notify queues c's TLS close_notify alert in its out buffer
- * (once the handshake is done; later calls do nothing). The caller sends
- * it. */
+ * after the frames waiting in its plaintext buffer (once the handshake is
+ * done; later calls do nothing). The caller sends it. */
 void tl_tls_close_notify(struct tl_conn *c);
 
 /* tl_tls_free releases c's TLS state (no-op without one). */

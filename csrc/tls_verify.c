@@ -18,7 +18,7 @@
 #define _GNU_SOURCE
 #endif
 #include "tls_verify.h"
-#include "loop.h"
+#include "state.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>

@@ -1,6 +1,6 @@
 /* bench_decode.c - the decode path in C alone: the brief's workload (100k
  * messages, 1/3 binary u64, 2/3 text {"id":i}, fed in 4096-byte runs)
- * through tl_conn_feed and tl_loop_emit into the event ring, consumed by summing
+ * through tl_conn_feed and tl_life_emit into the event ring, consumed by summing
  * ids. Single thread, so it is the loop's own cost per message; the Go
  * benchmark adds the handoff and the callback. */
 #include <stdint.h>
@@ -52,7 +52,7 @@ int main(void)
 			n += (size_t)k;
 		}
 	}
-	tl_loop_open_memory(l, 0, 1);
+	tl_life_open_memory(l, 0, 1);
 	l->evq.r->head = l->evq.tail;
 	for (int rep = 0; rep < (getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 30); rep++) {
 		struct tl_conn *c = &l->conns[0];

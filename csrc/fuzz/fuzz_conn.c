@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	c = &L->conns[0];
-	tl_loop_open_memory(L, 0, ++gen);
+	tl_life_open_memory(L, 0, ++gen);
 	/* first byte: run length (1..64) used to cut the rest */
 	size_t run = (size_t)(data[0] & 63) + 1;
 	data++;
@@ -60,6 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (off < size && !c->dying && c->state != TL_ST_IDLE) {
 		size_t n = size - off < run ? size - off : run, used = 0;
 		int r = tl_conn_feed(L, c, data + off, n, &used);
+		tl_life_after(L, c); /* what the parser asked of the loop (a close: teardown) */
 		if (used > n)
 			abort();
 		drain(L, &final);
@@ -67,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			/* stalled with nothing consumed: the ring was drained above,
 			 * so the next call must make progress */
 			r = tl_conn_feed(L, c, data + off, n, &used);
+			tl_life_after(L, c);
 			drain(L, &final);
 			if (r == -1 && used == 0 && !c->open_pending && !c->msg_ready && !c->ctrl_ready)
 				abort();
@@ -79,13 +81,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (c->state != TL_ST_IDLE) {
 		if (!c->fail_err && !c->close_rcvd)
 			c->fail_err = TL_E_SHUTDOWN;
-		tl_loop_teardown(L, c);
+		tl_life_teardown(L, c);
 		drain(L, &final);
 		while (c->final_pending) {
 			c->stalled = 0;
 			c->on_stall_list = 0;
 			L->stalled = NULL;
-			tl_loop_teardown(L, c);
+			tl_life_teardown(L, c);
 			drain(L, &final);
 			break;
 		}

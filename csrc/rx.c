@@ -1,0 +1,166 @@
+/* rx.c - the receive side of a connection: one state (c->rx, TL_RX_*)
+ * changed only by tl_rx_step, which arms, pauses, regroups and re-arms its
+ * multishot recv. Calls only uring.h and the slot tables. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "rx.h"
+
+#include <errno.h>
+
+#include "uring.h"
+
+#define STAT_ADD(l, f, n) __atomic_store_n(&(l)->stats->f, (l)->stats->f + (n), __ATOMIC_RELAXED)
+
+uint64_t tl_rx_ud(const struct tl_conn *c)
+{
+	return tl_ud(c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV, c->gen, c->slot);
+}
+
+/* tl_rx_in_kernel: a multishot recv is in the kernel (its final CQE, one
+ * without IORING_CQE_F_MORE, is still to come). */
+int tl_rx_in_kernel(const struct tl_conn *c)
+{
+	return c->rx == TL_RX_ARMED || c->rx == TL_RX_PAUSING || c->rx == TL_RX_REARMING;
+}
+
+/* rx_set changes c->rx and keeps l->rx_want, the number of connections in
+ * TL_RX_WANT, exact: the loop polls for re-arms only while it is not 0. */
+static void rx_set(struct tl_loop *l, struct tl_conn *c, uint8_t st)
+{
+	l->rx_want -= c->rx == TL_RX_WANT;
+	l->rx_want += st == TL_RX_WANT;
+	c->rx = st;
+}
+
+/* rx_cancel asks the kernel to end c's recv (its final CQE follows).
+ * Returns 0, or -1 when no SQE was free. */
+static int rx_cancel(struct tl_loop *l, struct tl_conn *c)
+{
+	struct io_uring_sqe *sqe = tl_uring_sqe(l);
+	if (!sqe)
+		return -1;
+	io_uring_prep_cancel64(sqe, tl_rx_ud(c), 0);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+	c->cancel_inflight++;
+	return 0;
+}
+
+/* rx_share is a connection's fair share of the main group: half the ring
+ * split over the live connections (at least 2 slots, at most a quarter of
+ * the ring), so the stalled ones together leave slots for the rest, e.g.
+ * for a 101 to arrive. */
+static uint32_t rx_share(const struct tl_loop *l)
+{
+	uint32_t count = l->slots.main.count;
+	uint32_t live = l->live - l->rc_waits; /* handles waiting to reconnect hold no slots */
+	uint32_t share = live ? count / (2 * live) : count / 4;
+	if (share > count / 4)
+		share = count / 4;
+	return share < 2 ? 2 : share;
+}
+
+/* tl_rx_step is every transition of the receive side (c->rx):
+ *
+ *   OFF/WANT  --ARM-->      ARMED (or WANT when no SQE is free)
+ *   ARMED     --END-->      WANT (-ENOBUFS, ended with data, -ECANCELED)
+ *                           or OFF (EOF, error: c->eof set; or dying)
+ *   ARMED     --PAUSE-->    PAUSING: stalled holding its share of slots; the
+ *                           rest waits in its socket and TCP slows that sender
+ *   PAUSING   --END-->      PAUSED (OFF when dying)
+ *   PAUSING   --RESUME-->   REARMING (the cancel is already in flight)
+ *   PAUSED    --RESUME-->   ARMED
+ *   ARMED     --REGROUP-->  REARMING: open now, leave the handshake group so
+ *                           few flood bytes hold handshake slots
+ *   REARMING  --PAUSE-->    PAUSING
+ *   REARMING  --END-->      WANT (OFF when dying)
+ *   WANT      --TICK-->     ARMED once not stalled and the group has a slot
+ *   any       --TEARDOWN--> in the kernel: cancelled, END then gives OFF;
+ *                           else OFF
+ *   OFF       --LOST-->     WANT: the sweep found a live connection with no
+ *                           recv (never expected: TL_DEBUG builds abort first)
+ *
+ * res is the recv's result for RX_END. */
+void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
+{
+	struct io_uring_sqe *sqe;
+
+	switch (ev) {
+	case RX_ARM:
+		if (tl_rx_in_kernel(c) || c->dying || c->fd < 0)
+			return;
+		sqe = tl_uring_sqe(l);
+		if (!sqe) {
+			rx_set(l, c, TL_RX_WANT); /* run_rearms tries again */
+			return;
+		}
+		c->rx_hs = c->state < TL_ST_OPEN;
+		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = c->rx_hs ? TL_HS_BGID : TL_BGID;
+		io_uring_sqe_set_data64(sqe, tl_rx_ud(c));
+		rx_set(l, c, TL_RX_ARMED);
+		return;
+	case RX_END:
+		if (res == 0) {
+			c->eof = 1;
+		} else if (res < 0 && res != -ENOBUFS && res != -ECANCELED) {
+			c->eof = 1;
+			c->eof_errno = -res;
+		} else if (res == -ENOBUFS) {
+			STAT_ADD(l, nobufs, 1);
+		}
+		if (c->eof || c->dying)
+			rx_set(l, c, TL_RX_OFF);
+		else if (c->rx == TL_RX_PAUSING)
+			rx_set(l, c, TL_RX_PAUSED);
+		else /* -ENOBUFS, -ECANCELED (regroup, or a resumed pause), or data with the end */
+			rx_set(l, c, TL_RX_WANT);
+		return;
+	case RX_PAUSE:
+		if ((c->rx != TL_RX_ARMED && c->rx != TL_RX_REARMING) || c->rxq.count < rx_share(l))
+			return;
+		if (c->rx == TL_RX_REARMING || rx_cancel(l, c) == 0)
+			rx_set(l, c, TL_RX_PAUSING); /* (a regroup's cancel is already on the way) */
+		return;
+	case RX_RESUME:
+		if (c->stalled || c->dying || c->eof)
+			return;
+		if (c->rx == TL_RX_PAUSING) {
+			rx_set(l, c, TL_RX_REARMING);
+		} else if (c->rx == TL_RX_PAUSED) {
+			rx_set(l, c, TL_RX_OFF);
+			tl_rx_step(l, c, RX_ARM, 0);
+			STAT_ADD(l, rearms, 1);
+		}
+		return;
+	case RX_REGROUP:
+		if (c->rx == TL_RX_ARMED && c->rx_hs && c->state >= TL_ST_OPEN && !c->dying && rx_cancel(l, c) == 0)
+			rx_set(l, c, TL_RX_REARMING);
+		return;
+	case RX_TICK: {
+		/* Any free slot of the group it will use will do: waiting for more
+		 * lets always-armed busy connections take every slot as it comes
+		 * back, starving this one. */
+		struct tl_bufring *g = c->state < TL_ST_OPEN ? &l->slots.hs : &l->slots.main;
+		if (c->dying || c->eof || c->fd < 0 || c->state == TL_ST_IDLE) {
+			rx_set(l, c, TL_RX_OFF);
+		} else if (!c->stalled && g->in_use < g->count) {
+			rx_set(l, c, TL_RX_OFF);
+			tl_rx_step(l, c, RX_ARM, 0);
+			STAT_ADD(l, rearms, 1);
+		}
+		return;
+	}
+	case RX_TEARDOWN:
+		if (!tl_rx_in_kernel(c))
+			rx_set(l, c, TL_RX_OFF);
+		return; /* the caller cancels a recv in the kernel; END gives OFF */
+	case RX_LOST:
+		if (c->rx == TL_RX_OFF)
+			rx_set(l, c, TL_RX_WANT);
+		return;
+	}
+}
+
+#undef STAT_ADD

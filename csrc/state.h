@@ -1,0 +1,90 @@
+/* state.h - struct tl_loop: the state of one loop, each layer's part in
+ * its own member (slots, evq, cmdq, cs, ts) or field group. Data only: it
+ * declares no function, so a file that includes it (conn.c, plain.c,
+ * tls.c, pub.c, timer.c) can reach the loop's lower layers through it but
+ * cannot call loop.c (loop.h declares those). Internal: Go sees talaris.h
+ * and ring.h only. */
+#ifndef TALARIS_STATE_H
+#define TALARIS_STATE_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cmdq.h"
+#include "conn.h"
+#include "evq.h"
+#include "ring.h"
+#include "slots.h"
+#include "talaris.h"
+#include "tls.h"
+
+struct tl_loop {
+	struct tl_config cfg;
+	struct io_uring ring;
+	int ring_ok;
+	struct tl_slots slots;  /* receive buffer groups and slot tables */
+
+	struct tl_evq evq;      /* event ring producer and arena */
+
+	struct tl_cmdq cmdq;    /* command ring consumer */
+
+	/* loop.c: wake-ups, connections, timers, stalls, thread */
+	int efd;
+	uint64_t efd_val;
+	int efd_armed;
+
+	struct tl_conn *conns;
+	struct tl_conn_pub *pub;
+	struct tl_dial **dials; /* prepared by Go, taken by TL_CMD_DIAL */
+	uint32_t live;          /* connections not idle */
+	uint32_t timed;         /* connections with a deadline */
+	uint64_t next_timer_ns;
+	struct tl_conn *stalled;
+	uint32_t rx_want;       /* connections in TL_RX_WANT */
+	int stall_kick;         /* a send completed: stalled conns may go on */
+	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
+	uint32_t rc_waits;      /* connections waiting out a reconnect backoff (no socket) */
+	uint64_t rc_seed;       /* reconnect jitter generator state */
+
+	struct tl_pool_stats *stats;
+
+	pthread_t thread;
+	int started;
+	int shutting_down;
+	int stop_done;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int setup_state;        /* 0 pending, 1 ok, <0 -errno */
+	char setup_msg[128];
+	int stop_req;           /* set by tl_loop_stop (atomic) */
+
+	struct tl_conn_shared cs; /* conn.c's state shared by all connections */
+	struct tl_tls_shared ts;  /* tls.c's state shared by all connections */
+
+	uint32_t sample_left;     /* completions until the next sampled one (cfg.sample_every) */
+	/* timers (see "Timers" below) */
+	uint32_t hb_timed;      /* connections with a heartbeat check (tl_conn.hb_ns) */
+	uint64_t now_ns;        /* clock cached once per loop iteration while hb_timed */
+	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
+	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
+	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */
+};
+
+/* Timers. A connection has one field per kind of timer, each an absolute
+ * CLOCK_MONOTONIC time or 0 when unarmed:
+ *   deadline_ns  its lifecycle: handshake, close handshake, a failed
+ *                send's drain (tl_timer_set_deadline; l->timed counts them)
+ *   hb_ns        its heartbeat: read timeout and ping interval (l->hb_timed)
+ * l->next_timer_ns is a lower bound of every armed time: arming one lowers
+ * it, nothing else touches it. Once per loop iteration run_timers compares
+ * it with the clock and, only when it is due, scans the connections, fires
+ * what is due and recomputes it; the loop's wait is bounded by it, so an
+ * idle loop sleeps until the nearest timer (the 20 ms sweep aside). No
+ * timer work happens per message: a recv completion stores the loop's
+ * cached clock in c->last_rx_ns (one store per completion) and the
+ * heartbeat check compares it lazily when its time comes.
+ * A new kind of timer (a reconnect delay, say) adds a field, arms it with
+ * tl_timer_at and is handled in conn_timers (loop.c). */
+
+#endif

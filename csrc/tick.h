@@ -1,0 +1,15 @@
+/* tick.h - firing due timers (tick.c). */
+#ifndef TALARIS_TICK_H
+#define TALARIS_TICK_H
+
+#include "state.h"
+
+/* tl_tick_armed says some connection has a timer of any kind armed. */
+static inline int tl_tick_armed(const struct tl_loop *l) { return l->timed || l->hb_timed; }
+
+/* tl_tick_run fires every due timer when the earliest armed one is due
+ * (else it only compares l->next_timer_ns with the clock), and recomputes
+ * l->next_timer_ns. Once per loop iteration. */
+void tl_tick_run(struct tl_loop *l);
+
+#endif

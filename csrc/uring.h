@@ -1,0 +1,47 @@
+/* uring.h - io_uring mechanics every file of the loop shares: the
+ * user_data encoding of an operation (op, generation, slot) and
+ * tl_uring_sqe. Inline only. */
+#ifndef TALARIS_URING_H
+#define TALARIS_URING_H
+
+#include <liburing.h>
+#include <stdint.h>
+
+#include "state.h"
+
+/* user_data layout: op (8 bits) | gen (32 bits) | slot (24 bits). The
+ * generation makes a late completion for a reused slot harmless. */
+enum {
+	TL_OPK_CONNECT = 1, /* 0 is no op: a CQE carrying it is ignored */
+	TL_OPK_RECV = 2,
+	TL_OPK_SEND = 3,
+	TL_OPK_CANCEL = 4,
+	TL_OPK_EFD = 5,
+	TL_OPK_RECV_HS = 7, /* a recv on the handshake buffer group */
+};
+
+#define TL_SLOT_BITS 24
+#define TL_MAX_SLOTS (1u << TL_SLOT_BITS)
+
+static inline uint64_t tl_ud(unsigned op, uint32_t gen, uint32_t slot)
+{
+	return ((uint64_t)op << 56) | ((uint64_t)gen << TL_SLOT_BITS) | (slot & (TL_MAX_SLOTS - 1));
+}
+static inline unsigned tl_ud_op(uint64_t ud) { return (unsigned)(ud >> 56); }
+static inline uint32_t tl_ud_gen(uint64_t ud) { return (uint32_t)(ud >> TL_SLOT_BITS); }
+static inline uint32_t tl_ud_slot(uint64_t ud) { return (uint32_t)(ud & (TL_MAX_SLOTS - 1)); }
+
+/* tl_uring_sqe returns a free submission entry of l's ring, submitting
+ * what is queued when the SQ is full; NULL if there is still none. */
+static inline struct io_uring_sqe *tl_uring_sqe(struct tl_loop *l)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+	if (!sqe) {
+		/* SQ full: push what we have to make room. */
+		io_uring_submit(&l->ring);
+		sqe = io_uring_get_sqe(&l->ring);
+	}
+	return sqe;
+}
+
+#endif
