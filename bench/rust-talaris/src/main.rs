@@ -214,7 +214,8 @@ fn connect(pool: &mut Pool, a: &Args, n: usize) -> Vec<talaris::ConnHandle> {
         // receive buffer to 16 KiB (http::MAX_RESPONSE_HEADER_BYTES) until
         // the 101 is parsed, and the feed floods right behind its 101: a
         // larger slot (0.9's 64 KiB here) carries 101 + flood in one
-        // completion and the handshake fails "receive buffer exceeded".
+        // completion and the handshake fails "receive buffer exceeded" (seen
+        // at 16 connections even with the data pump below). 0.9 had no bound.
         let mut cfg = ConnectionConfig::new("localhost", addr.port(), a.path.clone())
             .with_tls(a.tls)
             .with_buf_ring(a.slot, a.slots)
