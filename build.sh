@@ -145,7 +145,7 @@ bench)
 	build_cli
 	if command -v cargo >/dev/null 2>&1; then
 		echo "== cargo build (the Rust talaris crate's bench client)"
-		CARGO_TARGET_DIR=build/rust-talaris cargo build -q --release --manifest-path bench/rust-talaris/Cargo.toml ||
+		CARGO_TARGET_DIR=build/rust-talaris cargo build -q --release --locked --manifest-path bench/rust-talaris/Cargo.toml ||
 			echo "cargo build failed: the Rust column will be missing"
 	fi
 	./build/talaris bench --md docs/BENCH.md --plots docs --json docs/bench.json "$@"
@@ -158,7 +158,7 @@ body = body.replace("### ", "#### ")
 readme = open("README.md").read()
 start, end = "<!-- bench:start -->", "<!-- bench:end -->"
 i, j = readme.index(start) + len(start), readme.index(end)
-head = "\n".join(l for l in bench.splitlines() if l.startswith(("- command", "- CPU", "- kernel", "- date", "- load")))
+head = "\n".join(l for l in bench.splitlines() if l.startswith(("- command", "- CPU", "- kernel", "- date", "- load", "- note: Rust anchor")))
 readme = readme[:i] + "\n" + head + "\n\n" + body + "\n\n![latency CDF](docs/bench-latency-cdf.png)\n" + readme[j:]
 open("README.md", "w").write(readme)
 PY

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x0e58c729e9b55bd1
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x4d0f79613e72698c
 import "C"
 
-const csrcHash = "0e58c729e9b55bd1"
+const csrcHash = "4d0f79613e72698c"

@@ -646,11 +646,21 @@ static int setup_ring(struct tl_loop *l)
 	return 0;
 }
 
+/* name_loop_thread names the calling thread "talaris-loop" (its comm in
+ * /proc/self/task/<tid>/comm), so tools and `talaris bench` can tell the loop
+ * thread from the Go runtime's threads when they split CPU time per thread.
+ * Best effort: a failure only leaves the inherited name. */
+static void name_loop_thread(void)
+{
+	(void)pthread_setname_np(pthread_self(), "talaris-loop");
+}
+
 static void *loop_main(void *arg)
 {
 	struct tl_loop *l = arg;
 	int ret;
 
+	name_loop_thread();
 	if (l->cfg.loop_cpu >= 0) {
 		cpu_set_t set;
 		CPU_ZERO(&set);

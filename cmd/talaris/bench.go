@@ -55,6 +55,21 @@ type Result struct {
 	FloorPct     float64      `json:"floor_pct,omitempty"`
 	Note         string       `json:"note,omitempty"`
 	Err          string       `json:"error,omitempty"`
+	// Per-thread CPU over the measured interval (ingress; talaris and the
+	// Rust crate): the C loop thread, the pumping thread and the rest of the
+	// process. SameThread: one thread is both (the Rust crate's pool).
+	LoopCPUSecs  float64   `json:"loop_cpu_s,omitempty"`
+	PumpCPUSecs  float64   `json:"pump_cpu_s,omitempty"`
+	OtherCPUSecs float64   `json:"other_cpu_s,omitempty"`
+	SameThread   bool      `json:"same_thread,omitempty"`
+	Threads      []taskCPU `json:"threads,omitempty"`
+	LoopPerM     float64   `json:"loop_cpu_s_per_mframes,omitempty"`
+	PumpPerM     float64   `json:"pump_cpu_s_per_mframes,omitempty"`
+	// CeilingFPS is the projected dedicated-core ceiling: 1 / the busiest
+	// thread's CPU per frame (what the client could receive if that thread
+	// had a core to itself and the others kept up).
+	CeilingFPS float64 `json:"ceiling_frames_per_s,omitempty"`
+	Crate      string  `json:"crate,omitempty"` // the Rust client: "talaris <version>"
 }
 
 func (r *Result) finish() {
@@ -62,7 +77,12 @@ func (r *Result) finish() {
 		r.FramesPerSec = float64(r.Frames) / r.Secs
 		r.MBPerSec = float64(r.Bytes) / r.Secs / 1e6
 		if r.Frames > 0 {
-			r.CPUPerM = r.CPUSecs / (float64(r.Frames) / 1e6)
+			mf := float64(r.Frames) / 1e6
+			r.CPUPerM = r.CPUSecs / mf
+			r.LoopPerM, r.PumpPerM = r.LoopCPUSecs/mf, r.PumpCPUSecs/mf
+			if busiest := max(r.LoopPerM, r.PumpPerM); busiest > 0 {
+				r.CeilingFPS = 1e6 / busiest
+			}
 		}
 	}
 }
@@ -169,6 +189,7 @@ func variant(name string) talVariant {
 
 type bench struct {
 	workloads, clients, variants  map[string]bool
+	transports                    map[string]bool
 	conns                         []int
 	warm, dur, latDur, rttDur     time.Duration
 	idleDur, ordersDur            time.Duration
@@ -176,7 +197,8 @@ type bench struct {
 	rate, decodeN, decodeRounds   int
 	clientCPU, serverCPU, loopCPU int
 	tlsMode                       string
-	rustBin, rustNote             string
+	rustBin, rustNote, rustCrate  string
+	rustFlags                     []string
 	quick                         bool
 	samples                       []uint32 // Config.SampleEvery rows for talaris decode and ingress (0: off)
 
@@ -212,6 +234,7 @@ func benchMain(args []string) error {
 	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
 	variants := fs.String("variants", "default,block,spin,spin-then-block", "talaris configurations to run: "+variantNames())
 	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
+	transports := fs.String("transports", "ws,wss", "ingress transports: ws (64 B frames), wss (256 B frames)")
 	samples := fs.String("sample", "off,64,1", "talaris decode and ingress rows per Config.SampleEvery: off, or N to stamp one completion in N (ingress: the first --variants entry only)")
 	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
 	fs.DurationVar(&b.warm, "warmup", 300*time.Millisecond, "warm-up before each measurement")
@@ -228,6 +251,7 @@ func benchMain(args []string) error {
 	fs.IntVar(&b.serverCPU, "server-cpu", -1, "pin the feed server process to this CPU")
 	fs.IntVar(&b.loopCPU, "loop-cpu", -1, "pin the talaris loop thread to this CPU")
 	fs.StringVar(&b.tlsMode, "tls", "auto", "TLS ingress: auto (when talaris has a TLS backend), on, off")
+	rustFlags := fs.String("rust-flags", "", "extra flags for the Rust client's ingress, latency and rtt runs, space-separated (A/B of the crate's knobs: --bundle, --per-event, --copy-batch N, --post-spin N, --slot N --slots N, --cq N)")
 	rust := fs.String("rust", "auto", "Rust talaris bench client binary: auto (build/rust-talaris/release/rust-talaris-bench), a path, or off")
 	jsonOut := fs.String("json", "", "write results as JSON to this file")
 	mdOut := fs.String("md", "", "write a Markdown report to this file")
@@ -254,6 +278,7 @@ func benchMain(args []string) error {
 		def("decode-rounds", func() { b.decodeRounds = 3 })
 	}
 	b.workloads, b.clients, b.variants = splitSet(*workloads), splitSet(*clients), splitSet(*variants)
+	b.transports = splitSet(*transports)
 	for _, s := range strings.Split(*samples, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
@@ -285,6 +310,7 @@ func benchMain(args []string) error {
 		}
 	}
 	b.findRust(*rust)
+	b.rustFlags = strings.Fields(*rustFlags)
 
 	var err error
 	if b.pki, err = loadPKI(); err != nil {
@@ -364,7 +390,12 @@ func summaryOf(r *Result) string {
 	case "decode":
 		return fmt.Sprintf("%8.1f ns/msg", r.NsPerMsg)
 	case "ingress":
-		return fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.2f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
+		s := fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.3f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
+		if r.CeilingFPS > 0 {
+			s += fmt.Sprintf(" | loop %s pump %s other %.3f CPU-s/M, ceiling %.2f M/s", fmtF(r.LoopPerM, 3), pumpCell(*r),
+				r.OtherCPUSecs/(float64(r.Frames)/1e6), r.CeilingFPS/1e6)
+		}
+		return s
 	case "idle":
 		return fmt.Sprintf("CPU %.2f %% of one core (%.1f ms in %.1f s)", idlePct(*r), r.CPUSecs*1e3, r.Secs)
 	default:
@@ -390,6 +421,15 @@ func (b *bench) findRust(flagVal string) {
 		return
 	}
 	b.rustBin = flagVal
+	// The client prints the crate version it was built against (an older
+	// build without the version mode fails here: say so rather than guess).
+	out, err := exec.Command(flagVal, "version").Output()
+	if v := strings.TrimSpace(string(out)); err == nil && strings.HasPrefix(v, "talaris ") {
+		b.rustCrate = v
+		b.rustNote = fmt.Sprintf("Rust anchor: crate %s (bench/rust-talaris), batch data pumps (pump_data_batches; /spin rows: pump_data_spin_batches), 16 KiB x 256 receive slots", v)
+	} else {
+		b.rustNote = fmt.Sprintf("Rust talaris client %s does not report its crate version (stale build? rebuild it)", flagVal)
+	}
 }
 
 // setupTLS decides whether wss:// runs: the Go peers always can (crypto/tls),
@@ -473,7 +513,7 @@ func (b *bench) plan() []job {
 			name string
 			size int
 		}{{"ws", 64}, {"wss", 256}} {
-			if tr.name == "wss" && (b.tlsMode == "off" || !b.feed.TLSActive) {
+			if !b.transports[tr.name] || tr.name == "wss" && (b.tlsMode == "off" || !b.feed.TLSActive) {
 				continue
 			}
 			tlsOn := tr.name == "wss"
@@ -515,10 +555,18 @@ func (b *bench) plan() []job {
 						}
 					}
 					if want("rust") && b.rustBin != "" {
-						j := base
-						j.label, j.client = lbl+"rust-talaris", "rust-talaris"
-						j.run = func() (Result, error) { return b.rustNet("ingress", addr, path, n, tlsOn, false) }
-						add(j)
+						// The crate's blocking batch pump and its busy-poll
+						// one (the talaris/spin row's counterpart).
+						for _, spin := range []bool{false, true} {
+							j := base
+							j.client = "rust-talaris"
+							if spin {
+								j.client += "/spin"
+							}
+							j.label = lbl + j.client
+							j.run = func() (Result, error) { return b.rustNet("ingress", addr, path, n, tlsOn, spin) }
+							add(j)
+						}
 					}
 				}
 				if !tlsOn && want("floor") {
@@ -828,12 +876,18 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 	}
 	var frames, nbytes uint64
 	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) { frames++; nbytes += uint64(len(pl)) }
+	// The pump stays on this OS thread for the run, so its CPU time is one
+	// thread's (gettid once here, outside the pump).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pumpTid := unix.Gettid()
 	warmEnd := time.Now().Add(b.warm)
 	end := warmEnd.Add(b.dur)
 	var f0, b0 uint64
 	var c0 float64
 	var t0 time.Time
 	var st0 talaris.PoolStats
+	var th0 []taskCPU
 	for {
 		if _, err := talPump(p, v, fn); err != nil {
 			return Result{}, err
@@ -841,12 +895,15 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 		now := time.Now()
 		if t0.IsZero() {
 			if now.After(warmEnd) {
+				th0 = tasksCPU()
 				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
 				st0 = p.Stats()
 			}
 		} else if now.After(end) {
-			return Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
-				Note: strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}, nil
+			r := Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
+				Note: strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}
+			threadSplit(&r, tasksDelta(th0, tasksCPU()), pumpTid, false)
+			return r, nil
 		}
 	}
 }
@@ -1245,6 +1302,8 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 // ---- Rust talaris ----
 
 type rustOut struct {
+	Crate    string       `json:"crate"`
+	Threads  []taskCPU    `json:"threads"`
 	Frames   uint64       `json:"frames"`
 	Bytes    uint64       `json:"bytes"`
 	Secs     float64      `json:"secs"`
@@ -1259,13 +1318,26 @@ type rustOut struct {
 }
 
 func (b *bench) rustRun(args ...string) (Result, error) {
+	return b.rustRunFor(2*time.Minute, args...)
+}
+
+// rustRunFor runs the Rust client, killed after limit: its blocking pumps
+// wait for completions without a timeout, so a flood that stalls inside the
+// crate (seen with --bundle and --cq at 64 connections) would otherwise stop
+// the whole bench.
+func (b *bench) rustRunFor(limit time.Duration, args ...string) (Result, error) {
 	if b.clientCPU >= 0 {
 		args = append(args, "--cpu", strconv.Itoa(b.clientCPU))
 	}
-	cmd := exec.Command(b.rustBin, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.rustBin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	if ctx.Err() != nil {
+		return Result{}, fmt.Errorf("rust client killed after %v (stalled): %s", limit, strings.TrimSpace(stderr.String()))
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("rust client: %v: %s", err, strings.TrimSpace(stderr.String()))
 	}
@@ -1275,8 +1347,15 @@ func (b *bench) rustRun(args ...string) (Result, error) {
 			if err := json.Unmarshal([]byte(js), &o); err != nil {
 				return Result{}, fmt.Errorf("rust client: bad RESULT line: %v", err)
 			}
-			return Result{Frames: o.Frames, Bytes: o.Bytes, Secs: o.Secs, CPUSecs: o.CPU, NsPerMsg: o.NsPerMsg,
-				Count: o.Count, P50: o.P50, P99: o.P99, P999: o.P999, Max: o.Max, CDF: o.CDF}, nil
+			r := Result{Frames: o.Frames, Bytes: o.Bytes, Secs: o.Secs, CPUSecs: o.CPU, NsPerMsg: o.NsPerMsg,
+				Count: o.Count, P50: o.P50, P99: o.P99, P999: o.P999, Max: o.Max, CDF: o.CDF, Crate: o.Crate}
+			if len(o.Threads) > 0 {
+				// The crate's Pool runs on the calling thread: the
+				// busiest thread is both its loop and its pump.
+				r.Threads = o.Threads
+				threadSplit(&r, o.Threads, 0, true)
+			}
+			return r, nil
 		}
 	}
 	return Result{}, errors.New("rust client printed no RESULT line")
@@ -1297,5 +1376,12 @@ func (b *bench) rustNet(mode, addr, path string, conns int, tlsOn, spin bool) (R
 	if spin {
 		args = append(args, "--spin")
 	}
-	return b.rustRun(args...)
+	// Handshakes take at most 10 s inside the client; past that and the
+	// run's own length, a generous margin.
+	r, err := b.rustRunFor(b.warm+d+40*time.Second, append(args, b.rustFlags...)...)
+	if err == nil && mode == "ingress" && r.Frames == 0 {
+		// One pump call outlived the whole measurement: the flood stalled.
+		err = fmt.Errorf("rust client: no frames in the measured %v (stalled)", d)
+	}
+	return r, err
 }

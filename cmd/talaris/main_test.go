@@ -110,6 +110,15 @@ func TestBenchHarness(t *testing.T) {
 	r, err := b.talIngress(variant("spin-then-block"), flood, 2, nil, 0)
 	r.Workload = "ingress"
 	check("talaris ingress", r, err)
+	// Per-thread CPU (issue 13 item 5): both the loop and the pump worked,
+	// and the threads account for no more than the process did.
+	r.finish()
+	if r.LoopCPUSecs <= 0 || r.PumpCPUSecs <= 0 || r.CeilingFPS <= 0 {
+		t.Fatalf("talaris ingress per-thread CPU: loop %v pump %v ceiling %v", r.LoopCPUSecs, r.PumpCPUSecs, r.CeilingFPS)
+	}
+	if th := r.LoopCPUSecs + r.PumpCPUSecs + r.OtherCPUSecs; th > r.CPUSecs+0.011 {
+		t.Fatalf("threads %.4f s > process %.4f s", th, r.CPUSecs)
+	}
 	r, err = b.peerIngress(goPeers[1], flood, 2, false)
 	r.Workload = "ingress"
 	check("gobwas ingress", r, err)

@@ -70,14 +70,18 @@ func (b *bench) markdownTables() string {
 	}
 	if rs := by("ingress"); len(rs) > 0 {
 		fmt.Fprintf(&s, "### ingress: loopback flood, feed server in another process, %v per run after %v warm-up\n\n", b.dur, b.warm)
-		s.WriteString("| transport | frame | conns | client | frames/s | MB/s | CPU s / M frames | % of floor |\n|---|---:|---:|---|---:|---:|---:|---:|\n")
+		s.WriteString("CPU columns are CPU seconds per million frames (= microseconds per thousand frames): the whole client process, " +
+			"then its threads over the same interval (talaris: the C loop thread `talaris-loop` and the goroutine's thread pumping it; " +
+			"the Rust crate: its one pool thread is both). Ceiling = 1 / the busiest thread's CPU per frame: the rate if that thread " +
+			"had a core of its own and the others kept up (a spinning thread counts its spin too).\n\n")
+		s.WriteString("| transport | frame | conns | client | frames/s | MB/s | CPU s / M frames | loop thread | pump thread | ceiling frames/s | % of floor |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rs {
 			if r.Err != "" {
-				fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | | | |\n", r.Transport, r.Size, r.Conns, r.Client, errCell(r))
+				fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | | | | | | |\n", r.Transport, r.Size, r.Conns, r.Client, errCell(r))
 				continue
 			}
-			fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | %.1f | %s | %s |\n", r.Transport, r.Size, r.Conns, r.Client,
-				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 2), fmtF(r.FloorPct, 0))
+			fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | %.1f | %s | %s | %s | %s | %s |\n", r.Transport, r.Size, r.Conns, r.Client,
+				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 3), fmtF(r.LoopPerM, 3), pumpCell(r), fmtRate(r.CeilingFPS), fmtF(r.FloorPct, 0))
 		}
 		s.WriteString("\n")
 	}
@@ -116,6 +120,16 @@ func (b *bench) markdownTables() string {
 		s.WriteString("\n")
 	}
 	return s.String()
+}
+
+// pumpCell is the pump thread's CPU per frame, "= loop" when one thread is
+// both (the Rust crate), "-" when not measured (Go peers: goroutines move
+// between threads).
+func pumpCell(r Result) string {
+	if r.SameThread {
+		return "= loop"
+	}
+	return fmtF(r.PumpPerM, 3)
 }
 
 // latencyTable writes the percentile table of latency, rtt or orders
@@ -309,6 +323,9 @@ func (b *bench) markdownReport(mdPath string, plots []string) string {
 	fmt.Fprintf(&s, "- pinning: client %s, feed server %s, talaris loop thread %s\n", pin(b.clientCPU), pin(b.serverCPU), pin(b.loopCPU))
 	s.WriteString("- feed server: `talaris feed-server` in a child process (pre-built frames in 256 KiB writes; crypto/tls for wss); Go peers use their fastest read API, crypto/tls for wss\n")
 	s.WriteString("- talaris variants: `default` is the zero Config (WaitDefault, i.e. WaitAdaptive); the others set the wait strategy of both the C loop and the consumer (`block`, `spin` with PumpSpin, `spin-then-block`, ...; see `talaris bench -h`)\n")
+	if len(b.rustFlags) > 0 {
+		fmt.Fprintf(&s, "- Rust client extra flags: `%s`\n", strings.Join(b.rustFlags, " "))
+	}
 	for _, n := range b.notes() {
 		fmt.Fprintf(&s, "- note: %s\n", n)
 	}
