@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xaae2e8370495ed61
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x0e5599f2f4cf6329
 import "C"
 
-const csrcHash = "aae2e8370495ed61"
+const csrcHash = "0e5599f2f4cf6329"

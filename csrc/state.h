@@ -29,7 +29,8 @@ struct tl_loop {
 
 	struct tl_cmdq cmdq;    /* command ring consumer */
 
-	/* loop.c: wake-ups, connections, timers, stalls, thread */
+	/* loop.c (wake-ups, thread, sweep), life.c (connections, stalls,
+	 * reconnect), timer.c (timers) */
 	int efd;
 	uint64_t efd_val;
 	int efd_armed;
