@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x1f69b676c0732fbf
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x0c33b2d6bc46a58a
 import "C"
 
-const csrcHash = "1f69b676c0732fbf"
+const csrcHash = "0c33b2d6bc46a58a"
