@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x0c33b2d6bc46a58a
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa346792507c851d8
 import "C"
 
-const csrcHash = "0c33b2d6bc46a58a"
+const csrcHash = "a346792507c851d8"
