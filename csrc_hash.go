@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa346792507c851d8
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xff6e0ae2231573db
 import "C"
 
-const csrcHash = "a346792507c851d8"
+const csrcHash = "ff6e0ae2231573db"

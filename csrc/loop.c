@@ -227,7 +227,7 @@ static void release_deferred(struct tl_loop *l)
 }
 
 /* fair_still_held says whether c, held at its share of the event ring
- * (tl_loop_held), should stay held: until the pump has passed at least
+ * (conn_held in conn.c), should stay held: until the pump has passed at least
  * half of its share, so each resume parses a good batch rather than a few
  * events per head movement (every head movement runs run_stalled). The
  * caller refreshed the head. Not while shutting down, nor once c is the
