@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x4d0f79613e72698c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xb1a6624ed502b547
 import "C"
 
-const csrcHash = "4d0f79613e72698c"
+const csrcHash = "b1a6624ed502b547"

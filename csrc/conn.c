@@ -556,10 +556,13 @@ static inline __attribute__((always_inline)) int conn_emit_inplace(struct tl_loo
  * under the limit. */
 static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, struct tl_conn *c, size_t n)
 {
-	if (__builtin_expect(!tl_evq_owner_over(&l->evq, c->slot, n, l->cfg.conn_max_events, l->cfg.conn_max_bytes), 1))
+	/* Counting is off while c is alone (loop.c turns it on from two
+	 * connections with a socket): nobody's message can wait behind it. */
+	if (!l->evq.counting ||
+	    __builtin_expect(!tl_evq_owner_over(&l->evq, c->slot, n, l->cfg.conn_max_events, l->cfg.conn_max_bytes), 1))
 		return 0;
-	if (l->shutting_down || l->live - l->rc_waits <= 1)
-		return 0; /* (alone: nobody's message can wait behind it) */
+	if (l->shutting_down)
+		return 0;
 	if (!c->stalled)
 		__atomic_store_n(&l->stats->fair_holds, l->stats->fair_holds + 1, __ATOMIC_RELAXED);
 	c->fair_held = 1;

@@ -118,7 +118,7 @@ int tl_evq_refresh(struct tl_evq *q)
 	 * reuses an entry only after this refresh has seen the head pass it),
 	 * so the per-owner counts stay exact. The records are our own writes
 	 * (Go only reads them). */
-	for (uint64_t i = q->head_cache; i != head; i++) {
+	for (uint64_t i = q->head_cache; q->counting && i != head; i++) {
 		const struct tl_event *e = &q->events[i & q->mask];
 		q->own_events[e->slot]--;
 		q->own_bytes[e->slot] -= e->len;
@@ -129,6 +129,23 @@ int tl_evq_refresh(struct tl_evq *q)
 	else
 		q->rpos = q->arena_end[(head - 1) & q->mask];
 	return 1;
+}
+
+void tl_evq_set_counting(struct tl_evq *q, int on)
+{
+	if (!on || q->counting) {
+		q->counting = (uint8_t)!!on;
+		return;
+	}
+	tl_evq_refresh(q); /* (not counting: no walk) */
+	memset(q->own_events, 0, q->owners * sizeof(uint32_t));
+	memset(q->own_bytes, 0, q->owners * sizeof(uint64_t));
+	for (uint64_t i = q->head_cache; i != q->tail; i++) {
+		const struct tl_event *e = &q->events[i & q->mask];
+		q->own_events[e->slot]++;
+		q->own_bytes[e->slot] += e->len;
+	}
+	q->counting = 1;
 }
 
 int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes)

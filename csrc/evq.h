@@ -55,6 +55,7 @@ struct tl_evq {
 	uint32_t *own_events;
 	uint64_t *own_bytes;
 	uint32_t owners;         /* entries in own_events/own_bytes (every slot < owners) */
+	uint8_t counting;        /* own_* kept (tl_evq_set_counting); else stale and unused */
 };
 
 /* tl_evq_init maps an event ring of size events and an arena of arena_size
@@ -84,13 +85,19 @@ int tl_evq_refresh(struct tl_evq *q);
  * direct use. */
 int tl_evq_append_slow(struct tl_evq *q, struct tl_evmeta m, const uint8_t *p, size_t n);
 
+/* tl_evq_set_counting turns the per-owner counts on or off. Off (one
+ * owner: nobody to share the ring with) costs nothing per event; turning
+ * them on reads Go's head and counts the events still pending, so they
+ * are exact from then on. */
+void tl_evq_set_counting(struct tl_evq *q, int on);
+
 /* tl_evq_owner_over_slow is tl_evq_owner_over's path once the counts say
  * the owner is at its limit: it reads Go's head (tl_evq_refresh) and
  * decides again. Not for direct use. */
 int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes);
 
 /* tl_evq_owner_over says whether slot's next event, with an n-byte
- * payload, would pass its share of the ring: slot already has max_events
+ * payload, would pass its share of the ring (counting must be on): slot already has max_events
  * events pending (appended, not yet passed by Go), or has payload bytes
  * pending and those plus n pass max_bytes (a message of any size fits when
  * none of its owner's bytes are pending). Returns 1 (hold it back until Go
@@ -134,8 +141,10 @@ static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, s
 	ev.aux = m.aux;
 	q->events[idx] = ev;
 	q->arena_end[idx] = arena_end;
-	q->own_events[m.slot]++;
-	q->own_bytes[m.slot] += n;
+	if (q->counting) {
+		q->own_events[m.slot]++;
+		q->own_bytes[m.slot] += n;
+	}
 	q->tail = tail + 1;
 	if (__builtin_expect(tail + 1 - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
 		tl_evq_publish(q);

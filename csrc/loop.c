@@ -227,14 +227,15 @@ static void release_deferred(struct tl_loop *l)
 }
 
 /* fair_still_held says whether c, held at its share of the event ring
- * (tl_loop_held), should stay held: until the pump has passed at least
+ * (conn_held in conn.c), should stay held: until the pump has passed at least
  * half of its share, so each resume parses a good batch rather than a few
  * events per head movement (every head movement runs run_stalled). The
  * caller refreshed the head. Not while shutting down, nor once c is the
- * only connection left with a socket (tl_loop_held's exceptions). */
+ * only connection left with a socket (conn_held's exceptions: counting
+ * is off then). */
 static int fair_still_held(struct tl_loop *l, const struct tl_conn *c)
 {
-	if (!c->fair_held || l->shutting_down || l->live - l->rc_waits <= 1)
+	if (!c->fair_held || l->shutting_down || !l->evq.counting)
 		return 0;
 	return l->evq.own_events[c->slot] > l->cfg.conn_max_events / 2 ||
 	       l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2;
@@ -537,6 +538,11 @@ static void loop_run(struct tl_loop *l)
 	for (;;) {
 		unsigned n;
 
+		/* Receive fairness needs per-connection counts only while two
+		 * connections (with a socket) could share the ring; a lone one
+		 * costs nothing per event (tl_evq_set_counting). */
+		if ((l->live - l->rc_waits > 1) != l->evq.counting)
+			tl_evq_set_counting(&l->evq, l->live - l->rc_waits > 1);
 		if (__atomic_load_n(&l->stop_req, __ATOMIC_ACQUIRE))
 			l->shutting_down = 1;
 		if (l->shutting_down && !l->stop_done) {
