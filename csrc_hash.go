@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x336573574be5f2cd
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xe4696c829751e870
 import "C"
 
-const csrcHash = "336573574be5f2cd"
+const csrcHash = "e4696c829751e870"
