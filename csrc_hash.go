@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xddd32424577bdb8e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3a42cb0d6a3e5f4d
 import "C"
 
-const csrcHash = "ddd32424577bdb8e"
+const csrcHash = "3a42cb0d6a3e5f4d"
