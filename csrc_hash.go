@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xb1a6624ed502b547
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x85fb6a9dbc0f25c6
 import "C"
 
-const csrcHash = "b1a6624ed502b547"
+const csrcHash = "85fb6a9dbc0f25c6"

@@ -327,7 +327,7 @@ static void run_rearms(struct tl_loop *l, int sweep)
 			/* Output left behind when no SQE was free (a short send's
 			 * rest, a buffer never submitted). */
 			tl_life_flush(l, c);
-		} else if (sweep && has_output(c)) {
+		} else if (sweep && !c->tx_defer && has_output(c)) { /* parked: a Go sender holds the socket */
 #ifdef TL_DEBUG
 			fprintf(stderr, "talaris: sweep found unsent output on slot %u (state %d)\n", c->slot, c->state);
 			abort();

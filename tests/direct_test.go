@@ -187,7 +187,8 @@ func TestDirectSendPeerStopsReading(t *testing.T) {
 // after the last message.
 func TestDirectSendControlInterleaved(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
-		total := scaled(20000)
+		minimum := scaled(20000)
+		var seenPongs, seenPings atomic.Int64 // what the server has seen so far
 		type result struct {
 			n, pongs, pings, atClose int
 			err                      error
@@ -224,8 +225,10 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 						return
 					}
 					r.pongs++
+					seenPongs.Add(1)
 				case ws.OpPing:
 					r.pings++
+					seenPings.Add(1)
 				case ws.OpClose:
 					r.atClose = r.n
 					rc.WriteClose(CloseNormal, "")
@@ -274,10 +277,17 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 				}
 			}
 		}()
+		// At least minimum messages, and on until the server has seen some
+		// of our pongs and pings among them (a fast run could end first).
 		buf := make([]byte, 2100)
-		for i := range total {
-			if err := sendRetry(c, seqMsg(buf[:100+(i*37)%2000], i)); err != nil {
-				t.Fatalf("send %d: %v", i, err)
+		total := 0
+		deadline := time.Now().Add(hangGuard)
+		for ; total < minimum || seenPongs.Load() < 3 || seenPings.Load() < 3; total++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("after %d messages the server saw %d pongs, %d pings", total, seenPongs.Load(), seenPings.Load())
+			}
+			if err := sendRetry(c, seqMsg(buf[:100+(total*37)%2000], total)); err != nil {
+				t.Fatalf("send %d: %v", total, err)
 			}
 		}
 		close(stopPing)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package talaris
+
+const raceEnabled = false
