@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x73ed90f717b94c81
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xe05aab8caedeae41
 import "C"
 
-const csrcHash = "73ed90f717b94c81"
+const csrcHash = "e05aab8caedeae41"

@@ -614,7 +614,7 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 	c->hs = NULL;
 	tl_timer_clear_deadline(l, c); /* it belonged to the handshake */
 	tl_pub_set_state(l, c, TL_ST_OPEN);
-	c->todo |= TL_DO_REGROUP; /* leave the handshake group (rx_step) */
+	c->todo |= TL_DO_REGROUP; /* leave the handshake group (tl_rx_step) */
 	/* Subscribe goes out first: user commands for this connection are
 	 * only run by the loop after this returns. */
 	if (tl_conn_send_subscribe(l, c) < 0)

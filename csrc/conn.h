@@ -127,7 +127,7 @@ struct tl_conn {
 	int fd;
 	uint8_t state;
 	uint8_t is_tls;
-	uint8_t rx;           /* TL_RX_*: the receive side, changed only by rx_step (loop.c) */
+	uint8_t rx;           /* TL_RX_*: the receive side, changed only by tl_rx_step (rx.c) */
 	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
 	uint8_t send_inflight;
 	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
@@ -194,7 +194,7 @@ struct tl_conn {
 	 * for Go (tl_loop_fail_head) until the slot's next dial */
 	char *fail_head;
 	size_t fail_head_len;
-	/* heartbeat (loop.c): read timeout and pings, checked by the timer
+	/* heartbeat (timer.c arms, tick.c fires): read timeout and pings, checked by the timer
 	 * scan, never per message */
 	uint8_t shut_wr;      /* 1: shutdown(SHUT_WR) once the out buffers drain; 2: done */
 	uint64_t hb_ns;       /* next heartbeat check (0: no heartbeat) */
@@ -205,7 +205,7 @@ struct tl_conn {
 	struct tl_sendq sq;
 	uint64_t tx_done;     /* send units retired; mirrored to tl_conn_pub.tx_done */
 	uint8_t tx_msg_open;  /* a data message has frames in the out buffers but not its last */
-	/* reconnect (loop.c): these survive the reset between attempts */
+	/* reconnect (life.c): these survive the reset between attempts */
 	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
 	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */
 	uint8_t rc_wait;       /* waiting for the backoff deadline to re-dial */

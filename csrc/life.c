@@ -69,7 +69,7 @@ void tl_life_after(struct tl_loop *l, struct tl_conn *c)
 		tl_life_after(l, c);
 }
 
-/* drive runs c's transport over its queued input and acts on the outcome:
+/* tl_life_drive runs c's transport over its queued input and acts on the outcome:
  * the transport's requests, a stall, the end of input (once all of it is
  * parsed), then a flush of the replies. */
 void tl_life_drive(struct tl_loop *l, struct tl_conn *c)

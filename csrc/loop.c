@@ -253,14 +253,31 @@ static void run_stalled(struct tl_loop *l)
 	}
 }
 
+/* has_output says c has bytes a flush would hand to the kernel (or a
+ * SHUT_WR it would do); the caller checked that no send is in flight. */
+static int has_output(const struct tl_conn *c)
+{
+	if (c->send_errno)
+		return 0; /* a flush only drops: the socket refused a send */
+	return c->out[c->cur ^ 1].len > c->sent_off || tl_conn_collecting(c) != 0 ||
+	       (c->sq.head != c->sq.len && c->state >= TL_ST_OPEN) || c->shut_wr == 1;
+}
+
 /* run_rearms re-arms the recvs waiting in TL_RX_WANT when their group has
- * a slot to give (else -ENOBUFS again). With sweep set it also looks for a
- * connection whose recv ended without the state machine noting it: a
- * defence only - every end goes through tl_rx_step - so a debug build
- * (TL_DEBUG: the cgo.mk test and fuzz builds) aborts if it finds one. */
+ * a slot to give (else -ENOBUFS again), and flushes again after a send
+ * found no free SQE (l->tx_retry). With sweep set it also looks for work
+ * nothing asked for: a connection whose recv ended without the state
+ * machine noting it, or output with no send in flight and no retry
+ * pending. Both are defences only - every recv end goes through
+ * tl_rx_step, every framing is followed by a flush, every SQE shortage
+ * sets tx_retry - so a debug build (TL_DEBUG: the cgo.mk test and fuzz
+ * builds) aborts if it finds either. */
 static void run_rearms(struct tl_loop *l, int sweep)
 {
-	for (uint32_t i = 0; i < l->cfg.max_conns && (l->rx_want || sweep); i++) {
+	int retry = l->tx_retry != 0;
+
+	l->tx_retry = 0;
+	for (uint32_t i = 0; i < l->cfg.max_conns && (l->rx_want || sweep || retry); i++) {
 		struct tl_conn *c = &l->conns[i];
 		if (sweep && c->rx == TL_RX_OFF && !c->dying && !c->eof && c->fd >= 0 && c->state != TL_ST_IDLE &&
 		    c->state != TL_ST_CONNECTING) {
@@ -272,11 +289,19 @@ static void run_rearms(struct tl_loop *l, int sweep)
 		}
 		if (c->rx == TL_RX_WANT)
 			tl_rx_step(l, c, RX_TICK, 0);
-		/* Output left behind when no SQE was free (a short send's rest,
-		 * a buffer never submitted): flush does nothing otherwise. */
-		if (sweep && !c->send_inflight && !c->dying && c->fd >= 0 && c->state != TL_ST_IDLE &&
-		    c->state != TL_ST_CONNECTING)
+		if (c->send_inflight || c->dying || c->fd < 0 || c->state == TL_ST_IDLE || c->state == TL_ST_CONNECTING)
+			continue;
+		if (retry) {
+			/* Output left behind when no SQE was free (a short send's
+			 * rest, a buffer never submitted). */
 			tl_life_flush(l, c);
+		} else if (sweep && has_output(c)) {
+#ifdef TL_DEBUG
+			fprintf(stderr, "talaris: sweep found unsent output on slot %u (state %d)\n", c->slot, c->state);
+			abort();
+#endif
+			tl_life_flush(l, c);
+		}
 	}
 }
 
@@ -427,7 +452,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		 * backoff then sleep until their deadline. */
 		wait_ns = l->next_timer_ns > now ? l->next_timer_ns - now : 0;
 	}
-	if (l->rx_want && (wait_ns == 0 || wait_ns > 1000000ull))
+	if ((l->rx_want || l->tx_retry) && (wait_ns == 0 || wait_ns > 1000000ull))
 		wait_ns = 1000000ull;
 	/* Sweep tick: while connections live, wake at least every 20 ms and
 	 * look at the parked ones again (stalled, waiting for a re-arm,
@@ -493,7 +518,7 @@ static void loop_run(struct tl_loop *l)
 				busy = 1;
 			}
 			release_deferred(l);
-			if (l->rx_want || sweep)
+			if (l->rx_want || sweep || l->tx_retry)
 				run_rearms(l, sweep);
 		}
 		tl_tick_run(l);

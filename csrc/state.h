@@ -29,7 +29,8 @@ struct tl_loop {
 
 	struct tl_cmdq cmdq;    /* command ring consumer */
 
-	/* loop.c: wake-ups, connections, timers, stalls, thread */
+	/* loop.c (wake-ups, thread, sweep), life.c (connections, stalls,
+	 * reconnect), timer.c (timers) */
 	int efd;
 	uint64_t efd_val;
 	int efd_armed;
@@ -69,6 +70,9 @@ struct tl_loop {
 	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
 	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
 	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */
+	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
+	 * the connections again next iteration (the wait is 1 ms meanwhile) */
+	uint32_t tx_retry;
 };
 
 /* Timers. A connection has one field per kind of timer, each an absolute
@@ -85,6 +89,6 @@ struct tl_loop {
  * cached clock in c->last_rx_ns (one store per completion) and the
  * heartbeat check compares it lazily when its time comes.
  * A new kind of timer (a reconnect delay, say) adds a field, arms it with
- * tl_timer_at and is handled in conn_timers (loop.c). */
+ * tl_timer_at and is handled in conn_timers (tick.c). */
 
 #endif

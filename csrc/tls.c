@@ -545,7 +545,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 		return TL_FEED_STALL;
 	for (;;) {
 		if (tl_conn_replies(c) > l->cfg.max_send_queue)
-			return TL_FEED_STALL; /* pongs pile up, the peer does not read: as the plain drive loop */
+			return TL_FEED_STALL; /* pongs pile up, the peer does not read: as tl_plain_drive */
 		if (t->pt_off < t->pt_len) {
 			size_t used = 0;
 			r = tl_conn_feed(l, c, t->pt + t->pt_off, t->pt_len - t->pt_off, &used);

@@ -20,8 +20,10 @@
 int tl_tx_submit(struct tl_loop *l, struct tl_conn *c, struct tl_outbuf *ob)
 {
 	struct io_uring_sqe *sqe = tl_uring_sqe(l);
-	if (!sqe)
+	if (!sqe) {
+		l->tx_retry = 1; /* the loop flushes again (run_rearms) */
 		return -1;
+	}
 	io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
 	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_SEND, c->gen, c->slot));
 	c->send_inflight = 1;

@@ -7,8 +7,8 @@ struct tl_conn;
 struct tl_outbuf;
 
 /* tl_tx_submit puts one send of ob->p[c->sent_off..ob->len) in the SQ
- * and marks c's send in flight. Returns 0, or -1 when no SQE was free (the
- * bytes stay; the sweep or the next flush retries). */
+ * and marks c's send in flight. Returns 0, or -1 when no SQE was free: the
+ * bytes stay and l->tx_retry makes the loop flush again next iteration. */
 int tl_tx_submit(struct tl_loop *l, struct tl_conn *c, struct tl_outbuf *ob);
 
 /* tl_tx_flush submits c's output unless a send is in flight: first the
