@@ -996,7 +996,10 @@ var leakedPools atomic.Int32
 
 type counter struct {
 	n, b atomic.Uint64
-	_    [48]byte
+	// mu makes a peer's (n, b) pair one snapshot: stored apart, a
+	// snapshot could see frames from one moment and bytes from another.
+	mu sync.Mutex
+	_  [40]byte
 }
 
 func (b *bench) peerTLS(tlsOn bool) *tls.Config {
@@ -1034,8 +1037,10 @@ func (b *bench) peerIngress(p goPeer, url string, conns int, tlsOn bool) (Result
 				n++
 				nb += uint64(len(pl))
 				if n&63 == 0 {
+					c.mu.Lock()
 					c.n.Store(n)
 					c.b.Store(nb)
+					c.mu.Unlock()
 				}
 			})
 		}()
@@ -1043,8 +1048,10 @@ func (b *bench) peerIngress(p goPeer, url string, conns int, tlsOn bool) (Result
 	snap := func() (uint64, uint64) {
 		var n, nb uint64
 		for i := range ctrs {
+			ctrs[i].mu.Lock()
 			n += ctrs[i].n.Load()
 			nb += ctrs[i].b.Load()
+			ctrs[i].mu.Unlock()
 		}
 		return n, nb
 	}
