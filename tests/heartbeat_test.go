@@ -407,11 +407,7 @@ func TestAbort(t *testing.T) {
 	for _, sc := range schemes() {
 		t.Run("open_"+sc.name, func(t *testing.T) {
 			srv := wstest.NewGorilla()
-			if sc.name == "wss" {
-				srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-			} else {
-				srv.Start(t)
-			}
+			startWS(t, sc.name == "wss", srv.Start, srv.StartTLS)
 			c, err := p.Dial(ctx, srv.URL+"/echo", &sc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -497,11 +493,7 @@ func TestAbortRaces(t *testing.T) {
 	for _, sc := range schemes() {
 		t.Run(sc.name, func(t *testing.T) {
 			srv := wstest.NewGorilla()
-			if sc.name == "wss" {
-				srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-			} else {
-				srv.Start(t)
-			}
+			startWS(t, sc.name == "wss", srv.Start, srv.StartTLS)
 			ctx, cancel := dialCtx(t)
 			defer cancel()
 			p := newTestPool(t, small, hangGuard)

@@ -918,13 +918,7 @@ func TestSendPongFloodBounded(t *testing.T) {
 			}
 			written <- n
 		})
-		opts := (*DialOptions)(nil)
-		if useTLS {
-			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-			opts = tlsOpts
-		} else {
-			srv.Start(t)
-		}
+		opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
 		p := newTestPool(t, Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
 		ctx, cancel := dialCtx(t)
 		defer cancel()
