@@ -94,12 +94,7 @@ func newSink(t *testing.T, useTLS, open bool, rate int) *sink {
 		close(s.gate)
 	}
 	s.srv = wstest.NewRaw(s.handle)
-	if useTLS {
-		s.srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-		s.opts = tlsOpts
-	} else {
-		s.srv.Start(t)
-	}
+	s.opts = startWS(t, useTLS, s.srv.Start, s.srv.StartTLS)
 	s.url = s.srv.URL
 	t.Cleanup(func() { close(s.stop) }) // runs before the server's Close
 	return s
