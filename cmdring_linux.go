@@ -150,7 +150,7 @@ func (p *Pool) command(op, flags uint8, code uint16, slot, gen uint32, payload [
 // admit counts units send units against c's queue (Config.MaxSendQueue)
 // and returns nil when they fit, ErrWouldBlock when they do not, or the
 // reason c takes no sends at all. Called with sendMu held, which
-// serialises txAcc's updates (Close takes it too before it frees pub).
+// serialises txAcc's updates (pub stays mapped while the call is inside enter).
 func (c Conn) admit(units uint64) error {
 	p := c.p
 	if p.closed.Load() {
