@@ -71,8 +71,8 @@ type pool struct {
 	// loopGone: tl_loop_stop returned, nothing reads the command ring any
 	// more (a direct send's rest is queued until then; cmdring_linux.go).
 	loopGone atomic.Bool
-	freed   atomic.Bool
-	closeMu sync.Mutex
+	freed    atomic.Bool
+	closeMu  sync.Mutex
 
 	// Close safety. Every method that reads the loop's shared memory (the
 	// public blocks, the stats, the command ring) runs between enter and
