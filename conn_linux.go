@@ -72,7 +72,7 @@ func (c Conn) stats() ConnStats {
 	d := &c.p.direct[c.slot]
 	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
 	ds := d.sends.Load()
-	return ConnStats{
+	st := ConnStats{
 		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in),
 		MsgsOut: ld(&pb.msgs_out) + ds, BytesOut: ld(&pb.bytes_out) + d.bytes.Load(),
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out) + d.wire.Load(),
@@ -81,6 +81,14 @@ func (c Conn) stats() ConnStats {
 		SendQueued: c.queued(c.p.txAcc[c.slot].Load()), SendQueueFull: c.p.txFull[c.slot].Load(),
 		Reconnects: ld(&pb.reconnects),
 	}
+	// A slot reused by a new Dial while we read (its generation is stored
+	// before its counters are reset) would mix another connection's
+	// counters into ours: only a generation unchanged after the loads
+	// makes them c's.
+	if !c.live() {
+		return ConnStats{}
+	}
+	return st
 }
 
 // inGap reports whether c waits to reconnect (from its EventReconnecting
