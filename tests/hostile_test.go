@@ -34,12 +34,16 @@ func TestHostileAPIRaces(t *testing.T) {
 		{"default", Config{}},
 		{"nodirect-fair", Config{NoDirectSend: true, MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096}},
 	}
+	iters := 2
+	if testing.Short() { // (the race run: every iteration costs several times more)
+		iters = 1
+	}
 	for _, peer := range []string{"stops-reading", "resets", "closes-mid-frame"} {
 		for _, end := range []string{"Conn.Close", "Pool.Close", "Abort", "all"} {
 			for _, cf := range cfgs {
 				t.Run(peer+"/"+end+"/"+cf.name, func(t *testing.T) {
 					forEachTransport(t, func(t *testing.T, useTLS bool) {
-						for it := range 2 {
+						for it := range iters {
 							hostileOnce(t, useTLS, peer, end, cf.cfg, it)
 						}
 					})
