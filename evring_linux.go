@@ -15,6 +15,7 @@ import "C"
 import (
 	"encoding/binary"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -522,6 +523,10 @@ type (
 
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
+	testhook.ConnLoop = func(p any, slot int) int {
+		pool := p.(*Pool)
+		return slices.Index(pool.shards, pool.shardOf[slot])
+	}
 	testhook.PayloadOrigin = func(p any, b []byte) int {
 		if len(b) == 0 {
 			return testhook.OriginOther
