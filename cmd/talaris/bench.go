@@ -59,16 +59,16 @@ type Result struct {
 	// Rust crate): the C loop threads (LoopCPUSecs their sum, LoopMaxCPUSecs
 	// the busiest one of LoopThreads), the pumping thread and the rest of
 	// the process. SameThread: one thread is both (the Rust crate's pool).
-	LoopCPUSecs    float64 `json:"loop_cpu_s,omitempty"`
-	LoopMaxCPUSecs float64 `json:"loop_max_cpu_s,omitempty"`
-	LoopThreads    int     `json:"loop_threads,omitempty"`
-	PumpCPUSecs  float64   `json:"pump_cpu_s,omitempty"`
-	OtherCPUSecs float64   `json:"other_cpu_s,omitempty"`
-	SameThread   bool      `json:"same_thread,omitempty"`
-	Threads      []taskCPU `json:"threads,omitempty"`
-	LoopPerM     float64   `json:"loop_cpu_s_per_mframes,omitempty"`
-	LoopMaxPerM  float64   `json:"loop_max_cpu_s_per_mframes,omitempty"`
-	PumpPerM     float64   `json:"pump_cpu_s_per_mframes,omitempty"`
+	LoopCPUSecs    float64   `json:"loop_cpu_s,omitempty"`
+	LoopMaxCPUSecs float64   `json:"loop_max_cpu_s,omitempty"`
+	LoopThreads    int       `json:"loop_threads,omitempty"`
+	PumpCPUSecs    float64   `json:"pump_cpu_s,omitempty"`
+	OtherCPUSecs   float64   `json:"other_cpu_s,omitempty"`
+	SameThread     bool      `json:"same_thread,omitempty"`
+	Threads        []taskCPU `json:"threads,omitempty"`
+	LoopPerM       float64   `json:"loop_cpu_s_per_mframes,omitempty"`
+	LoopMaxPerM    float64   `json:"loop_max_cpu_s_per_mframes,omitempty"`
+	PumpPerM       float64   `json:"pump_cpu_s_per_mframes,omitempty"`
 	// CeilingFPS is the projected dedicated-core ceiling: 1 / the busiest
 	// thread's CPU per frame (what the client could receive if that thread
 	// had a core to itself and the others kept up; with several loop
