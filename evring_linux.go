@@ -311,15 +311,24 @@ func (sh *shard) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc
 }
 
 // dispatchAll passes over the loops once, in order, dispatching each one's
-// pending events (each batch released by its own head store). It returns
-// the callbacks made and whether any loop had events. It stops early once
-// a callback closed the pool: the other loops' events are dropped with
-// their connections.
+// pending events (each batch released by its own head store). With several
+// loops it takes at most passShare events of each per pass: a connection
+// alone on its loop is never held there (conn_held: counting is per loop),
+// so its flood may fill that loop's whole ring, and without the cap a
+// message on another loop would wait behind all of it. With the cap it
+// waits behind at most one share (Config.MaxConnPendingEvents) of each
+// other loop, as it would behind a flood on its own loop. It returns the
+// callbacks made and whether any loop had events. It stops early once a
+// callback closed the pool: the other loops' events are dropped with their
+// connections.
 func (p *Pool) dispatchAll(fe EventFunc, fd DataFunc, fs StampedFunc) (int, bool) {
 	n, saw := 0, false
 	for _, sh := range p.shards {
 		if tail := sh.ev.loadTail(); tail != sh.ev.pos {
 			saw = true
+			if len(p.shards) > 1 && tail-sh.ev.pos > p.passShare {
+				tail = sh.ev.pos + p.passShare
+			}
 			n += sh.dispatch(tail, fe, fd, fs)
 			if p.closed.Load() {
 				break

@@ -71,6 +71,9 @@ type pool struct {
 	// waitv is the pump's futex_waitv vector over every shard's wakeSeq
 	// (Loops > 1), kept here so sleeping allocates nothing.
 	waitv []futexWaitv
+	// passShare is the most events the pump takes from one loop per pass
+	// over them (Loops > 1): Config.MaxConnPendingEvents (dispatchAll).
+	passShare uint64
 
 	// per slot send admission (cmdring_linux.go): units accepted (updated
 	// under the slot's shard.sendMu), refused sends, and the generation Conn.Close ended
@@ -200,6 +203,7 @@ func newPool(cfg Config) (*Pool, error) {
 		}
 		p.shards = append(p.shards, sh)
 	}
+	p.passShare = uint64(d.MaxConnPendingEvents)
 	if d.Loops > 1 {
 		p.waitv = make([]futexWaitv, d.Loops)
 		for i, sh := range p.shards {

@@ -4,6 +4,7 @@ package talaris_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -270,4 +271,76 @@ func TestLoopsConfig(t *testing.T) {
 			t.Errorf("DialMemory past MaxConns: %v, want ErrTooManyConns", err)
 		}
 	}
+}
+
+// TestLoopsFairAcrossLoops: a flood alone on its loop is never held there
+// (the loop's holds count only its own connections), so unpumped it fills
+// far past its share; an order echoed on another loop still waits behind
+// at most one share of it (Config.MaxConnPendingEvents), because the pump
+// takes at most a share from each loop per pass. The flood ends complete
+// and in order.
+func TestLoopsFairAcrossLoops(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		const share = 64
+		srv, opts := fairServer(t, useTLS)
+		p := newTestPool(t, Config{Loops: 2, MaxConnPendingEvents: share}, hangGuard)
+		n := scaled(100000)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		// The flood first: loop 0, which the pump passes over first.
+		f, err := p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=64", srv.URL, n), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := p.Dial(ctx, srv.URL+"/echo", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lf, lo := testhook.ConnLoop(p, f.Slot()), testhook.ConnLoop(p, o.Slot()); lf == lo {
+			t.Fatalf("flood and echo both on loop %d", lf)
+		}
+		state := func() string { return fmt.Sprintf("flood %+v, echo %+v, pool %+v", f.Stats(), o.Stats(), p.Stats()) }
+		waitFor(t, "a flood alone on its loop passes its share", func() bool { return f.Stats().MsgsIn >= 8*share }, state)
+		chk := wstest.NewChecker(64)
+		order := make([]byte, 16)
+		var ahead, echoes int
+		var done, closed bool
+		fn := func(c Conn, ev Event) {
+			switch {
+			case c == o && ev.Kind == EventBinary:
+				if seq := binary.LittleEndian.Uint64(ev.Payload); int(seq) != echoes {
+					t.Errorf("echo %d carries order %d", echoes, seq)
+				}
+				echoes++
+				done = true
+			case c == f && ev.Kind == EventBinary:
+				ahead++
+				if err := chk.Check(ev.Payload); err != nil {
+					t.Fatal(err)
+				}
+			case c == f && (ev.Kind == EventClose || ev.Kind == EventError):
+				if ev.Kind != EventClose || chk.Count() != n {
+					t.Errorf("flood %v (%v) after %d of %d messages", ev.Kind, ev.Err, chk.Count(), n)
+				}
+				closed = true
+			}
+		}
+		for r := range 4 {
+			binary.LittleEndian.PutUint64(order, uint64(r))
+			if err := o.SendBinary(order); err != nil {
+				t.Fatalf("order %d: %v", r, err)
+			}
+			waitFor(t, fmt.Sprintf("echo %d delivered to its loop's ring", r),
+				func() bool { return o.Stats().MsgsIn == uint64(r+1) }, state)
+			ahead, done = 0, false
+			pumpUntil(t, p, fn, func() bool { return done }, nil)
+			// (+2: the two EventOpens in the first pass)
+			if ahead > share+2 {
+				t.Fatalf("round %d: %d flood messages from the other loop passed before the echo; at most one share (%d) may (%s)",
+					r, ahead, share, state())
+			}
+		}
+		pumpUntil(t, p, fn, func() bool { return closed }, nil)
+		t.Logf("%s", state())
+	})
 }
