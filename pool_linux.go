@@ -195,6 +195,7 @@ func newPool(cfg Config) (*Pool, error) {
 		case i < len(d.LoopCPUs):
 			cc.loop_cpu = C.int32_t(d.LoopCPUs[i])
 		case i == 0 && len(d.LoopCPUs) == 0:
+			cc.loop_cpu = C.int32_t(d.LoopCPU) // -1 unless LoopCPUSet
 		}
 		sh, err := newShard(p, &cc, base, end-base)
 		if err != nil {

@@ -7,9 +7,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	. "github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
@@ -343,4 +349,74 @@ func TestLoopsFairAcrossLoops(t *testing.T) {
 		pumpUntil(t, p, fn, func() bool { return closed }, nil)
 		t.Logf("%s", state())
 	})
+}
+
+// loopThreads returns the tids of this process's threads named
+// talaris-loop.
+func loopThreads(t *testing.T) map[int]bool {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[int]bool{}
+	for _, e := range ents {
+		comm, err := os.ReadFile("/proc/self/task/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "talaris-loop" {
+			continue
+		}
+		tid, _ := strconv.Atoi(e.Name())
+		m[tid] = true
+	}
+	return m
+}
+
+// TestLoopsPinning: LoopCPUs pins loop i to LoopCPUs[i] (-1 and loops past
+// its end unpinned); with LoopCPUs empty, LoopCPU pins loop 0 only. Read
+// back with sched_getaffinity on the new talaris-loop threads.
+func TestLoopsPinning(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want []string // the new loop threads' CPU sets, sorted
+	}{
+		{Config{Loops: 3, LoopCPUs: []int{1, 0}}, []string{"[0]", "[1]", "all"}},
+		{Config{Loops: 3, LoopCPUs: []int{-1, 1}}, []string{"[1]", "all", "all"}},
+		{Config{Loops: 2, LoopCPU: 1, LoopCPUSet: true}, []string{"[1]", "all"}},
+		{Config{Loops: 2}, []string{"all", "all"}},
+	} {
+		before := loopThreads(t)
+		p, err := NewPool(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for tid := range loopThreads(t) {
+			if before[tid] {
+				continue
+			}
+			var set unix.CPUSet
+			if err := unix.SchedGetaffinity(tid, &set); err != nil {
+				t.Fatal(err)
+			}
+			var cpus []int
+			for c := range runtime.NumCPU() {
+				if set.IsSet(c) {
+					cpus = append(cpus, c)
+				}
+			}
+			s := fmt.Sprint(cpus)
+			if len(cpus) == runtime.NumCPU() {
+				s = "all"
+			}
+			got = append(got, s)
+		}
+		p.Close()
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Loops %d LoopCPUs %v LoopCPU %d/%v: new loop threads pinned %v, want %v",
+				tc.cfg.Loops, tc.cfg.LoopCPUs, tc.cfg.LoopCPU, tc.cfg.LoopCPUSet, got, tc.want)
+		}
+	}
 }
