@@ -7,10 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -351,25 +349,6 @@ func TestLoopsFairAcrossLoops(t *testing.T) {
 	})
 }
 
-// loopThreads returns the tids of this process's threads named
-// talaris-loop.
-func loopThreads(t *testing.T) map[int]bool {
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[int]bool{}
-	for _, e := range ents {
-		comm, err := os.ReadFile("/proc/self/task/" + e.Name() + "/comm")
-		if err != nil || strings.TrimSpace(string(comm)) != "talaris-loop" {
-			continue
-		}
-		tid, _ := strconv.Atoi(e.Name())
-		m[tid] = true
-	}
-	return m
-}
-
 // TestLoopsPinning: LoopCPUs pins loop i to LoopCPUs[i] (-1 and loops past
 // its end unpinned); with LoopCPUs empty, LoopCPU pins loop 0 only. Read
 // back with sched_getaffinity on the new talaris-loop threads.
@@ -386,13 +365,13 @@ func TestLoopsPinning(t *testing.T) {
 		{Config{Loops: 2, LoopCPU: 1, LoopCPUSet: true}, []string{"[1]", "all"}},
 		{Config{Loops: 2}, []string{"all", "all"}},
 	} {
-		before := loopThreads(t)
+		before := loopTids(t)
 		p, err := NewPool(tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got []string
-		for tid := range loopThreads(t) {
+		for tid := range loopTids(t) {
 			if before[tid] {
 				continue
 			}
