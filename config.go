@@ -88,14 +88,17 @@ type Config struct {
 
 	LoopCPU    int  // CPU loop 0's thread is pinned to (when LoopCPUs is empty); -1 or unset: not pinned
 	LoopCPUSet bool // LoopCPU is meaningful (so CPU 0 can be chosen)
-	// Loops is the number of loop threads (each its own io_uring, event
-	// ring, command ring, arena and receive buffers of the sizes below):
-	// connections are spread over them, each connection living on one
-	// loop for its whole life (so its order is kept), a new one on the
-	// loop with the fewest; one pump goroutine still drains them all.
-	// MaxConns is split between them. (1: one loop thread is the
-	// throughput ceiling only with a spare core for a second; see
-	// docs/ARCHITECTURE.md, "Loop threads per Pool".) At most maxLoops.
+	// Loops is the number of loop threads (1), each with its own
+	// io_uring, event ring, command ring, arena and receive buffers of the
+	// sizes below (memory grows Loops times): connections are spread over
+	// them, each living on one loop for its whole life (so its order is
+	// kept), a new one on the loop with the fewest; one pump goroutine
+	// drains them all, taking at most MaxConnPendingEvents from each loop
+	// per pass. MaxConns is split between them; at most 64. More loops
+	// split the loop work (the busiest thread, which bounds throughput
+	// given a core each), at some more CPU per message: worth it only
+	// with cores to spare for them (docs/ARCHITECTURE.md, "Loop threads
+	// per Pool", has the measurements).
 	Loops int
 	// LoopCPUs pins loop i's thread to LoopCPUs[i] (-1: not pinned);
 	// loops past its end are not pinned. Empty: LoopCPU/LoopCPUSet pin
@@ -189,8 +192,9 @@ var defaults = Config{
 	CloseTimeout:     5 * time.Second,
 	MaxSendQueue:     64 << 20,
 	SampleEvery:      0, // off: stamping is opt-in
-	// One loop thread: measured against 2, 3 and 4 on this 2-vCPU machine
-	// in docs/ARCHITECTURE.md ("Loop threads per Pool").
+	// One loop thread: 2, 3 and 4 measured no faster on a 2-vCPU machine
+	// that also runs the feed, at 5-30 % more CPU per message (ws);
+	// docs/ARCHITECTURE.md, "Loop threads per Pool".
 	Loops: 1,
 	// A flood's share of the ring: 256 events is some microseconds of
 	// pumping ahead of another connection's message. Measured against
