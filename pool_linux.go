@@ -55,6 +55,9 @@ type shard struct {
 
 	cstats *C.struct_tl_pool_stats
 	final  C.struct_tl_pool_stats // the counters when the loop was freed (under Pool.freeMu)
+	// gone: tl_loop_stop returned, nothing reads the command ring any
+	// more (a direct send's rest is queued until then; cmdring_linux.go).
+	gone atomic.Bool
 
 	// under Pool.slotMu: the free slots (global numbers) and how many are
 	// taken (a dial picks the shard with the fewest)
@@ -94,7 +97,7 @@ type pool struct {
 	nconns  atomic.Int32
 	pumping atomic.Int32
 	closed  atomic.Bool
-	stopped atomic.Bool // tl_loop_stop returned (set by Close)
+	stopped atomic.Bool // every tl_loop_stop returned (set by Close)
 	freed   atomic.Bool
 	closeMu sync.Mutex
 
@@ -287,15 +290,30 @@ func (p *Pool) close() error {
 	if p.inflight.Add(closingBias) == closingBias {
 		p.drainOnce.Do(func() { close(p.drained) })
 	}
+	// Producers see closed and queue nothing more, except the rest of a
+	// direct send's short write (handoff): the loop, finishing its close
+	// handshakes, waits for that rest before its close frame, so the rest
+	// must get in while the loop runs (holding sendMu across the stop
+	// kept it out, and the close waited for CloseTimeout). Once a loop is
+	// gone nothing reads its ring: a rest still waiting for room there
+	// gives up (the bump wakes it). The loops stop at once, each on its
+	// own goroutine (tl_loop_stop joins a thread that may be finishing
+	// close handshakes for up to CloseTimeout: in turn, N loops would take
+	// N times that).
+	var stops sync.WaitGroup
 	for _, sh := range p.shards {
 		// A producer asleep waiting for ring room holds sendMu: wake it
 		// (it sees closed and lets go).
 		atomic.AddUint32(sh.spaceSeq, 1)
 		futexWake(sh.spaceSeq)
-		sh.sendMu.Lock() // no producer may be writing to the ring now
-		C.tl_loop_stop(sh.loop)
-		sh.sendMu.Unlock()
+		stops.Go(func() {
+			C.tl_loop_stop(sh.loop)
+			sh.gone.Store(true)
+			atomic.AddUint32(sh.spaceSeq, 1)
+			futexWake(sh.spaceSeq)
+		})
 	}
+	stops.Wait()
 	// Wake the dialers. The loop is gone, so Go may write the public
 	// blocks: a dialer's slot is marked closed first (its command may
 	// still have been in the ring, and a wake without a change could be
