@@ -399,3 +399,32 @@ func TestLoopsPinning(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopsCloseStuckInParallel: Pool.Close with a stuck connection (its
+// peer stopped reading, its queue full, so its close handshake runs to
+// CloseTimeout) on each of three loops returns in about one CloseTimeout,
+// not three: the loops stop at once. (A bound on the behaviour, generous:
+// in turn it would take at least 3 x CloseTimeout.)
+func TestLoopsCloseStuckInParallel(t *testing.T) {
+	const closeTimeout = 2 * time.Second
+	p := newTestPool(t, Config{Loops: 3, MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout}, hangGuard)
+	loops := map[int]bool{}
+	for range 3 {
+		c := dialSink(t, p, newSink(t, false, false, 0))
+		loops[testhook.ConnLoop(p, c.Slot())] = true
+		next := 0
+		saturate(t, c, &next, 16<<10)
+	}
+	if len(loops) != 3 {
+		t.Fatalf("stuck connections on loops %v, want one on each of 3", loops)
+	}
+	t0 := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(t0)
+	t.Logf("Pool.Close with a stuck connection on each of 3 loops: %v (CloseTimeout %v)", el, closeTimeout)
+	if el >= 3*closeTimeout-200*time.Millisecond {
+		t.Errorf("Pool.Close took %v: the loops stopped in turn (CloseTimeout %v each)", el, closeTimeout)
+	}
+}
