@@ -4,7 +4,7 @@ package talaris
 
 // The producer side of the Go->C command ring: 16-byte-aligned records
 // (a struct tl_cmd header and an inline payload) that Go appends under
-// Pool.sendMu and the loop drains. Go is the only producer, so the ring
+// its loop's shard.sendMu and the loop drains. Go is the only producer, so the ring
 // stays single-producer even though any goroutine may send.
 
 /*
@@ -45,7 +45,7 @@ type (
 // maxRecord is the largest payload one command record carries; bigger sends
 // become several fragments of one message.
 func (p *Pool) maxRecord() int {
-	return int(p.cmdSize / 4)
+	return int(p.shards[0].cmdSize / 4) // every loop's ring has the same size
 }
 
 // reserve waits until n bytes (a whole record) fit contiguously and
@@ -56,7 +56,7 @@ func (p *Pool) maxRecord() int {
 // and wakes after a drain while prod_waiting is set (and Close does too).
 // It returns ErrPoolClosed once the pool closes; a direct send's rest
 // (rest) still goes in until the loop is gone (Pool.close).
-func (p *Pool) reserve(n uint64, rest bool) (uint64, error) {
+func (p *shard) reserve(n uint64, rest bool) (uint64, error) {
 	spins := 0
 	for {
 		if p.refuses(rest) {
@@ -101,28 +101,28 @@ func (p *Pool) reserve(n uint64, rest bool) (uint64, error) {
 
 // publish makes records up to p.tail visible and wakes the loop if it
 // announced that it sleeps.
-func (p *Pool) publish() {
+func (p *shard) publish() {
 	atomic.StoreUint64(p.cmdTail, p.tail)
 	p.kick()
 }
 
 // kick wakes the loop if it announced that it sleeps.
-func (p *Pool) kick() {
+func (p *shard) kick() {
 	if atomic.LoadUint32(p.loopSleeping) != 0 && atomic.CompareAndSwapUint32(p.loopSleeping, 1, 0) {
 		p.wakeLoop()
 	}
 }
 
-// refuses reports whether the ring takes no more records: once the pool
-// closes, except a direct send's rest (rest), which the loop waits for
-// (its close frame goes after it) until the loop is gone.
-func (p *Pool) refuses(rest bool) bool {
-	return p.closed.Load() && (!rest || p.loopGone.Load())
+// refuses reports whether the shard's ring takes no more records: once
+// the pool closes, except a direct send's rest (rest), which the loop
+// waits for (its close frame goes after it) until the loop is gone.
+func (p *shard) refuses(rest bool) bool {
+	return p.p.closed.Load() && (!rest || p.gone.Load())
 }
 
-// putRecord appends one record without publishing it. Called with sendMu
-// held.
-func (p *Pool) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte) error {
+// putRecord appends one record for global slot slot (one of the shard's)
+// without publishing it. Called with sendMu held.
+func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte) error {
 	n := cmdHdr + (uint64(len(payload))+15)&^15
 	off, err := p.reserve(n, op == cmdDirect)
 	if err != nil {
@@ -130,20 +130,21 @@ func (p *Pool) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload
 	}
 	h := (*C.struct_tl_cmd)(unsafe.Pointer(&p.cmdBuf[off]))
 	*h = C.struct_tl_cmd{len: C.uint32_t(len(payload)), op: C.uint8_t(op), flags: C.uint8_t(flags),
-		code: C.uint16_t(code), slot: C.uint32_t(slot), gen: C.uint32_t(gen)}
+		code: C.uint16_t(code), slot: C.uint32_t(slot - p.base), gen: C.uint32_t(gen)}
 	copy(p.cmdBuf[off+cmdHdr:], payload)
 	p.tail += n
 	return nil
 }
 
-// command appends and publishes one record.
+// command appends and publishes one record on slot's loop.
 func (p *Pool) command(op, flags uint8, code uint16, slot, gen uint32, payload []byte) error {
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
-	if err := p.putRecord(op, flags, code, slot, gen, payload); err != nil {
+	sh := p.shardOf[slot]
+	sh.sendMu.Lock()
+	defer sh.sendMu.Unlock()
+	if err := sh.putRecord(op, flags, code, slot, gen, payload); err != nil {
 		return err
 	}
-	p.publish()
+	sh.publish()
 	return nil
 }
 
@@ -208,12 +209,13 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	}
 	p := c.p
 	defer p.exit()
-	p.sendMu.Lock()
+	sh := p.shardOf[c.slot]
+	sh.sendMu.Lock()
 	if held, ok := c.takeDirect(len(b)); ok {
-		p.sendMu.Unlock()
+		sh.sendMu.Unlock()
 		return c.sendDirect(op, b, held)
 	}
-	defer p.sendMu.Unlock()
+	defer sh.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
 		if err == ErrWouldBlock && countFull {
 			p.countFull(c.slot)
@@ -284,7 +286,7 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 	p.slotMu.Unlock()
 	defer p.unref(c.slot)
 
-	pb := &p.pub[c.slot]
+	pb := p.pub[c.slot]
 	seq := (*uint32)(unsafe.Pointer(&pb.tx_seq))
 	waiting := (*uint32)(unsafe.Pointer(&pb.tx_waiters))
 	fired := make(chan struct{})
@@ -347,9 +349,9 @@ func (c Conn) inject(b []byte) error {
 }
 
 func (c Conn) tryInject(b []byte) error {
-	p := c.p // the caller is inside p.enter
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
+	sh := c.p.shardOf[c.slot] // the caller is inside p.enter
+	sh.sendMu.Lock()
+	defer sh.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
 		return err
 	}
@@ -362,6 +364,7 @@ func (c Conn) tryInject(b []byte) error {
 // Called with sendMu held.
 func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte) error {
 	p := c.p
+	sh := p.shardOf[c.slot]
 	maxr := p.maxRecord()
 	for first := true; ; first = false {
 		chunk := b
@@ -379,11 +382,11 @@ func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte) error {
 				flags |= cmdfFin
 			}
 		}
-		if err := p.putRecord(cmd, flags, 0, c.slot, c.gen, chunk); err != nil {
+		if err := sh.putRecord(cmd, flags, 0, c.slot, c.gen, chunk); err != nil {
 			return err
 		}
 		b = b[len(chunk):]
-		p.publish()
+		sh.publish()
 		if fin {
 			return nil
 		}
@@ -403,8 +406,9 @@ func (c Conn) control(op uint8, b []byte) error {
 	}
 	p := c.p
 	defer p.exit()
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
+	sh := p.shardOf[c.slot]
+	sh.sendMu.Lock()
+	defer sh.sendMu.Unlock()
 	// Before the upgrade completes the loop has nowhere to put a control
 	// frame (only data messages wait for the open): say so instead of
 	// accepting one that would be dropped. Not counted as a full queue.
@@ -417,10 +421,10 @@ func (c Conn) control(op uint8, b []byte) error {
 		}
 		return err
 	}
-	if err := p.putRecord(op, 0, 0, c.slot, c.gen, b); err != nil {
+	if err := sh.putRecord(op, 0, 0, c.slot, c.gen, b); err != nil {
 		return err
 	}
-	p.publish()
+	sh.publish()
 	return nil
 }
 
@@ -442,8 +446,9 @@ func (c Conn) endConn(op uint8, code uint16, payload []byte) error {
 	}
 	p := c.p
 	defer p.exit()
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
+	sh := p.shardOf[c.slot]
+	sh.sendMu.Lock()
+	defer sh.sendMu.Unlock()
 	if p.closed.Load() {
 		return ErrPoolClosed
 	}
@@ -454,9 +459,9 @@ func (c Conn) endConn(op uint8, code uint16, payload []byte) error {
 	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
 	atomic.AddUint32(seq, 1)
 	futexWake(seq)
-	if err := p.putRecord(op, 0, code, c.slot, c.gen, payload); err != nil {
+	if err := sh.putRecord(op, 0, code, c.slot, c.gen, payload); err != nil {
 		return err
 	}
-	p.publish()
+	sh.publish()
 	return nil
 }

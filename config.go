@@ -86,8 +86,24 @@ type Config struct {
 	BufSize  uint32 // bytes per provided receive buffer (16 KiB); a power of two
 	BufCount uint32 // provided receive buffers, a power of two <= 32768 (1024)
 
-	LoopCPU      int           // CPU the loop thread is pinned to; -1 or unset: not pinned
-	LoopCPUSet   bool          // LoopCPU is meaningful (so CPU 0 can be chosen)
+	LoopCPU    int  // CPU loop 0's thread is pinned to (when LoopCPUs is empty); -1 or unset: not pinned
+	LoopCPUSet bool // LoopCPU is meaningful (so CPU 0 can be chosen)
+	// Loops is the number of loop threads (1), each with its own
+	// io_uring, event ring, command ring, arena and receive buffers of the
+	// sizes below (memory grows Loops times): connections are spread over
+	// them, each living on one loop for its whole life (so its order is
+	// kept), a new one on the loop with the fewest; one pump goroutine
+	// drains them all, taking at most MaxConnPendingEvents from each loop
+	// per pass. MaxConns is split between them; at most 64. More loops
+	// split the loop work (the busiest thread, which bounds throughput
+	// given a core each), at some more CPU per message: worth it only
+	// with cores to spare for them (docs/ARCHITECTURE.md, "Loop threads
+	// per Pool", has the measurements).
+	Loops int
+	// LoopCPUs pins loop i's thread to LoopCPUs[i] (-1: not pinned);
+	// loops past its end are not pinned. Empty: LoopCPU/LoopCPUSet pin
+	// loop 0 and the others are not pinned.
+	LoopCPUs     []int
 	LoopWait     WaitStrategy  // how the loop thread waits for work
 	ConsumerWait WaitStrategy  // how Pump waits for events
 	SpinTime     time.Duration // spin period for WaitSpinThenBlock, most WaitAdaptive spins (20us)
@@ -176,6 +192,10 @@ var defaults = Config{
 	CloseTimeout:     5 * time.Second,
 	MaxSendQueue:     64 << 20,
 	SampleEvery:      0, // off: stamping is opt-in
+	// One loop thread: 2, 3 and 4 measured no faster on a 2-vCPU machine
+	// that also runs the feed, at 5-30 % more CPU per message (ws);
+	// docs/ARCHITECTURE.md, "Loop threads per Pool".
+	Loops: 1,
 	// A flood's share of the ring: 256 events is some microseconds of
 	// pumping ahead of another connection's message. Measured against
 	// 64..4096 in docs/ARCHITECTURE.md ("Receive fairness"): the orders
@@ -196,6 +216,7 @@ const (
 	decoderEventRing    = 1 << 12  // events in a Decoder's ring
 	decoderMinArenaSize = 1 << 20  // a Decoder's arena: at least this, and 2 x its largest message
 	directMax           = 64 << 10 // the largest message a direct send writes (Config.NoDirectSend)
+	maxLoops            = 64       // Config.Loops at most (the pump's futex_waitv takes 128 words)
 )
 
 // arenaFor returns the smallest power of two >= min that holds two
@@ -257,6 +278,11 @@ func (c *Config) withDefaults() (Config, error) {
 	setU64(&d.MaxSendQueue, def.MaxSendQueue)
 	setU32(&d.MaxConnPendingEvents, def.MaxConnPendingEvents)
 	setU64(&d.MaxConnPendingBytes, def.MaxConnPendingBytes)
+	if d.Loops == 0 {
+		d.Loops = def.Loops
+	}
+	// A copy: the Pool must not see a caller's later writes.
+	d.LoopCPUs = append([]int(nil), d.LoopCPUs...)
 	pow2 := func(v uint64) bool { return v != 0 && v&(v-1) == 0 }
 	switch {
 	case !pow2(uint64(d.BufSize)) || !pow2(uint64(d.BufCount)) || d.BufCount > 32768:
@@ -269,6 +295,12 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: CmdRingSize must be at least 4096", ErrInvalidConfig)
 	case d.MaxConns > 1<<20:
 		return d, fmt.Errorf("%w: MaxConns must be at most 1<<20", ErrInvalidConfig)
+	case d.Loops < 0 || d.Loops > maxLoops:
+		return d, fmt.Errorf("%w: Loops must be between 0 and %d", ErrInvalidConfig, maxLoops)
+	case uint32(d.Loops) > d.MaxConns:
+		return d, fmt.Errorf("%w: Loops must be at most MaxConns (each loop holds a share of them)", ErrInvalidConfig)
+	case len(d.LoopCPUs) > d.Loops:
+		return d, fmt.Errorf("%w: LoopCPUs has more entries than Loops", ErrInvalidConfig)
 	case !utf8.ValidString(d.Name):
 		return d, fmt.Errorf("%w: Name must be valid UTF-8 (it is a Prometheus label value)", ErrInvalidConfig)
 	}

@@ -21,7 +21,7 @@ func (c Conn) live() bool {
 	if c.slot >= uint32(len(c.p.pub)) {
 		return false
 	}
-	pb := &c.p.pub[c.slot]
+	pb := c.p.pub[c.slot]
 	// The slot keeps the generation after the final event until it is
 	// reused: a closed connection is dead too (Conn's documented contract).
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) == c.gen &&
@@ -53,7 +53,7 @@ func (c Conn) state() State {
 	if c.slot >= uint32(len(c.p.pub)) {
 		return StateIdle
 	}
-	pb := &c.p.pub[c.slot]
+	pb := c.p.pub[c.slot]
 	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.gen))) != c.gen {
 		return StateClosed
 	}
@@ -68,7 +68,7 @@ func (c Conn) stats() ConnStats {
 	if !c.live() {
 		return ConnStats{} // ended: zero, as documented
 	}
-	pb := &c.p.pub[c.slot]
+	pb := c.p.pub[c.slot]
 	d := &c.p.direct[c.slot]
 	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
 	ds := d.sends.Load()

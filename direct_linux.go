@@ -144,7 +144,7 @@ func (p *Pool) releaseDirect(slot uint32) {
 		v := atomic.LoadUint32(w)
 		if v&ownWant != 0 {
 			if atomic.CompareAndSwapUint32(w, v, v&^(ownState|ownWant)|ownLoop) {
-				p.kick()
+				p.shardOf[slot].kick()
 				return
 			}
 			continue
@@ -176,13 +176,14 @@ func (c Conn) handoff(rest []byte, held uint32) error {
 	if testHookHandoff != nil {
 		testHookHandoff()
 	}
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
+	sh := p.shardOf[c.slot]
+	sh.sendMu.Lock()
+	defer sh.sendMu.Unlock()
 	p.txAcc[c.slot].Add(uint64(len(rest)))
-	if err := p.putRecord(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, rest); err != nil {
+	if err := sh.putRecord(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, rest); err != nil {
 		return err // the pool closed: the loop is gone, and the socket with it
 	}
-	p.publish()
+	sh.publish()
 	return nil
 }
 

@@ -32,7 +32,10 @@
 // # Threading model
 //
 // Each Pool owns one C loop thread (pinned with Config.LoopCPU) and one
-// io_uring instance. Exactly one goroutine pumps a Pool at a time (Pump,
+// io_uring instance, or with Config.Loops = N, N of them (pinned with
+// Config.LoopCPUs), each serving its own share of the connections: a
+// connection lives on one loop for its whole life, so its events keep
+// their order, and one pump drains every loop's ring. Exactly one goroutine pumps a Pool at a time (Pump,
 // PumpData, PumpSpin, PumpNowait); a second concurrent pump gets
 // ErrConcurrentPump. For the lowest latency, lock the pumping goroutine to
 // its OS thread and pin it to another CPU (PinCurrentThreadTo). Dial,

@@ -15,6 +15,7 @@ import "C"
 import (
 	"encoding/binary"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -35,6 +36,9 @@ type evConsumer struct {
 	// pool is the Pool the ring belongs to, nil for a Decoder: Conn
 	// handles carry it, and a final event frees its connection's slot.
 	pool *Pool
+	// base is the global slot of the loop's slot 0 (its shard's; 0 for
+	// a Decoder): the loop numbers its own slots from 0.
+	base uint32
 	// onEvent is the Pool's Config.OnEvent: the non-data events of the
 	// pumps that take a DataFunc go to it (nil: consumed silently).
 	onEvent EventFunc
@@ -113,14 +117,15 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 // its lifecycle events (never a data event).
 func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
 	n := 0
-	events, mask, pool := r.events, r.mask, r.pool // locals: the callbacks could write *r
+	events, mask, pool, base := r.events, r.mask, r.pool, r.base // locals: the callbacks could write *r
 	onEv := r.onEvent
 	logged := pool != nil && pool.cfg.Logger != nil
 	for i := r.pos; i != tail; i++ {
 		e := &events[i&mask]
+		slot := uint32(e.slot) + base
 		var c Conn // a Decoder's callbacks get the zero Conn
 		if pool != nil {
-			c = Conn{p: pool, slot: uint32(e.slot), gen: uint32(e.gen)}
+			c = Conn{p: pool, slot: slot, gen: uint32(e.gen)}
 		}
 		var payload []byte
 		if e.len != 0 {
@@ -155,14 +160,14 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 			n++
 		} else if pool == nil {
 			if fe != nil {
-				fe(c, r.event(e, kind, payload))
+				fe(c, r.event(e, slot, kind, payload))
 				n++
 			} else {
 				r.noteEnd(e, kind, payload)
 			}
-		} else if quiet := pool.quietEvent(e, kind); logged || (!quiet && (fe != nil || onEv != nil)) {
+		} else if quiet := pool.quietEvent(e, slot, kind); logged || (!quiet && (fe != nil || onEv != nil)) {
 			// A quiet event (a failed synchronous Dial) is still logged.
-			ev := r.event(e, kind, payload)
+			ev := r.event(e, slot, kind, payload)
 			if logged {
 				pool.logEvent(c, &ev, payload)
 			}
@@ -178,7 +183,7 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 		}
 		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
 			pool.nconns.Add(-1)
-			pool.unref(uint32(e.slot))
+			pool.unref(slot)
 		}
 		if (i+1)&(releaseEvery-1) == 0 && i+1 != tail {
 			// A long batch gives its first part back early: an awake
@@ -207,9 +212,9 @@ func (p *Pool) logEvent(c Conn, ev *Event, payload []byte) {
 	}
 }
 
-// event builds the Event of a non-data record (the cold path: an
-// EventError's Err is built here).
-func (r *evConsumer) event(e *C.struct_tl_event, kind EventKind, payload []byte) Event {
+// event builds the Event of a non-data record of global slot slot (the
+// cold path: an EventError's Err is built here).
+func (r *evConsumer) event(e *C.struct_tl_event, slot uint32, kind EventKind, payload []byte) Event {
 	ev := Event{Kind: kind, Payload: payload}
 	switch kind {
 	case EventClose:
@@ -220,7 +225,7 @@ func (r *evConsumer) event(e *C.struct_tl_event, kind EventKind, payload []byte)
 		ev.Code = int(e.code)
 		ev.Err = makeErr(int32(e.err), int32(e.aux), int(e.code), string(payload))
 		if r.pool != nil && int32(e.err) == cErrHTTP {
-			ev.Err = r.pool.handshakeErr(uint32(e.slot), uint32(e.gen), ev.Err)
+			ev.Err = r.pool.handshakeErr(slot, uint32(e.gen), ev.Err)
 		}
 		ev.Payload = nil
 	case EventOpen:
@@ -268,8 +273,8 @@ func reconnectAttempt(payload []byte) int {
 // Dial's connection that never opened: its final event frees the slot
 // without a callback, since Dial returned the error and the caller never
 // had the Conn. EventOpen ends the quiet period (Dial returns that Conn).
-func (p *Pool) quietEvent(e *C.struct_tl_event, kind EventKind) bool {
-	q := &p.quiet[e.slot]
+func (p *Pool) quietEvent(e *C.struct_tl_event, slot uint32, kind EventKind) bool {
+	q := &p.quiet[slot]
 	if q.Load() != uint32(e.gen) {
 		return false
 	}
@@ -297,12 +302,50 @@ func (r *evConsumer) noteEnd(e *C.struct_tl_event, kind EventKind, payload []byt
 	}
 }
 
-// dispatch consumes events up to tail and wakes the loop if it waits for
-// the room just released.
-func (p *Pool) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
-	n := p.ev.consume(tail, fe, fd, fs)
-	p.wakeForSpace()
+// dispatch consumes the shard's events up to tail and wakes its loop if
+// it waits for the room just released.
+func (sh *shard) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
+	n := sh.ev.consume(tail, fe, fd, fs)
+	sh.wakeForSpace()
 	return n
+}
+
+// dispatchAll passes over the loops once, in order, dispatching each one's
+// pending events (each batch released by its own head store). With several
+// loops it takes at most passShare events of each per pass: a connection
+// alone on its loop is never held there (conn_held: counting is per loop),
+// so its flood may fill that loop's whole ring, and without the cap a
+// message on another loop would wait behind all of it. With the cap it
+// waits behind at most one share (Config.MaxConnPendingEvents) of each
+// other loop, as it would behind a flood on its own loop. It returns the
+// callbacks made and whether any loop had events. It stops early once a
+// callback closed the pool: the other loops' events are dropped with their
+// connections.
+func (p *Pool) dispatchAll(fe EventFunc, fd DataFunc, fs StampedFunc) (int, bool) {
+	n, saw := 0, false
+	for _, sh := range p.shards {
+		if tail := sh.ev.loadTail(); tail != sh.ev.pos {
+			saw = true
+			if len(p.shards) > 1 && tail-sh.ev.pos > p.passShare {
+				tail = sh.ev.pos + p.passShare
+			}
+			n += sh.dispatch(tail, fe, fd, fs)
+			if p.closed.Load() {
+				break
+			}
+		}
+	}
+	return n, saw
+}
+
+// idle reports whether no loop has events pending.
+func (p *Pool) idle() bool {
+	for _, sh := range p.shards {
+		if sh.ev.loadTail() != sh.ev.pos {
+			return false
+		}
+	}
+	return true
 }
 
 // releaseEvery is how many events of a batch consume passes before it
@@ -312,9 +355,9 @@ const releaseEvery = 256
 
 // wakeForSpace wakes the loop when it sleeps waiting for the room just
 // released (loop_wants_space: a stalled or held connection).
-func (p *Pool) wakeForSpace() {
-	if atomic.LoadUint32(p.wantsSpace) != 0 && atomic.CompareAndSwapUint32(p.wantsSpace, 1, 0) {
-		p.wakeLoop()
+func (sh *shard) wakeForSpace() {
+	if atomic.LoadUint32(sh.wantsSpace) != 0 && atomic.CompareAndSwapUint32(sh.wantsSpace, 1, 0) {
+		sh.wakeLoop()
 	}
 }
 
@@ -376,9 +419,8 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			if p.closed.Load() {
 				return 0, ErrPoolClosed
 			}
-			tail := p.ev.loadTail()
-			if tail != p.ev.pos {
-				if n := p.dispatch(tail, fe, fd, fs); n > 0 {
+			if n, saw := p.dispatchAll(fe, fd, fs); saw {
+				if n > 0 {
 					p.lastWait = 0 // events were waiting: traffic is dense
 					if !start.IsZero() {
 						p.lastWait = time.Since(start)
@@ -419,15 +461,40 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		if p.rec != nil {
 			p.rec.flush()
 		}
-		seq := atomic.LoadUint32(p.wakeSeq)
-		atomic.StoreUint32(p.consSleeping, 1)
-		if p.ev.loadTail() == p.ev.pos && !p.closed.Load() {
-			s := &p.cstats.pump_sleeps
-			atomic.AddUint64((*uint64)(unsafe.Pointer(s)), 1)
-			futexWait(p.wakeSeq, seq, 100*time.Millisecond)
-		}
-		atomic.StoreUint32(p.consSleeping, 0)
+		p.sleep()
 		spinFor = 0 // after a sleep, look once per wake-up
+	}
+}
+
+// sleep waits until a loop publishes events (or Close, or 100 ms): it
+// announces on every loop's ring (cons_sleeping), rechecks them all, then
+// waits on their wake words at once, each loop's wake bumping its own
+// (one futex with one loop; futex_waitv over all with several, so nothing
+// in the C loop changes). Dekker per loop: our store of cons_sleeping,
+// then the load of its tail; its store of the tail, then the load of
+// cons_sleeping.
+func (p *Pool) sleep() {
+	if len(p.shards) == 1 {
+		sh := p.shards[0]
+		seq := atomic.LoadUint32(sh.wakeSeq)
+		atomic.StoreUint32(sh.consSleeping, 1)
+		if sh.ev.loadTail() == sh.ev.pos && !p.closed.Load() {
+			atomic.AddUint64((*uint64)(unsafe.Pointer(&sh.cstats.pump_sleeps)), 1)
+			futexWait(sh.wakeSeq, seq, 100*time.Millisecond)
+		}
+		atomic.StoreUint32(sh.consSleeping, 0)
+		return
+	}
+	for i, sh := range p.shards {
+		p.waitv[i].val = uint64(atomic.LoadUint32(sh.wakeSeq))
+		atomic.StoreUint32(sh.consSleeping, 1)
+	}
+	if p.idle() && !p.closed.Load() {
+		atomic.AddUint64((*uint64)(unsafe.Pointer(&p.shards[0].cstats.pump_sleeps)), 1)
+		futexWaitAny(p.waitv, 100*time.Millisecond)
+	}
+	for _, sh := range p.shards {
+		atomic.StoreUint32(sh.consSleeping, 0)
 	}
 }
 
@@ -439,9 +506,8 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	}
 	defer p.leavePump()
 	for i := 0; i < iters; i++ {
-		tail := p.ev.loadTail()
-		if tail != p.ev.pos {
-			return p.dispatch(tail, fe, fd, nil), p.closedErr()
+		if n, saw := p.dispatchAll(fe, fd, nil); saw {
+			return n, p.closedErr()
 		}
 		if p.closed.Load() {
 			return 0, ErrPoolClosed
@@ -466,10 +532,19 @@ type (
 
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
+	testhook.ConnLoop = func(p any, slot int) int {
+		pool := p.(*Pool)
+		return slices.Index(pool.shards, pool.shardOf[slot])
+	}
 	testhook.PayloadOrigin = func(p any, b []byte) int {
 		if len(b) == 0 {
 			return testhook.OriginOther
 		}
-		return int(C.tl_loop_payload_origin(p.(*Pool).loop, unsafe.Pointer(&b[0])))
+		for _, sh := range p.(*Pool).shards {
+			if o := int(C.tl_loop_payload_origin(sh.loop, unsafe.Pointer(&b[0]))); o != testhook.OriginOther {
+				return o
+			}
+		}
+		return testhook.OriginOther
 	}
 }

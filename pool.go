@@ -8,9 +8,11 @@ import (
 
 var errNilWriter = errors.New("talaris: WritePrometheus: nil io.Writer")
 
-// Pool owns one C loop thread, its io_uring, its rings and a set of
-// connections. Create it with NewPool; one goroutine pumps it. Without
-// linux and cgo every operation returns ErrUnsupported.
+// Pool owns one C loop thread (Config.Loops: or several, each with its own
+// connections), its io_uring, its rings and a set of connections. Create
+// it with NewPool; one goroutine pumps it. PoolStats and Metrics count
+// every loop's. Without linux and cgo every operation returns
+// ErrUnsupported.
 type Pool struct {
 	pool // the platform's half: pool_linux.go or talaris_stub.go
 }

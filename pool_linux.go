@@ -24,9 +24,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-type pool struct {
+// shard is one loop thread and what Go holds of it: its rings, its public
+// blocks and counters, and the global slots [base, base+n) it serves.
+// Config.Loops of them make a Pool; a connection lives on one for its
+// whole life (slot s on shardOf[s]).
+type shard struct {
+	p    *Pool
 	loop *C.struct_tl_loop
-	cfg  Config // with defaults applied
+	base uint32 // global slot of the loop's slot 0
+	n    uint32 // slots the loop holds
 
 	// event ring (consumer side), owned by the pumper
 	ev           evConsumer
@@ -47,8 +53,33 @@ type pool struct {
 	spaceSeq     *uint32 // futex word the loop bumps after a drain while prodWaiting
 	prodWaiting  *uint32
 
+	cstats *C.struct_tl_pool_stats
+	final  C.struct_tl_pool_stats // the counters when the loop was freed (under Pool.freeMu)
+	// gone: tl_loop_stop returned, nothing reads the command ring any
+	// more (a direct send's rest is queued until then; cmdring_linux.go).
+	gone atomic.Bool
+
+	// under Pool.slotMu: the free slots (global numbers) and how many are
+	// taken (a dial picks the shard with the fewest)
+	free []uint32
+	used int
+}
+
+type pool struct {
+	cfg Config // with defaults applied
+
+	// shards are the loops (Config.Loops); shardOf[s] serves global slot s
+	shards  []*shard
+	shardOf []*shard
+	// waitv is the pump's futex_waitv vector over every shard's wakeSeq
+	// (Loops > 1), kept here so sleeping allocates nothing.
+	waitv []futexWaitv
+	// passShare is the most events the pump takes from one loop per pass
+	// over them (Loops > 1): Config.MaxConnPendingEvents (dispatchAll).
+	passShare uint64
+
 	// per slot send admission (cmdring_linux.go): units accepted (updated
-	// under sendMu), refused sends, and the generation Conn.Close ended
+	// under the slot's shard.sendMu), refused sends, and the generation Conn.Close ended
 	txAcc       []atomic.Uint64
 	txFull      []atomic.Uint64
 	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
@@ -56,23 +87,19 @@ type pool struct {
 	direct      []directSlot // direct sends (direct_linux.go)
 	maxDirect   int          // largest direct message; -1 when Config.NoDirectSend
 
-	pub    []C.struct_tl_conn_pub
-	cstats *C.struct_tl_pool_stats
+	// pub[s] is global slot s's public block in its shard's loop
+	pub []*C.struct_tl_conn_pub
 
 	slotMu sync.Mutex
-	free   []uint32
 	gens   []uint32
 	refs   []int32 // per slot: dialer + loop references; the slot is free at 0
 
 	nconns  atomic.Int32
 	pumping atomic.Int32
 	closed  atomic.Bool
-	stopped atomic.Bool // tl_loop_stop returned (set by Close)
-	// loopGone: tl_loop_stop returned, nothing reads the command ring any
-	// more (a direct send's rest is queued until then; cmdring_linux.go).
-	loopGone atomic.Bool
-	freed    atomic.Bool
-	closeMu  sync.Mutex
+	stopped atomic.Bool // every tl_loop_stop returned (set by Close)
+	freed   atomic.Bool
+	closeMu sync.Mutex
 
 	// Close safety. Every method that reads the loop's shared memory (the
 	// public blocks, the stats, the command ring) runs between enter and
@@ -94,9 +121,8 @@ type pool struct {
 	start time.Time
 	// freeMu keeps tl_loop_free from running while a reader of the C
 	// counters (Stats, Metrics) is between its freed check and its loads;
-	// final holds the counters as they were when the loop was freed.
+	// each shard's final holds its counters as they were when freed.
 	freeMu sync.RWMutex
-	final  C.struct_tl_pool_stats
 
 	// lastWait is how long the pump's previous wait for events lasted
 	// (WaitAdaptive spins only while it is short); owned by the pumper.
@@ -141,13 +167,11 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.ring_flags &^= C.uint32_t(RingSQAff)
 	cc.buf_size = C.uint32_t(d.BufSize)
 	cc.buf_count = C.uint32_t(d.BufCount)
-	cc.loop_cpu = C.int32_t(d.LoopCPU)
 	cc.loop_wait = C.uint32_t(d.LoopWait)
 	cc.spin_ns = C.uint64_t(d.SpinTime)
 	cc.event_ring_size = C.uint32_t(d.EventRingSize)
 	cc.arena_size = C.uint64_t(d.ArenaSize)
 	cc.cmd_ring_size = C.uint64_t(d.CmdRingSize)
-	cc.max_conns = C.uint32_t(d.MaxConns)
 	cc.max_message = C.uint64_t(d.MaxMessageSize)
 	cc.handshake_timeout_ns = C.uint64_t(d.HandshakeTimeout)
 	cc.close_timeout_ns = C.uint64_t(d.CloseTimeout)
@@ -156,34 +180,41 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
 	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 
-	var cerr C.int
-	var msg [160]C.char
-	loop := C.tl_loop_new(&cc, &cerr, &msg[0], C.size_t(len(msg)))
-	if loop == nil {
-		return nil, fmt.Errorf("%w: %s (%w)", ErrInvalidConfig, C.GoString(&msg[0]), unix.Errno(-cerr))
-	}
 	p := &Pool{}
-	p.loop, p.cfg = loop, d
+	p.cfg = d
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
 		p.rec = newMetricsRecorder()
 	}
-	p.ev = newEvConsumer(loop, p)
-	p.ev.rec = p.rec
-	p.ev.onEvent = d.OnEvent
-	evr := C.tl_loop_evring(loop)
-	p.consSleeping = (*uint32)(unsafe.Pointer(&evr.cons_sleeping))
-	p.wakeSeq = (*uint32)(unsafe.Pointer(&evr.wake_seq))
-	p.wantsSpace = (*uint32)(unsafe.Pointer(&evr.loop_wants_space))
-	cmr := C.tl_loop_cmdring(loop)
-	p.cmdBuf = unsafe.Slice((*byte)(unsafe.Pointer(cmr.buf)), int(cmr.size))
-	p.cmdSize = uint64(cmr.size)
-	p.cmdTail = (*uint64)(unsafe.Pointer(&cmr.tail))
-	p.cmdHead = (*uint64)(unsafe.Pointer(&cmr.head))
-	p.loopSleeping = (*uint32)(unsafe.Pointer(&cmr.loop_sleeping))
-	p.efd = int(cmr.efd)
-	p.spaceSeq = (*uint32)(unsafe.Pointer(&cmr.space_seq))
-	p.prodWaiting = (*uint32)(unsafe.Pointer(&cmr.prod_waiting))
+	p.pub = make([]*C.struct_tl_conn_pub, d.MaxConns)
+	p.shardOf = make([]*shard, d.MaxConns)
+	for i := 0; i < d.Loops; i++ {
+		// Loop i serves slots [MaxConns*i/Loops, MaxConns*(i+1)/Loops).
+		base := uint32(uint64(d.MaxConns) * uint64(i) / uint64(d.Loops))
+		end := uint32(uint64(d.MaxConns) * uint64(i+1) / uint64(d.Loops))
+		cc.max_conns = C.uint32_t(end - base)
+		cc.loop_cpu = -1
+		switch {
+		case i < len(d.LoopCPUs):
+			cc.loop_cpu = C.int32_t(d.LoopCPUs[i])
+		case i == 0 && len(d.LoopCPUs) == 0:
+			cc.loop_cpu = C.int32_t(d.LoopCPU) // -1 unless LoopCPUSet
+		}
+		sh, err := newShard(p, &cc, base, end-base)
+		if err != nil {
+			p.freeShards()
+			return nil, err
+		}
+		p.shards = append(p.shards, sh)
+	}
+	p.passShare = uint64(d.MaxConnPendingEvents)
+	if d.Loops > 1 {
+		p.waitv = make([]futexWaitv, d.Loops)
+		for i, sh := range p.shards {
+			p.waitv[i].uaddr = uint64(uintptr(unsafe.Pointer(sh.wakeSeq)))
+			p.waitv[i].flags = futex2Size32 | futex2Private
+		}
+	}
 	p.txAcc = make([]atomic.Uint64, d.MaxConns)
 	p.txFull = make([]atomic.Uint64, d.MaxConns)
 	p.userClosed = make([]atomic.Uint32, d.MaxConns)
@@ -193,17 +224,59 @@ func newPool(cfg Config) (*Pool, error) {
 	} else {
 		p.maxDirect = -1
 	}
-	p.pub = unsafe.Slice(C.tl_loop_conns(loop), int(d.MaxConns))
-	p.cstats = C.tl_loop_stats(loop)
-	p.free = make([]uint32, 0, d.MaxConns)
-	for i := int(d.MaxConns) - 1; i >= 0; i-- {
-		p.free = append(p.free, uint32(i))
-	}
 	p.gens = make([]uint32, d.MaxConns)
 	p.refs = make([]int32, d.MaxConns)
 	p.quiet = make([]atomic.Uint32, d.MaxConns)
 	p.drained = make(chan struct{})
 	return p, nil
+}
+
+// newShard starts one loop for the global slots [base, base+n) and maps
+// its rings and blocks.
+func newShard(p *Pool, cc *C.struct_tl_config, base, n uint32) (*shard, error) {
+	var cerr C.int
+	var msg [160]C.char
+	loop := C.tl_loop_new(cc, &cerr, &msg[0], C.size_t(len(msg)))
+	if loop == nil {
+		return nil, fmt.Errorf("%w: %s (%w)", ErrInvalidConfig, C.GoString(&msg[0]), unix.Errno(-cerr))
+	}
+	sh := &shard{p: p, loop: loop, base: base, n: n}
+	sh.ev = newEvConsumer(loop, p)
+	sh.ev.base = base
+	sh.ev.rec = p.rec
+	sh.ev.onEvent = p.cfg.OnEvent
+	evr := C.tl_loop_evring(loop)
+	sh.consSleeping = (*uint32)(unsafe.Pointer(&evr.cons_sleeping))
+	sh.wakeSeq = (*uint32)(unsafe.Pointer(&evr.wake_seq))
+	sh.wantsSpace = (*uint32)(unsafe.Pointer(&evr.loop_wants_space))
+	cmr := C.tl_loop_cmdring(loop)
+	sh.cmdBuf = unsafe.Slice((*byte)(unsafe.Pointer(cmr.buf)), int(cmr.size))
+	sh.cmdSize = uint64(cmr.size)
+	sh.cmdTail = (*uint64)(unsafe.Pointer(&cmr.tail))
+	sh.cmdHead = (*uint64)(unsafe.Pointer(&cmr.head))
+	sh.loopSleeping = (*uint32)(unsafe.Pointer(&cmr.loop_sleeping))
+	sh.efd = int(cmr.efd)
+	sh.spaceSeq = (*uint32)(unsafe.Pointer(&cmr.space_seq))
+	sh.prodWaiting = (*uint32)(unsafe.Pointer(&cmr.prod_waiting))
+	sh.cstats = C.tl_loop_stats(loop)
+	pub := unsafe.Slice(C.tl_loop_conns(loop), int(n))
+	sh.free = make([]uint32, 0, n)
+	for i := int(n) - 1; i >= 0; i-- {
+		s := base + uint32(i)
+		p.pub[s] = &pub[i]
+		p.shardOf[s] = sh
+		sh.free = append(sh.free, s)
+	}
+	return sh, nil
+}
+
+// freeShards stops and frees the loops of a Pool that failed to start.
+func (p *Pool) freeShards() {
+	for _, sh := range p.shards {
+		C.tl_loop_stop(sh.loop)
+		C.tl_loop_free(sh.loop)
+	}
+	p.shards = nil
 }
 
 func (p *Pool) close() error {
@@ -217,21 +290,30 @@ func (p *Pool) close() error {
 	if p.inflight.Add(closingBias) == closingBias {
 		p.drainOnce.Do(func() { close(p.drained) })
 	}
-	// A producer asleep waiting for ring room holds sendMu: wake it (it
-	// sees closed and lets go).
-	atomic.AddUint32(p.spaceSeq, 1)
-	futexWake(p.spaceSeq)
 	// Producers see closed and queue nothing more, except the rest of a
 	// direct send's short write (handoff): the loop, finishing its close
 	// handshakes, waits for that rest before its close frame, so the rest
 	// must get in while the loop runs (holding sendMu across the stop
-	// kept it out, and the close waited for CloseTimeout). Once the loop
-	// is gone nothing reads the ring: a rest still waiting for room gives
-	// up (the bump wakes it).
-	C.tl_loop_stop(p.loop)
-	p.loopGone.Store(true)
-	atomic.AddUint32(p.spaceSeq, 1)
-	futexWake(p.spaceSeq)
+	// kept it out, and the close waited for CloseTimeout). Once a loop is
+	// gone nothing reads its ring: a rest still waiting for room there
+	// gives up (the bump wakes it). The loops stop at once, each on its
+	// own goroutine (tl_loop_stop joins a thread that may be finishing
+	// close handshakes for up to CloseTimeout: in turn, N loops would take
+	// N times that).
+	var stops sync.WaitGroup
+	for _, sh := range p.shards {
+		// A producer asleep waiting for ring room holds sendMu: wake it
+		// (it sees closed and lets go).
+		atomic.AddUint32(sh.spaceSeq, 1)
+		futexWake(sh.spaceSeq)
+		stops.Go(func() {
+			C.tl_loop_stop(sh.loop)
+			sh.gone.Store(true)
+			atomic.AddUint32(sh.spaceSeq, 1)
+			futexWake(sh.spaceSeq)
+		})
+	}
+	stops.Wait()
 	// Wake the dialers. The loop is gone, so Go may write the public
 	// blocks: a dialer's slot is marked closed first (its command may
 	// still have been in the ring, and a wake without a change could be
@@ -263,8 +345,10 @@ func (p *Pool) close() error {
 	// Wake a sleeping pumper so it sees closed. A pumper inside a
 	// callback (Close may be called from one) frees the loop on its way
 	// out: Close does not wait for it.
-	atomic.AddUint32(p.wakeSeq, 1)
-	futexWake(p.wakeSeq)
+	for _, sh := range p.shards {
+		atomic.AddUint32(sh.wakeSeq, 1)
+		futexWake(sh.wakeSeq)
+	}
 	p.release()
 	return nil
 }
@@ -277,9 +361,13 @@ func (p *Pool) release() {
 	if p.pumping.CompareAndSwap(0, 2) {
 		p.freeMu.Lock()
 		if !p.freed.Load() {
-			p.final = *p.cstats // the loop thread has exited: plain reads are fine
+			for _, sh := range p.shards {
+				sh.final = *sh.cstats // the loop thread has exited: plain reads are fine
+			}
 			p.freed.Store(true)
-			C.tl_loop_free(p.loop)
+			for _, sh := range p.shards {
+				C.tl_loop_free(sh.loop)
+			}
 		}
 		p.freeMu.Unlock()
 	}
@@ -292,19 +380,26 @@ func (p *Pool) connCount() int {
 	return int(p.nconns.Load())
 }
 
-// loadStats copies the loop's counters: live ones with atomic loads, the
-// final copy once the loop is freed.
+// loadStats sums the loops' counters: live ones with atomic loads, the
+// final copies once the loops are freed. (Every field is a count.)
 func (p *Pool) loadStats() C.struct_tl_pool_stats {
 	p.freeMu.RLock()
 	defer p.freeMu.RUnlock()
-	if p.freed.Load() {
-		return p.final
-	}
 	var out C.struct_tl_pool_stats
-	src := unsafe.Slice((*uint64)(unsafe.Pointer(p.cstats)), unsafe.Sizeof(out)/8)
 	dst := unsafe.Slice((*uint64)(unsafe.Pointer(&out)), unsafe.Sizeof(out)/8)
-	for i := range src {
-		dst[i] = atomic.LoadUint64(&src[i])
+	freed := p.freed.Load()
+	for _, sh := range p.shards {
+		if freed {
+			src := unsafe.Slice((*uint64)(unsafe.Pointer(&sh.final)), len(dst))
+			for i := range src {
+				dst[i] += src[i]
+			}
+			continue
+		}
+		src := unsafe.Slice((*uint64)(unsafe.Pointer(sh.cstats)), len(dst))
+		for i := range src {
+			dst[i] += atomic.LoadUint64(&src[i])
+		}
 	}
 	return out
 }
@@ -347,11 +442,19 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	if p.closed.Load() {
 		return 0, 0, ErrPoolClosed
 	}
-	if len(p.free) == 0 {
+	// The loop with the fewest connections (the first among equals).
+	var sh *shard
+	for _, c := range p.shards {
+		if len(c.free) != 0 && (sh == nil || c.used < sh.used) {
+			sh = c
+		}
+	}
+	if sh == nil {
 		return 0, 0, ErrTooManyConns
 	}
-	s := p.free[len(p.free)-1]
-	p.free = p.free[:len(p.free)-1]
+	s := sh.free[len(sh.free)-1]
+	sh.free = sh.free[:len(sh.free)-1]
+	sh.used++
 	p.gens[s]++
 	if p.gens[s] == 0 {
 		p.gens[s] = 1
@@ -360,14 +463,14 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	p.nconns.Add(1)
 	// The loop is done with this slot (its final event was consumed):
 	// reset what Go reads of it before the dial command goes out.
-	p.pub[s] = C.struct_tl_conn_pub{}
+	*p.pub[s] = C.struct_tl_conn_pub{}
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].gen)), p.gens[s])
 	// A new handle reports StateConnecting at once, before the loop has
 	// taken the dial command (StateIdle means a dead handle).
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].state)), uint32(StateConnecting))
 	// Send admission starts over; sendMu orders it against senders that
 	// still hold the slot's previous Conn (they fail its live check).
-	p.sendMu.Lock()
+	sh.sendMu.Lock()
 	p.txAcc[s].Store(0)
 	p.txFull[s].Store(0)
 	d := &p.direct[s]
@@ -375,7 +478,7 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	d.handoffs.Store(0)
 	d.bytes.Store(0)
 	d.wire.Store(0)
-	p.sendMu.Unlock()
+	sh.sendMu.Unlock()
 	return s, p.gens[s], nil
 }
 
@@ -384,7 +487,9 @@ func (p *Pool) unref(slot uint32) {
 	p.slotMu.Lock()
 	p.refs[slot]--
 	if p.refs[slot] == 0 {
-		p.free = append(p.free, slot)
+		sh := p.shardOf[slot]
+		sh.free = append(sh.free, slot)
+		sh.used--
 	}
 	p.slotMu.Unlock()
 }
@@ -534,7 +639,8 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 	if err != nil {
 		return 0, 0, err
 	}
-	if rc := C.tl_dial_prepare(p.loop, C.uint32_t(slot), &dp); rc != 0 {
+	sh := p.shardOf[slot]
+	if rc := C.tl_dial_prepare(sh.loop, C.uint32_t(slot-sh.base), &dp); rc != 0 {
 		p.nconns.Add(-1)
 		p.unref(slot)
 		return 0, 0, fmt.Errorf("%w: preparing the dial: %w", ErrDial, unix.Errno(-rc))
@@ -584,7 +690,7 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	if err := p.command(cmdDial, 0, 0, slot, gen, nil); err != nil {
 		return Conn{}, err
 	}
-	pb := &p.pub[slot]
+	pb := p.pub[slot]
 	stp := (*uint32)(unsafe.Pointer(&pb.state))
 	var cancelled error
 	// When ctx ends, the dial is aborted unless it opened meanwhile (then
@@ -687,7 +793,7 @@ func (p *Pool) dialMemory() (Conn, error) {
 // connErr builds the error a failed connection reported (a
 // *HandshakeError for a refused upgrade). The caller owns the ended slot.
 func (p *Pool) connErr(slot, gen uint32) error {
-	pb := &p.pub[slot]
+	pb := p.pub[slot]
 	e := int32(atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err))))
 	aux := int32(pb.aux)
 	code := int(pb.code)
@@ -708,7 +814,8 @@ func (p *Pool) handshakeErr(slot, gen uint32, err error) error {
 		return err
 	}
 	buf := make([]byte, C.TL_FAIL_HEAD_MAX)
-	n := C.tl_loop_fail_head(p.loop, C.uint32_t(slot), C.uint32_t(gen), (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	sh := p.shardOf[slot]
+	n := C.tl_loop_fail_head(sh.loop, C.uint32_t(slot-sh.base), C.uint32_t(gen), (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
 	code := 0
 	if errors.Is(ce, ErrBadStatus) {
 		code = ce.Code

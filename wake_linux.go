@@ -33,11 +33,36 @@ func futexWake(addr *uint32) {
 		1<<30, 0, 0, 0)
 }
 
+// futexWaitv is struct futex_waitv (linux/futex.h), one word of a
+// futex_waitv(2) wait (Linux 5.16; the io_uring features the loop needs
+// came later).
+type futexWaitv struct {
+	val      uint64
+	uaddr    uint64
+	flags    uint32
+	reserved uint32
+}
+
+// FUTEX2_SIZE_U32 and FUTEX2_PRIVATE (linux/futex.h).
+const (
+	futex2Size32  = 0x02
+	futex2Private = 128
+)
+
+// futexWaitAny sleeps while every word of w still holds its val, at most
+// d (spurious returns are fine: the caller rechecks).
+func futexWaitAny(w []futexWaitv, d time.Duration) {
+	// The timeout is absolute on CLOCK_MONOTONIC, nanotime's clock.
+	ts := unix.NsecToTimespec(nanotime() + int64(d))
+	unix.Syscall6(unix.SYS_FUTEX_WAITV, uintptr(unsafe.Pointer(&w[0])), uintptr(len(w)), 0,
+		uintptr(unsafe.Pointer(&ts)), uintptr(unix.CLOCK_MONOTONIC), 0)
+}
+
 var one = [8]byte{1, 0, 0, 0, 0, 0, 0, 0}
 
 // wakeLoop writes the loop's eventfd.
-func (p *Pool) wakeLoop() {
-	unix.Write(p.efd, one[:])
+func (sh *shard) wakeLoop() {
+	unix.Write(sh.efd, one[:])
 }
 
 // osYield gives this thread's CPU to another runnable thread, if any

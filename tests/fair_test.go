@@ -17,7 +17,9 @@ import (
 // Receive fairness (Config.MaxConnPendingEvents/Bytes): one event ring
 // carries every connection's messages in arrival order, so a flood must
 // not be able to queue more than its share ahead of another connection's
-// message, nor keep that message out of the ring.
+// message, nor keep that message out of the ring. These tests pin
+// Loops: 1: the holds they check are per loop (a connection alone on its
+// loop is never held); TestLoopsFairAcrossLoops covers several loops.
 
 // defaultConnPendingEvents is Config.MaxConnPendingEvents's documented
 // default.
@@ -63,7 +65,7 @@ func TestFairShareFloodBesideEcho(t *testing.T) {
 
 func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, Config{MaxConnPendingEvents: share}, hangGuard)
+	p := newTestPool(t, Config{MaxConnPendingEvents: share, Loops: 1}, hangGuard)
 	limit := uint64(share)
 	if share == 0 {
 		limit = defaultConnPendingEvents
@@ -168,7 +170,7 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 // its share and is never held.
 func TestFairShareLoneConn(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{MaxConnPendingEvents: 64, EventRingSize: 4096}, hangGuard)
+	p := newTestPool(t, Config{MaxConnPendingEvents: 64, EventRingSize: 4096, Loops: 1}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	f, err := p.Dial(ctx, srv.URL+"/stream?n=100000&size=64", nil)
@@ -210,7 +212,7 @@ func TestFairShareCloseRace(t *testing.T) {
 
 func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, Config{MaxConnPendingEvents: 32, CloseTimeout: 500 * time.Millisecond}, hangGuard)
+	p := newTestPool(t, Config{MaxConnPendingEvents: 32, CloseTimeout: 500 * time.Millisecond, Loops: 1}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
@@ -304,7 +306,7 @@ func TestFairShareBytes(t *testing.T) {
 func fairBytes(t *testing.T, useTLS bool, size int) {
 	const share = 256 << 10
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, Config{MaxConnPendingBytes: share}, hangGuard)
+	p := newTestPool(t, Config{MaxConnPendingBytes: share, Loops: 1}, hangGuard)
 	n := 64
 	ctx, cancel := dialCtx(t)
 	defer cancel()

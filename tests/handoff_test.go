@@ -24,26 +24,40 @@ import (
 // TestHandoffCgoCalls receives 1M messages from a real server and counts
 // the cgo calls the process made meanwhile: fewer than one per 1000
 // messages (the pump reads the ring with atomics; no cgo per message).
+// With Loops 2 and 3, one stream per loop (1M messages in all): draining
+// several event rings and sleeping on all of them adds no cgo call.
 func TestHandoffCgoCalls(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{}, 3*hangGuard)
-	spec := streamSpec{n: scaled(1_000_000), size: 16}
-	c := dial(t, p, srv.URL+spec.path())
-	st := newStreamState(spec)
+	for _, loops := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("loops%d", loops), func(t *testing.T) {
+			p := newTestPool(t, Config{Loops: loops}, 3*hangGuard)
+			spec := streamSpec{n: scaled(1_000_000) / loops, size: 16}
+			sts := map[Conn]*streamState{}
+			for range loops {
+				sts[dial(t, p, srv.URL+spec.path())] = newStreamState(spec)
+			}
+			finals := 0
+			before := runtime.NumCgoCall()
+			pumpUntil(t, p, func(cc Conn, ev Event) {
+				if st := sts[cc]; st != nil {
+					st.on(ev)
+					if st.final != nil && (ev.Kind == EventClose || ev.Kind == EventError) {
+						finals++
+					}
+				}
+			}, func() bool { return finals == loops }, nil)
+			calls := runtime.NumCgoCall() - before
 
-	before := runtime.NumCgoCall()
-	pumpUntil(t, p, func(cc Conn, ev Event) {
-		if cc == c {
-			st.on(ev)
-		}
-	}, func() bool { return st.final != nil }, nil)
-	calls := runtime.NumCgoCall() - before
-
-	st.verify(t, "stream")
-	msgs := int64(st.chk.Count())
-	t.Logf("%d messages, %d cgo calls, stats %+v", msgs, calls, p.Stats())
-	if calls*1000 >= msgs {
-		t.Errorf("%d cgo calls for %d messages: want fewer than 1 per 1000", calls, msgs)
+			var msgs int64
+			for c, st := range sts {
+				st.verify(t, fmt.Sprintf("stream on slot %d", c.Slot()))
+				msgs += int64(st.chk.Count())
+			}
+			t.Logf("%d messages, %d cgo calls, stats %+v", msgs, calls, p.Stats())
+			if calls*1000 >= msgs {
+				t.Errorf("%d cgo calls for %d messages: want fewer than 1 per 1000", calls, msgs)
+			}
+		})
 	}
 }
 
@@ -68,15 +82,26 @@ func memFrames(n int) ([]byte, uint64) {
 }
 
 // TestPumpAllocs: pumping (Inject, then the pump variants dispatching data
-// messages to a callback) allocates nothing per call.
+// messages to a callback) allocates nothing per call; with Loops 2 and 3
+// also while draining one memory connection per loop.
 func TestPumpAllocs(t *testing.T) {
-	const n = 256
-	p := newTestPool(t, Config{}, hangGuard)
-	c, err := p.DialMemory()
-	if err != nil {
-		t.Fatal(err)
+	for _, loops := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("loops%d", loops), func(t *testing.T) { testPumpAllocs(t, loops) })
 	}
-	frames, _ := memFrames(n)
+}
+
+func testPumpAllocs(t *testing.T, loops int) {
+	const n = 256
+	p := newTestPool(t, Config{Loops: loops}, hangGuard)
+	conns := make([]Conn, loops)
+	for i := range conns {
+		var err error
+		if conns[i], err = p.DialMemory(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, _ := memFrames(n / loops)
+	want1 := (n / loops) * loops // messages per run
 	var got int
 	var bytesIn int
 	dataFn := func(_ Conn, _ Opcode, b []byte) { got++; bytesIn += len(b) }
@@ -86,42 +111,41 @@ func TestPumpAllocs(t *testing.T) {
 			bytesIn += len(ev.Payload)
 		}
 	}
-	runs := map[string]func(){
-		"PumpData": func() {
+	inject := func() {
+		for _, c := range conns {
 			if err := c.Inject(frames); err != nil {
 				t.Fatal(err)
 			}
-			for want := got + n; got < want; {
+		}
+	}
+	runs := map[string]func(){
+		"PumpData": func() {
+			inject()
+			for want := got + want1; got < want; {
 				if _, err := p.PumpData(dataFn); err != nil {
 					t.Fatal(err)
 				}
 			}
 		},
 		"Pump": func() {
-			if err := c.Inject(frames); err != nil {
-				t.Fatal(err)
-			}
-			for want := got + n; got < want; {
+			inject()
+			for want := got + want1; got < want; {
 				if _, err := p.Pump(evFn); err != nil {
 					t.Fatal(err)
 				}
 			}
 		},
 		"PumpSpin": func() {
-			if err := c.Inject(frames); err != nil {
-				t.Fatal(err)
-			}
-			for want := got + n; got < want; {
+			inject()
+			for want := got + want1; got < want; {
 				if _, err := p.PumpSpin(1024, dataFn); err != nil {
 					t.Fatal(err)
 				}
 			}
 		},
 		"PumpNowait": func() {
-			if err := c.Inject(frames); err != nil {
-				t.Fatal(err)
-			}
-			for want := got + n; got < want; {
+			inject()
+			for want := got + want1; got < want; {
 				if _, err := p.PumpNowait(dataFn); err != nil {
 					t.Fatal(err)
 				}

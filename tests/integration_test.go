@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	. "github.com/talaris-go/talaris"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -53,6 +54,9 @@ func forEachServerSetup(t *testing.T, setup func(srv *wstest.Server), fn func(t 
 	}
 }
 
+// testLoops is TALARIS_TEST_LOOPS (0, the default, when unset).
+var testLoops, _ = strconv.Atoi(os.Getenv("TALARIS_TEST_LOOPS"))
+
 // scaled returns n, or n/10 under -short.
 func scaled(n int) int {
 	if testing.Short() {
@@ -64,8 +68,14 @@ func scaled(n int) int {
 // newTestPool makes a pool that is closed at the end of the test, and that
 // is closed early by a hang guard (so a blocked Pump returns) if the test
 // runs for more than d.
+//
+// TALARIS_TEST_LOOPS=N gives every such pool that does not set
+// Config.Loops N loop threads: the whole suite then runs sharded.
 func newTestPool(t testing.TB, cfg Config, d time.Duration) *Pool {
 	t.Helper()
+	if cfg.Loops == 0 {
+		cfg.Loops = testLoops
+	}
 	p, err := NewPool(cfg)
 	if err != nil {
 		t.Fatalf("NewPool(%+v): %v", cfg, err)

@@ -415,10 +415,15 @@ func TestPoolCloseRace(t *testing.T) {
 		name, url string
 		opts      *DialOptions
 		rounds    int
-	}{{"ws", plain.URL + "/echo", nil, wsRounds}, {"wss", secure.URL + "/echo", tlsOpts, wssRounds}} {
+		loops     int // Config.Loops: the connections spread over them
+	}{
+		{"ws", plain.URL + "/echo", nil, wsRounds, 1}, {"wss", secure.URL + "/echo", tlsOpts, wssRounds, 1},
+		{"ws-loops3", plain.URL + "/echo", nil, max(wsRounds/4, 20), 3},
+		{"wss-loops2", secure.URL + "/echo", tlsOpts, max(wssRounds/3, 10), 2},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for round := range tc.rounds {
-				closeRaceRound(t, round, tc.url, tc.opts)
+				closeRaceRound(t, round, tc.url, tc.opts, tc.loops)
 				if t.Failed() {
 					return
 				}
@@ -434,8 +439,9 @@ func allowedAfterClose(err error) bool {
 		errors.Is(err, ErrTooManyConns) || errors.Is(err, ErrConnectionLost)
 }
 
-func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions) {
+func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loops int) {
 	cfg := smallPool()
+	cfg.Loops = loops
 	var events atomic.Int64
 	cfg.OnEvent = func(Conn, Event) { events.Add(1) } // PumpData's rounds
 	p, err := NewPool(cfg)

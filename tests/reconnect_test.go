@@ -25,6 +25,7 @@ import (
 	"time"
 
 	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -237,7 +238,8 @@ func (r *rcLog) last(k EventKind) *Event {
 // 1}, with no final event in between, through Pump and through PumpData
 // with Config.OnEvent. Sends in the gap return ErrWouldBlock. ws:// and
 // wss:// (run the package with and without -tags talaris_openssl for the
-// two TLS backends).
+// two TLS backends). The loops2 rows reconnect a handle on the second of
+// two loop threads (a memory connection holds the first).
 func TestReconnectKillRestart(t *testing.T) {
 	for _, tlsOn := range []bool{false, true} {
 		name := "ws"
@@ -249,21 +251,27 @@ func TestReconnectKillRestart(t *testing.T) {
 			if data {
 				pump = "/PumpData+OnEvent"
 			}
-			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data) })
+			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data, 0) })
 		}
+		t.Run(name+"/Pump/loops2", func(t *testing.T) { testKillRestart(t, tlsOn, false, 2) })
 	}
 }
 
-func testKillRestart(t *testing.T, tlsOn, data bool) {
+func testKillRestart(t *testing.T, tlsOn, data bool, loops int) {
 	addr := freePort(t)
 	a := startSrvProc(t, addr, tlsOn)
 	var log rcLog
 	var c Conn
-	cfg := Config{}
+	cfg := Config{Loops: loops}
 	if data {
 		cfg.OnEvent = func(cc Conn, ev Event) { log.fn(c)(cc, ev) }
 	}
 	p := newTestPool(t, cfg, hangGuard)
+	if loops > 1 {
+		if _, err := p.DialMemory(); err != nil { // takes loop 0
+			t.Fatal(err)
+		}
+	}
 	// pumpUntil: Pump with the log's EventFunc, or PumpData counting the
 	// data while OnEvent logs the rest.
 	pumpUntil := func(t *testing.T, p *Pool, fn EventFunc, done func() bool, _ func()) {
@@ -301,6 +309,9 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	c, err = p.Dial(ctx, url, opts)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
+	}
+	if l := testhook.ConnLoop(p, c.Slot()); loops > 1 && l != 1 {
+		t.Fatalf("the handle is on loop %d, want 1", l)
 	}
 	// Subscribe goes first, then what the application sends.
 	if err := c.SendText([]byte("app-1")); err != nil {
@@ -410,8 +421,8 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if log.final.Kind != EventClose || log.final.Code != CloseNormal {
 		t.Errorf("final event %+v, want EventClose 1000", *log.final)
 	}
-	if log.others != 0 {
-		t.Errorf("%d events for other handles", log.others)
+	if wantOthers := min(loops/2, 1); log.others != wantOthers { // (the memory connection's EventOpen)
+		t.Errorf("%d events for other handles, want %d", log.others, wantOthers)
 	}
 	b.mu.Lock()
 	for _, l := range b.lines {

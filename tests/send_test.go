@@ -17,6 +17,7 @@ import (
 	"time"
 
 	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -556,12 +557,19 @@ func runConcurrentSendersCheck(t *testing.T, senders int, cfg Config, send func(
 // connection of the same Pool: the healthy one's echo round trips go on
 // (p99 logged; asserted only under a generous 50 ms), a new Dial and the
 // healthy Close complete, and the stuck one's Close ends it within
-// CloseTimeout, returning its waiting sender ErrClosed.
+// CloseTimeout, returning its waiting sender ErrClosed. With Loops 2 the
+// stuck connection and the healthy one live on different loop threads.
 func TestSendStuckBesideHealthy(t *testing.T) {
+	for _, loops := range []int{1, 2} {
+		t.Run(fmt.Sprintf("loops%d", loops), func(t *testing.T) { testSendStuckBesideHealthy(t, loops) })
+	}
+}
+
+func testSendStuckBesideHealthy(t *testing.T, loops int) {
 	const closeTimeout = time.Second
 	stuckSrv := newSink(t, false, false, 0)
 	echo := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout}, hangGuard)
+	p := newTestPool(t, Config{MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout, Loops: loops}, hangGuard)
 	stuck := dialSink(t, p, stuckSrv)
 	next := 0
 	saturate(t, stuck, &next, 16<<10)
@@ -573,6 +581,9 @@ func TestSendStuckBesideHealthy(t *testing.T) {
 		waiter <- stuck.SendContext(ctx, OpBinary, seqMsg(make([]byte, 1<<20), next))
 	}()
 	healthy := dial(t, p, echo.URL+"/echo")
+	if ls, lh := testhook.ConnLoop(p, stuck.Slot()), testhook.ConnLoop(p, healthy.Slot()); loops > 1 && ls == lh {
+		t.Fatalf("stuck and healthy connections both on loop %d of %d: a dial picks the least loaded loop", ls, loops)
+	}
 
 	rounds := 1000
 	if testing.Short() || raceEnabled {

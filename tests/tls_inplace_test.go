@@ -352,7 +352,9 @@ func TestTLSInPlaceCutMidFrame(t *testing.T) {
 func TestTLSInPlaceFloodSlowPump(t *testing.T) {
 	s := ipStream{msgs: uniform(scaled(100_000), 256, 1), chunk: 16000}
 	url := ipServer(t, s, 0)
-	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14}, 3*hangGuard)
+	// Loops 1: the slots are per loop (two loops would have 8 each for
+	// two connections, and never run out).
+	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1}, 3*hangGuard)
 	rs := runInPlace(t, p, url, 4, s, func() { time.Sleep(time.Millisecond) })
 	expectClean(t, rs, s)
 	st := p.Stats()

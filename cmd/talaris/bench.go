@@ -56,18 +56,23 @@ type Result struct {
 	Note         string       `json:"note,omitempty"`
 	Err          string       `json:"error,omitempty"`
 	// Per-thread CPU over the measured interval (ingress; talaris and the
-	// Rust crate): the C loop thread, the pumping thread and the rest of the
-	// process. SameThread: one thread is both (the Rust crate's pool).
-	LoopCPUSecs  float64   `json:"loop_cpu_s,omitempty"`
-	PumpCPUSecs  float64   `json:"pump_cpu_s,omitempty"`
-	OtherCPUSecs float64   `json:"other_cpu_s,omitempty"`
-	SameThread   bool      `json:"same_thread,omitempty"`
-	Threads      []taskCPU `json:"threads,omitempty"`
-	LoopPerM     float64   `json:"loop_cpu_s_per_mframes,omitempty"`
-	PumpPerM     float64   `json:"pump_cpu_s_per_mframes,omitempty"`
+	// Rust crate): the C loop threads (LoopCPUSecs their sum, LoopMaxCPUSecs
+	// the busiest one of LoopThreads), the pumping thread and the rest of
+	// the process. SameThread: one thread is both (the Rust crate's pool).
+	LoopCPUSecs    float64   `json:"loop_cpu_s,omitempty"`
+	LoopMaxCPUSecs float64   `json:"loop_max_cpu_s,omitempty"`
+	LoopThreads    int       `json:"loop_threads,omitempty"`
+	PumpCPUSecs    float64   `json:"pump_cpu_s,omitempty"`
+	OtherCPUSecs   float64   `json:"other_cpu_s,omitempty"`
+	SameThread     bool      `json:"same_thread,omitempty"`
+	Threads        []taskCPU `json:"threads,omitempty"`
+	LoopPerM       float64   `json:"loop_cpu_s_per_mframes,omitempty"`
+	LoopMaxPerM    float64   `json:"loop_max_cpu_s_per_mframes,omitempty"`
+	PumpPerM       float64   `json:"pump_cpu_s_per_mframes,omitempty"`
 	// CeilingFPS is the projected dedicated-core ceiling: 1 / the busiest
 	// thread's CPU per frame (what the client could receive if that thread
-	// had a core to itself and the others kept up).
+	// had a core to itself and the others kept up; with several loop
+	// threads, the busiest of them or the pump).
 	CeilingFPS float64 `json:"ceiling_frames_per_s,omitempty"`
 	Crate      string  `json:"crate,omitempty"` // the Rust client: "talaris <version>"
 }
@@ -80,7 +85,8 @@ func (r *Result) finish() {
 			mf := float64(r.Frames) / 1e6
 			r.CPUPerM = r.CPUSecs / mf
 			r.LoopPerM, r.PumpPerM = r.LoopCPUSecs/mf, r.PumpCPUSecs/mf
-			if busiest := max(r.LoopPerM, r.PumpPerM); busiest > 0 {
+			r.LoopMaxPerM = r.LoopMaxCPUSecs / mf
+			if busiest := max(r.LoopMaxPerM, r.PumpPerM); busiest > 0 {
 				r.CeilingFPS = 1e6 / busiest
 			}
 		}
@@ -126,6 +132,7 @@ type talVariant struct {
 	evRing     uint32        // Config.EventRingSize (0: the default)
 	connEvents uint32        // Config.MaxConnPendingEvents (0: the default)
 	noDirect   bool          // Config.NoDirectSend
+	loops      int           // Config.Loops (0: the default)
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -166,6 +173,11 @@ var talVariants = []talVariant{
 	// The default with every send going through the loop (issue 9 item 4:
 	// what the direct send path buys).
 	{name: "nodirect", noDirect: true},
+	// The default with its connections sharded over 2, 3 or 4 loop
+	// threads (Config.Loops; issue 13 item 3).
+	{name: "loops2", loops: 2},
+	{name: "loops3", loops: 3},
+	{name: "loops4", loops: 4},
 }
 
 // variantNames lists the variants for --help.
@@ -392,7 +404,7 @@ func summaryOf(r *Result) string {
 	case "ingress":
 		s := fmt.Sprintf("%7.3f M/s %8.1f MB/s %6.3f CPU-s/M", r.FramesPerSec/1e6, r.MBPerSec, r.CPUPerM)
 		if r.CeilingFPS > 0 {
-			s += fmt.Sprintf(" | loop %s pump %s other %.3f CPU-s/M, ceiling %.2f M/s", fmtF(r.LoopPerM, 3), pumpCell(*r),
+			s += fmt.Sprintf(" | loop %s pump %s other %.3f CPU-s/M, ceiling %.2f M/s", loopCell(*r), pumpCell(*r),
 				r.OtherCPUSecs/(float64(r.Frames)/1e6), r.CeilingFPS/1e6)
 		}
 		return s
@@ -846,7 +858,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect}
+		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, Loops: v.loops}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}

@@ -72,6 +72,7 @@ func (b *bench) markdownTables() string {
 		fmt.Fprintf(&s, "### ingress: loopback flood, feed server in another process, %v per run after %v warm-up\n\n", b.dur, b.warm)
 		s.WriteString("CPU columns are CPU seconds per million frames (= microseconds per thousand frames): the whole client process, " +
 			"then its threads over the same interval (talaris: the C loop thread `talaris-loop` and the goroutine's thread pumping it; " +
+			"with N loop threads, their sum and, after it, N and the busiest one's; " +
 			"the Rust crate: its one pool thread is both). Ceiling = 1 / the busiest thread's CPU per frame: the rate if that thread " +
 			"had a core of its own and the others kept up (a spinning thread counts its spin too).\n\n")
 		s.WriteString("| transport | frame | conns | client | frames/s | MB/s | CPU s / M frames | loop thread | pump thread | ceiling frames/s | % of floor |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -81,7 +82,7 @@ func (b *bench) markdownTables() string {
 				continue
 			}
 			fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | %.1f | %s | %s | %s | %s | %s |\n", r.Transport, r.Size, r.Conns, r.Client,
-				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 3), fmtF(r.LoopPerM, 3), pumpCell(r), fmtRate(r.CeilingFPS), fmtF(r.FloorPct, 0))
+				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 3), loopCell(r), pumpCell(r), fmtRate(r.CeilingFPS), fmtF(r.FloorPct, 0))
 		}
 		s.WriteString("\n")
 	}
@@ -125,6 +126,15 @@ func (b *bench) markdownTables() string {
 // pumpCell is the pump thread's CPU per frame, "= loop" when one thread is
 // both (the Rust crate), "-" when not measured (Go peers: goroutines move
 // between threads).
+// loopCell is the loop thread column: its CPU per frame, or with several
+// loop threads their sum, their number and the busiest one's.
+func loopCell(r Result) string {
+	if r.LoopThreads > 1 {
+		return fmt.Sprintf("%s (%d, busiest %s)", fmtF(r.LoopPerM, 3), r.LoopThreads, fmtF(r.LoopMaxPerM, 3))
+	}
+	return fmtF(r.LoopPerM, 3)
+}
+
 func pumpCell(r Result) string {
 	if r.SameThread {
 		return "= loop"

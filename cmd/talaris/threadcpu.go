@@ -94,21 +94,29 @@ func tasksDelta(before, after []taskCPU) []taskCPU {
 	return out
 }
 
-// threadSplit attributes an interval's per-thread CPU to the loop thread,
-// the pump thread and the rest, and fills r's per-thread fields. The loop is
-// the busiest thread named talaris-loop (a pool leaked by an earlier run
-// would be another); the pump is pumpTid, or the busiest remaining thread
-// when pumpTid is 0; for a single-threaded client (the Rust crate, whose
-// pool thread is both) loop and pump are the same thread (sameThread).
+// threadSplit attributes an interval's per-thread CPU to the loop threads,
+// the pump thread and the rest, and fills r's per-thread fields. The loop
+// threads are every thread named talaris-loop (Config.Loops of them; a
+// closed pool's threads have exited): LoopCPUSecs is their sum and
+// LoopMaxCPUSecs the busiest one's, which is what bounds throughput. The
+// pump is pumpTid, or the busiest remaining thread when pumpTid is 0; for a
+// single-threaded client (the Rust crate, whose pool thread is both) loop
+// and pump are the same thread (sameThread).
 func threadSplit(r *Result, ts []taskCPU, pumpTid int, sameThread bool) {
-	loop, pump := -1, -1
+	isLoop := make([]bool, len(ts))
+	nloop, busiest := 0, -1
 	for i, t := range ts {
-		if t.Name == loopThreadName && (loop < 0 || t.CPU > ts[loop].CPU) {
-			loop = i
+		if t.Name == loopThreadName && !sameThread {
+			isLoop[i] = true
+			nloop++
+			if busiest < 0 || t.CPU > ts[busiest].CPU {
+				busiest = i
+			}
 		}
 	}
+	pump := -1
 	for i, t := range ts {
-		if i == loop {
+		if isLoop[i] {
 			continue
 		}
 		if pumpTid != 0 {
@@ -119,20 +127,23 @@ func threadSplit(r *Result, ts []taskCPU, pumpTid int, sameThread bool) {
 			pump = i
 		}
 	}
-	if sameThread {
-		loop = pump
+	if sameThread && pump >= 0 {
+		isLoop[pump], nloop, busiest = true, 1, pump
 	}
-	if loop < 0 && pump < 0 {
+	if nloop == 0 && pump < 0 {
 		return
 	}
-	other := 0.0
+	other, loops := 0.0, 0.0
 	for i, t := range ts {
-		if i != loop && i != pump {
+		switch {
+		case isLoop[i]:
+			loops += t.CPU
+		case i != pump:
 			other += t.CPU
 		}
 	}
-	if loop >= 0 {
-		r.LoopCPUSecs = ts[loop].CPU
+	if busiest >= 0 {
+		r.LoopCPUSecs, r.LoopMaxCPUSecs, r.LoopThreads = loops, ts[busiest].CPU, nloop
 	}
 	if pump >= 0 {
 		r.PumpCPUSecs = ts[pump].CPU

@@ -113,22 +113,27 @@ func TestLoopThreadFound(t *testing.T) {
 	}
 }
 
-// TestThreadSplit: the attribution rules on a snapshot. The loop is the
-// busiest talaris-loop thread, the pump the given tid (else the busiest
-// other), and a single-threaded client's one thread is both.
+// TestThreadSplit: the attribution rules on a snapshot. The loop threads
+// are the talaris-loop ones (summed; the busiest bounds the ceiling), the
+// pump the given tid (else the busiest other), and a single-threaded
+// client's one thread is both.
 func TestThreadSplit(t *testing.T) {
-	ts := []taskCPU{{1, "talaris", 0.05}, {2, loopThreadName, 0.40}, {3, "talaris", 0.30}, {4, loopThreadName, 0.01}, {5, "talaris", 0.02}}
-	var r Result
+	ts := []taskCPU{{1, "talaris", 0.05}, {2, loopThreadName, 0.40}, {3, "talaris", 0.30}, {4, loopThreadName, 0.10}, {5, "talaris", 0.02}}
+	r := Result{Workload: "ingress", Frames: 1_000_000, Secs: 1, CPUSecs: 0.87}
 	threadSplit(&r, ts, 5, false)
-	if r.LoopCPUSecs != 0.40 || r.PumpCPUSecs != 0.02 || r.SameThread {
+	r.finish()
+	if r.LoopCPUSecs != 0.50 || r.LoopMaxCPUSecs != 0.40 || r.LoopThreads != 2 || r.PumpCPUSecs != 0.02 || r.SameThread {
 		t.Fatalf("with pump tid: %+v", r)
 	}
-	if got := r.LoopCPUSecs + r.PumpCPUSecs + r.OtherCPUSecs; got < 0.7799 || got > 0.7801 {
-		t.Fatalf("split sums to %v, want 0.78", got)
+	if got := r.LoopCPUSecs + r.PumpCPUSecs + r.OtherCPUSecs; got < 0.8699 || got > 0.8701 {
+		t.Fatalf("split sums to %v, want 0.87", got)
+	}
+	if r.CeilingFPS != 2.5e6 || loopCell(r) != "0.500 (2, busiest 0.400)" {
+		t.Fatalf("two loops: ceiling %v from the busiest loop, cell %q", r.CeilingFPS, loopCell(r))
 	}
 	r = Result{}
 	threadSplit(&r, ts, 0, false)
-	if r.LoopCPUSecs != 0.40 || r.PumpCPUSecs != 0.30 {
+	if r.LoopMaxCPUSecs != 0.40 || r.PumpCPUSecs != 0.30 {
 		t.Fatalf("busiest other as pump: %+v", r)
 	}
 	r = Result{Workload: "ingress", Frames: 2_000_000, Secs: 1, CPUSecs: 0.5}

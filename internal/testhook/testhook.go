@@ -22,3 +22,8 @@ const (
 // the callback that got b. One cgo call: tests only. Package talaris sets
 // it (linux and cgo only; nil elsewhere).
 var PayloadOrigin func(pool any, b []byte) int
+
+// ConnLoop returns the index of the loop thread (Config.Loops) that serves
+// connection slot slot of *talaris.Pool pool. Package talaris sets it
+// (linux and cgo only; nil elsewhere).
+var ConnLoop func(pool any, slot int) int
