@@ -91,25 +91,15 @@ int tl_evq_append_slow(struct tl_evq *q, struct tl_evmeta m, const uint8_t *p, s
  * are exact from then on. */
 void tl_evq_set_counting(struct tl_evq *q, int on);
 
-/* tl_evq_owner_over_slow is tl_evq_owner_over's path once the counts say
- * the owner is at its limit: it reads Go's head (tl_evq_refresh) and
- * decides again. Not for direct use. */
-int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes);
-
 /* tl_evq_owner_over says whether slot's next event, with an n-byte
- * payload, would pass its share of the ring (counting must be on): slot already has max_events
- * events pending (appended, not yet passed by Go), or has payload bytes
- * pending and those plus n pass max_bytes (a message of any size fits when
- * none of its owner's bytes are pending). Returns 1 (hold it back until Go
- * passes some) or 0. Inline: one compare pair per message while
- * under the limit; the head is read only at the limit. */
-static inline __attribute__((always_inline)) int tl_evq_owner_over(struct tl_evq *q, uint32_t slot, size_t n,
-								    uint32_t max_events, uint64_t max_bytes)
-{
-	if (__builtin_expect(q->own_events[slot] < max_events && q->own_bytes[slot] + n <= max_bytes, 1))
-		return 0;
-	return tl_evq_owner_over_slow(q, slot, n, max_events, max_bytes);
-}
+ * payload, would pass its share of the ring (counting must be on): slot
+ * has max_events events pending (appended, not yet passed by Go), or has
+ * payload bytes pending and those plus n pass max_bytes (a message of any
+ * size fits when none of its owner's bytes are pending). It reads Go's
+ * head first (tl_evq_refresh), so the counts are exact; the caller
+ * compares the cached counts inline (they only overstate) and calls it at
+ * the limit. Returns 1 (hold it back until Go passes some) or 0. */
+int tl_evq_owner_over(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes);
 
 /* tl_evq_head_moved reports (seq_cst, for the sleep handshake) whether Go
  * released events since the last tl_evq_refresh. */
