@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xfcf8b30437b78e1f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x73318ee5acdf3417
 import "C"
 
-const csrcHash = "fcf8b30437b78e1f"
+const csrcHash = "73318ee5acdf3417"

@@ -574,7 +574,12 @@ static __attribute__((noinline)) int conn_held_slow(struct tl_loop *l, struct tl
 		c->fair_light = 0;
 		c->fair_heavy = l->fair_epoch;
 	} else if (!fair_pressed(l)) {
-		/* (the cached head only overstates the pressure) */
+		/* (the cached head only overstates the pressure) Not looked at
+		 * again for a quarter share of events: a flood past its share
+		 * with nobody to protect would otherwise take this call per
+		 * message. A light connection or pressure arriving meanwhile
+		 * finds c held that many events late at most. */
+		c->fair_skip = q->tail + (me / 4 ? me / 4 : 1);
 		return 0;
 	} else if (!tl_evq_owner_over(q, c->slot, n, me, mb)) {
 		return 0;
@@ -611,7 +616,8 @@ int tl_conn_fair_still_held(const struct tl_loop *l, const struct tl_conn *c)
  * the whole ring: loop and pump then overlap instead of taking turns),
  * nor while the pool shuts down (events that do not fit are dropped then,
  * see ring_full). Returns 1 (hold) or 0. Inline: two compares per message
- * under the limit (on the cached counts: they only overstate). */
+ * under the limit (on the cached counts: they only overstate), a third
+ * past it while the flood has nobody to protect. */
 static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, struct tl_conn *c, size_t n)
 {
 	struct tl_evq *q = &l->evq;
@@ -622,6 +628,8 @@ static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, st
 						     q->own_bytes[c->slot] + n <= l->cfg.conn_max_bytes,
 					     1))
 		return 0;
+	if (q->tail < c->fair_skip)
+		return 0; /* heavy with nobody to protect (conn_held_slow) */
 	return conn_held_slow(l, c, n);
 }
 

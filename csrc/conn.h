@@ -225,6 +225,7 @@ struct tl_conn {
 	 * never): c is heavy in that epoch and the next, else light */
 	uint32_t fair_heavy;
 	uint8_t fair_light;   /* counted in the loop's fair_light at its last recount */
+	uint64_t fair_skip;   /* heavy, nobody to protect: no share check until the ring's tail passes this */
 	/* Set by a transport that can keep its run contiguous (TLS
 	 * plaintext slots) for one tl_conn_feed: a whole data frame of at most
 	 * this many bytes (header included) that is not all in the run yet is
