@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x73318ee5acdf3417
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x7095e3c065a464a0
 import "C"
 
-const csrcHash = "73318ee5acdf3417"
+const csrcHash = "7095e3c065a464a0"
