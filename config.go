@@ -152,7 +152,14 @@ type Config struct {
 	// input (its socket then fills and TCP slows its peer) until the pump
 	// has passed some of them. Nothing is dropped or reordered; another
 	// connection's message waits behind at most this much of each busy
-	// connection. A single message larger than MaxConnPendingBytes is
+	// connection. The share applies only while it protects someone: while
+	// another connection is light (not itself at its share within the
+	// last 5-10 ms, and without a backlog of its own), or while a quarter
+	// of EventRingSize events or of ArenaSize bytes is pending. Floods
+	// alone (every busy connection at its share) are not held below that:
+	// their messages wait behind one another whatever the loop does, and
+	// holding them would only make the loop and the pump take turns.
+	// A single message larger than MaxConnPendingBytes is
 	// delivered when none of the connection's payload bytes are pending.
 	// PoolStats.FairHolds counts the holds. Values at or above
 	// EventRingSize / ArenaSize switch the share off.

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x4ddeb7b7aa34989f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xb26bfd3728f0c348
 import "C"
 
-const csrcHash = "4ddeb7b7aa34989f"
+const csrcHash = "b26bfd3728f0c348"

@@ -539,34 +539,98 @@ static inline __attribute__((always_inline)) int conn_emit_inplace(struct tl_loo
 	return 0;
 }
 
-/* conn_held says whether c must wait before it publishes its next
- * peer-driven event (a data message, a ping or a pong) with an n-byte
- * payload: c already has its share of the event ring pending, appended
- * and not yet passed by the pump (cfg.conn_max_events events, or
- * cfg.conn_max_bytes payload bytes: Config.MaxConnPendingEvents/Bytes).
- * The caller then stops parsing as for a full ring (TL_FEED_STALL: c goes
- * on the stalled list, its recv is paused once it holds its share of
- * slots), and the loop resumes it (run_stalled, fair_still_held) once the pump
- * has passed at least half of its share. So a flood queues at most that
- * much ahead of another connection's message, whatever the ring's size.
- * Never while c is the only connection with a socket (a lone flood keeps
- * the whole ring: loop and pump then overlap instead of taking turns),
- * nor while the pool shuts down (events that do not fit are dropped then,
- * see ring_full). Returns 1 (hold) or 0. Inline: two compares per message
- * under the limit. */
-static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, struct tl_conn *c, size_t n)
+/* fair_pressed says whether a connection at its share must keep to it
+ * now: another connection is light, or the ring is under pressure
+ * (l->fair_press_*, on the head as last read). */
+static inline int fair_pressed(const struct tl_loop *l)
 {
-	/* Counting is off while c is alone (loop.c turns it on from two
-	 * connections with a socket): nobody's message can wait behind it. */
-	if (!l->evq.counting ||
-	    __builtin_expect(!tl_evq_owner_over(&l->evq, c->slot, n, l->cfg.conn_max_events, l->cfg.conn_max_bytes), 1))
+	const struct tl_evq *q = &l->evq;
+	return l->fair_light || q->tail - q->head_cache >= l->fair_press_events ||
+	       q->wpos - q->rpos >= l->fair_press_bytes;
+}
+
+/* conn_held_slow is conn_held once the cached counts (which only
+ * overstate) say c is at its share. Found there exactly, c becomes heavy for
+ * this epoch and the next; it is held only while another connection is
+ * light - one whose next message would otherwise wait behind c's flood -
+ * or while the ring is under pressure (l->fair_press_*: then every
+ * connection keeps to its share, floods among themselves too). Floods
+ * alone go on at the cost of two compares: their messages wait behind one
+ * another whatever the loop does, and holding each at its share only made
+ * loop and pump take turns (docs/ARCHITECTURE.md, "Receive fairness").
+ * Returns 1 (hold) or 0. */
+static __attribute__((noinline)) int conn_held_slow(struct tl_loop *l, struct tl_conn *c, size_t n)
+{
+	struct tl_evq *q = &l->evq;
+	uint32_t me = l->cfg.conn_max_events;
+	uint64_t mb = l->cfg.conn_max_bytes;
+
+	if (c->fair_heavy != l->fair_epoch) {
+		/* First time at its share this epoch: exact counts decide. */
+		if (!tl_evq_owner_over(q, c->slot, n, me, mb))
+			return 0;
+		if (c->fair_light && l->fair_light)
+			l->fair_light--; /* counted light at the last recount */
+		c->fair_light = 0;
+		c->fair_heavy = l->fair_epoch;
+	} else if (!fair_pressed(l)) {
+		/* (the cached head only overstates the pressure) Not looked at
+		 * again for a quarter share of events: a flood past its share
+		 * with nobody to protect would otherwise take this call per
+		 * message. A light connection or pressure arriving meanwhile
+		 * finds c held that many events late at most. */
+		c->fair_skip = q->tail + (me / 4 ? me / 4 : 1);
 		return 0;
-	if (l->shutting_down)
+	} else if (!tl_evq_owner_over(q, c->slot, n, me, mb)) {
+		return 0;
+	}
+	if (!fair_pressed(l) || l->shutting_down)
 		return 0;
 	if (!c->stalled)
 		__atomic_store_n(&l->stats->fair_holds, l->stats->fair_holds + 1, __ATOMIC_RELAXED);
 	c->fair_held = 1;
 	return 1;
+}
+
+int tl_conn_fair_still_held(const struct tl_loop *l, const struct tl_conn *c)
+{
+	if (!c->fair_held || l->shutting_down || !l->evq.counting || !fair_pressed(l))
+		return 0;
+	return l->evq.own_events[c->slot] > l->cfg.conn_max_events / 2 ||
+	       l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2;
+}
+
+/* conn_held says whether c must wait before it publishes its next
+ * peer-driven event (a data message, a ping or a pong) with an n-byte
+ * payload: c already has its share of the event ring pending, appended
+ * and not yet passed by the pump (cfg.conn_max_events events, or
+ * cfg.conn_max_bytes payload bytes: Config.MaxConnPendingEvents/Bytes),
+ * and another connection is light or the ring under pressure
+ * (conn_held_slow). The caller then stops parsing as for a full ring
+ * (TL_FEED_STALL: c goes on the stalled list, its recv is paused once it
+ * holds its share of slots), and the loop resumes it (run_stalled,
+ * tl_conn_fair_still_held) once the pump has passed at least half of its share.
+ * So a flood queues at most that much ahead of a light connection's
+ * message, whatever the ring's size.
+ * Never while c is the only connection with a socket (a lone flood keeps
+ * the whole ring: loop and pump then overlap instead of taking turns),
+ * nor while the pool shuts down (events that do not fit are dropped then,
+ * see ring_full). Returns 1 (hold) or 0. Inline: two compares per message
+ * under the limit (on the cached counts: they only overstate), a third
+ * past it while the flood has nobody to protect. */
+static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, struct tl_conn *c, size_t n)
+{
+	struct tl_evq *q = &l->evq;
+
+	/* Counting is off while c is alone (loop.c turns it on from two
+	 * connections with a socket): nobody's message can wait behind it. */
+	if (!q->counting || __builtin_expect(q->own_events[c->slot] < l->cfg.conn_max_events &&
+						     q->own_bytes[c->slot] + n <= l->cfg.conn_max_bytes,
+					     1))
+		return 0;
+	if (q->tail < c->fair_skip)
+		return 0; /* heavy with nobody to protect (conn_held_slow) */
+	return conn_held_slow(l, c, n);
 }
 
 /* publish_open publishes EventOpen; aux carries the handle's successful

@@ -238,6 +238,11 @@ struct tl_conn {
 	/* receive fairness (conn_held in conn.c): stalled because it had its
 	 * share of the event ring pending, not because the ring was full */
 	uint8_t fair_held;
+	/* the loop's fair_epoch when c was last found at its share (0:
+	 * never): c is heavy in that epoch and the next, else light */
+	uint32_t fair_heavy;
+	uint8_t fair_light;   /* counted in the loop's fair_light at its last recount */
+	uint64_t fair_skip;   /* heavy, nobody to protect: no share check until the ring's tail passes this */
 	/* Set by a transport that can keep its run contiguous (TLS
 	 * plaintext slots) for one tl_conn_feed: a whole data frame of at most
 	 * this many bytes (header included) that is not all in the run yet is
@@ -318,6 +323,15 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
  * open event, a whole message, a control frame) without new input. Returns
  * a TL_FEED_* code. */
 int tl_conn_flush_pending(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_conn_fair_still_held says whether c, held at its share of the event
+ * ring (fair_held), must stay held: while it still has more than half of
+ * its share pending (so each resume parses a good batch rather than a few
+ * events per head movement) and another connection is light or the ring
+ * under pressure (as when it was held). The caller refreshed Go's head.
+ * Never while shutting down or once c is the only connection left with a
+ * socket (counting is off then). Returns 1 (stay) or 0 (resume). */
+int tl_conn_fair_still_held(const struct tl_loop *l, const struct tl_conn *c);
 
 /* tl_conn_feed_stash offers a memory connection's stashed input (what
  * tl_conn_inject could not feed yet) to the parser; consumed (or dropped)

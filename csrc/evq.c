@@ -148,7 +148,7 @@ void tl_evq_set_counting(struct tl_evq *q, int on)
 	q->counting = 1;
 }
 
-int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes)
+int tl_evq_owner_over(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes)
 {
 	tl_evq_refresh(q);
 	if (q->own_events[slot] >= max_events)

@@ -27,8 +27,15 @@ struct tl_evmeta {
 	int32_t err, aux;
 };
 
-/* A batch longer than this is published before it ends, so Go can start. */
-#define TL_EVQ_EARLY_PUBLISH 1024
+/* A batch longer than this is published before it ends, so Go can start.
+ * 4096 rather than 1024: a pump that catches up with a 1024-event batch
+ * sleeps before the next one is ready (the loop takes about 50 us per
+ * 1024 ws events, longer than the pump's SpinTime), and each sleep costs
+ * the loop a futex wake. Measured (docs/ARCHITECTURE.md, "Rings and
+ * wake-ups"): pump sleeps per 1000 messages 0.42-0.66 -> 0.14-0.36 at
+ * 1-64 connections. Only batches this long wait for it: a message at a
+ * low rate is published at the end of its completion batch as before. */
+#define TL_EVQ_EARLY_PUBLISH 4096
 
 struct tl_evq {
 	struct tl_evring *r;     /* shared with Go */
@@ -91,25 +98,15 @@ int tl_evq_append_slow(struct tl_evq *q, struct tl_evmeta m, const uint8_t *p, s
  * are exact from then on. */
 void tl_evq_set_counting(struct tl_evq *q, int on);
 
-/* tl_evq_owner_over_slow is tl_evq_owner_over's path once the counts say
- * the owner is at its limit: it reads Go's head (tl_evq_refresh) and
- * decides again. Not for direct use. */
-int tl_evq_owner_over_slow(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes);
-
 /* tl_evq_owner_over says whether slot's next event, with an n-byte
- * payload, would pass its share of the ring (counting must be on): slot already has max_events
- * events pending (appended, not yet passed by Go), or has payload bytes
- * pending and those plus n pass max_bytes (a message of any size fits when
- * none of its owner's bytes are pending). Returns 1 (hold it back until Go
- * passes some) or 0. Inline: one compare pair per message while
- * under the limit; the head is read only at the limit. */
-static inline __attribute__((always_inline)) int tl_evq_owner_over(struct tl_evq *q, uint32_t slot, size_t n,
-								    uint32_t max_events, uint64_t max_bytes)
-{
-	if (__builtin_expect(q->own_events[slot] < max_events && q->own_bytes[slot] + n <= max_bytes, 1))
-		return 0;
-	return tl_evq_owner_over_slow(q, slot, n, max_events, max_bytes);
-}
+ * payload, would pass its share of the ring (counting must be on): slot
+ * has max_events events pending (appended, not yet passed by Go), or has
+ * payload bytes pending and those plus n pass max_bytes (a message of any
+ * size fits when none of its owner's bytes are pending). It reads Go's
+ * head first (tl_evq_refresh), so the counts are exact; the caller
+ * compares the cached counts inline (they only overstate) and calls it at
+ * the limit. Returns 1 (hold it back until Go passes some) or 0. */
+int tl_evq_owner_over(struct tl_evq *q, uint32_t slot, size_t n, uint32_t max_events, uint64_t max_bytes);
 
 /* tl_evq_head_moved reports (seq_cst, for the sleep handshake) whether Go
  * released events since the last tl_evq_refresh. */

@@ -25,6 +25,11 @@
 
 #define TL_CQE_BATCH 256
 #define TL_SWEEP_NS 20000000ull
+/* Receive fairness: how long a connection found at its share stays heavy
+ * (struct tl_loop, fair_epoch): long enough that floods keep each other
+ * heavy between two looks, short enough that one that went quiet soon
+ * counts as light (protected) again. */
+#define TL_FAIR_EPOCH_NS 5000000ull
 
 #define STAT_ADD(l, f, n) __atomic_store_n(&(l)->stats->f, (l)->stats->f + (n), __ATOMIC_RELAXED)
 #define PUB_ADD(p, f, n) __atomic_store_n(&(p)->f, (p)->f + (n), __ATOMIC_RELAXED)
@@ -219,19 +224,45 @@ static void release_deferred(struct tl_loop *l)
 	tl_slots_release_deferred(&l->slots, l->evq.head_cache);
 }
 
-/* fair_still_held says whether c, held at its share of the event ring
- * (conn_held in conn.c), should stay held: until the pump has passed at least
- * half of its share, so each resume parses a good batch rather than a few
- * events per head movement (every head movement runs run_stalled). The
- * caller refreshed the head. Not while shutting down, nor once c is the
- * only connection left with a socket (conn_held's exceptions: counting
- * is off then). */
-static int fair_still_held(struct tl_loop *l, const struct tl_conn *c)
+/* fair_tick keeps l->fair_light (the connections with a socket that are
+ * light, see conn_held_slow in conn.c) up to date: recounted when an
+ * epoch ends or a connection comes or goes, decremented by conn.c when
+ * one turns heavy. One clock read per iteration while counting is on; the
+ * scan runs once per epoch. Held connections are looked at again when none
+ * is light any more (they may go on). */
+static void fair_tick(struct tl_loop *l)
 {
-	if (!c->fair_held || l->shutting_down || !l->evq.counting)
-		return 0;
-	return l->evq.own_events[c->slot] > l->cfg.conn_max_events / 2 ||
-	       l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2;
+	uint32_t seen = l->live - l->rc_waits, light = 0, sparse;
+	uint64_t now = tl_timer_now_ns();
+
+	if (now < l->fair_epoch_ns && seen == l->fair_seen)
+		return;
+	if (now >= l->fair_epoch_ns) {
+		l->fair_epoch++;
+		l->fair_epoch_ns = now + TL_FAIR_EPOCH_NS;
+	}
+	l->fair_seen = seen;
+	/* A light connection has few events pending now (a quarter of its
+	 * share): with the pump behind by many events per connection, every
+	 * one of them is part of the backlog, none waits alone behind it. */
+	tl_evq_refresh(&l->evq);
+	sparse = l->cfg.conn_max_events / 4;
+	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
+		struct tl_conn *c = &l->conns[i];
+		c->fair_light = 0;
+		/* A connection with input of its own waiting (stalled, held,
+		 * its recv paused or starved of slots) is not light: it is a
+		 * flood the loop holds back, not a message about to arrive. */
+		if (c->state != TL_ST_IDLE && !c->dying && !c->rc_wait && c->fd >= 0 &&
+		    c->fair_heavy + 1 < l->fair_epoch && !c->stalled && c->rx != TL_RX_WANT &&
+		    c->rx != TL_RX_PAUSING && c->rx != TL_RX_PAUSED && l->evq.own_events[c->slot] < sparse) {
+			c->fair_light = 1;
+			light++;
+		}
+	}
+	l->fair_light = light;
+	if (!light && l->stalled)
+		l->stall_kick = 1;
 }
 
 /* run_stalled resumes the stalled connections that can go on. Returns how
@@ -263,7 +294,7 @@ static int run_stalled(struct tl_loop *l)
 		 * reconnect: it has no socket). */
 		if (c->dying || c->state == TL_ST_IDLE || c->rc_wait)
 			continue;
-		if (fair_still_held(l, c)) {
+		if (tl_conn_fair_still_held(l, c)) {
 			c->stalled = 1;
 			c->on_stall_list = 1;
 			c->stall_next = l->stalled;
@@ -536,6 +567,8 @@ static void loop_run(struct tl_loop *l)
 		 * costs nothing per event (tl_evq_set_counting). */
 		if ((l->live - l->rc_waits > 1) != l->evq.counting)
 			tl_evq_set_counting(&l->evq, l->live - l->rc_waits > 1);
+		if (l->evq.counting)
+			fair_tick(l);
 		if (__atomic_load_n(&l->stop_req, __ATOMIC_ACQUIRE))
 			l->shutting_down = 1;
 		if (l->shutting_down && !l->stop_done) {
@@ -718,6 +751,11 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 		l->cfg.conn_max_events = UINT32_MAX;
 	if (!l->cfg.conn_max_bytes)
 		l->cfg.conn_max_bytes = UINT64_MAX;
+	/* A quarter of the ring (or arena) pending: every share applies,
+	 * floods among themselves too (conn.c, fair_pressed). */
+	l->fair_epoch = 2;
+	l->fair_press_events = cfg->event_ring_size / 4;
+	l->fair_press_bytes = cfg->arena_size / 4;
 	l->sample_left = cfg->sample_every;
 	l->efd = -1;
 	pthread_mutex_init(&l->mu, NULL);

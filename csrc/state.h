@@ -75,6 +75,21 @@ struct tl_loop {
 	uint32_t tx_retry;
 	/* tx.c: direct sends (tl_conn_pub.tx_own) */
 	uint32_t tx_deferred;     /* connections with tx_defer set */
+	/* Receive fairness (conn_held in conn.c, fair_tick in loop.c): a
+	 * connection at its share of the event ring is held only while
+	 * another connection is light (not itself at its share in this or
+	 * the previous epoch of TL_FAIR_EPOCH_NS: its next message would wait
+	 * behind the flood), or while the ring is under pressure (a quarter
+	 * of its events or of the arena pending). Floods alone, each at its
+	 * share, are not held: their messages wait behind one another
+	 * whatever the loop does, and holding them only made loop and pump
+	 * take turns. */
+	uint32_t fair_epoch;      /* current epoch (starts at 2: tl_conn.fair_heavy 0 is light) */
+	uint32_t fair_light;      /* connections with a socket that are light (recounted each epoch) */
+	uint32_t fair_seen;       /* live - rc_waits at the last recount */
+	uint64_t fair_epoch_ns;   /* when the current epoch ends */
+	uint64_t fair_press_events; /* pending events from which every share is enforced */
+	uint64_t fair_press_bytes;  /* pending arena bytes from which every share is enforced */
 };
 
 /* Timers. A connection has one field per kind of timer, each an absolute

@@ -71,20 +71,7 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 		limit = defaultConnPendingEvents
 	}
 	n := scaled(200000)
-	ctx, cancel := dialCtx(t)
-	defer cancel()
-	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	floods := make([]Conn, 2)
-	chk := map[Conn]*wstest.Checker{}
-	for i := range floods {
-		if floods[i], err = p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=64", srv.URL, n), opts); err != nil {
-			t.Fatal(err)
-		}
-		chk[floods[i]] = wstest.NewChecker(64)
-	}
+	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
 	state := func() string {
 		return fmt.Sprintf("echo %+v, floods %+v %+v, pool %+v", o.Stats(), floods[0].Stats(), floods[1].Stats(), p.Stats())
 	}
@@ -100,7 +87,6 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 		}
 	}
 
-	order := make([]byte, 16)
 	var echoes, aheadMax int
 	var ahead int
 	opened := 0
@@ -130,25 +116,7 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 		}
 	}
 	rounds := 8
-	for r := 0; r < rounds; r++ {
-		binary.LittleEndian.PutUint64(order, uint64(r))
-		if err := o.SendBinary(order); err != nil {
-			t.Fatalf("order %d: %v", r, err)
-		}
-		// Not pumping: the echo must reach the ring although both floods
-		// sit at their share (and, if the floods have not ended yet, are
-		// held there).
-		waitFor(t, fmt.Sprintf("echo %d delivered to the ring while nothing is pumped", r),
-			func() bool { return o.Stats().MsgsIn == uint64(r+1) }, state)
-		// Now the events ahead of it are at most the floods' shares. A
-		// slow pump (a pause per batch) keeps the floods at their share.
-		ahead, done = 0, false
-		pumpUntil(t, p, fn, func() bool { return done }, func() { time.Sleep(50 * time.Microsecond) })
-		if ahead > 2*int(limit) {
-			t.Fatalf("round %d: %d flood messages passed before the echo; at most %d (2 shares) may be ahead (%s)",
-				r, ahead, 2*limit, state())
-		}
-	}
+	echoRounds(t, p, o, rounds, fn, &ahead, &done, func(int) int { return 2 * int(limit) }, state)
 	if echoes != rounds || opened != 3 {
 		t.Fatalf("%d echoes of %d orders, %d opens of 3", echoes, rounds, opened)
 	}
@@ -163,6 +131,52 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 		t.Fatalf("no fair holds counted (%s)", state())
 	}
 	t.Logf("most flood messages ahead of an echo: %d (share %d); %s", aheadMax, limit, state())
+}
+
+// dialEchoFloods dials an echo connection, then two that each stream n
+// 64-byte messages, with a checker per flood.
+func dialEchoFloods(t *testing.T, p *Pool, srv *wstest.Server, opts *DialOptions, n int) (Conn, []Conn, map[Conn]*wstest.Checker) {
+	t.Helper()
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floods := make([]Conn, 2)
+	chk := map[Conn]*wstest.Checker{}
+	for i := range floods {
+		if floods[i], err = p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=64", srv.URL, n), opts); err != nil {
+			t.Fatal(err)
+		}
+		chk[floods[i]] = wstest.NewChecker(64)
+	}
+	return o, floods, chk
+}
+
+// echoRounds sends rounds orders on o, one at a time. Each echo must
+// reach the ring while nothing is pumped (the floods being held never
+// stalls it); then a slow pump (a pause per batch, so the floods keep to
+// their share) runs until fn sets *done on the echo, and at most limit(r)
+// flood messages (fn counts them in *ahead) may pass before it.
+func echoRounds(t *testing.T, p *Pool, o Conn, rounds int, fn EventFunc, ahead *int, done *bool,
+	limit func(r int) int, state func() string) {
+	t.Helper()
+	order := make([]byte, 16)
+	for r := 0; r < rounds; r++ {
+		binary.LittleEndian.PutUint64(order, uint64(r))
+		if err := o.SendBinary(order); err != nil {
+			t.Fatalf("order %d: %v", r, err)
+		}
+		waitFor(t, fmt.Sprintf("echo %d delivered to the ring while nothing is pumped", r),
+			func() bool { return o.Stats().MsgsIn == uint64(r+1) }, state)
+		*ahead, *done = 0, false
+		pumpUntil(t, p, fn, func() bool { return *done }, func() { time.Sleep(50 * time.Microsecond) })
+		if *ahead > limit(r) {
+			t.Fatalf("round %d: %d flood messages passed before the echo; at most %d may be ahead (%s)",
+				r, *ahead, limit(r), state())
+		}
+	}
 }
 
 // TestFairShareLoneConn: a connection alone on its pool keeps the whole
@@ -351,4 +365,92 @@ func fairBytes(t *testing.T, useTLS bool, size int) {
 			closed = true
 		}
 	}, func() bool { return echoed && closed }, func() { time.Sleep(50 * time.Microsecond) })
+}
+
+// TestFairShareFloodsAlone: floods are held at their share only while a
+// light connection (one that is not itself flooding) could have a message
+// wait behind them, or while a quarter of the ring is pending. Two floods
+// beside an echo connection stop at their share (nobody pumps); once the
+// echo connection closes they go on, past their shares, up to the pressure
+// bound (EventRingSize/4 events pending) and no further. A new echo
+// connection then has them held at their share again: after the backlog
+// it found, at most two shares pass before each of its echoes. Every flood
+// message arrives, complete and in order.
+func TestFairShareFloodsAlone(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) { fairFloodsAlone(t, useTLS) })
+}
+
+func fairFloodsAlone(t *testing.T, useTLS bool) {
+	const share, ring = 64, 4096
+	const press = ring / 4
+	srv, opts := fairServer(t, useTLS)
+	p := newTestPool(t, Config{MaxConnPendingEvents: share, EventRingSize: ring}, hangGuard)
+	n := scaled(100000)
+	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
+	inRing := func() uint64 { return floods[0].Stats().MsgsIn + floods[1].Stats().MsgsIn }
+	state := func() string {
+		return fmt.Sprintf("floods %+v %+v, pool %+v", floods[0].Stats(), floods[1].Stats(), p.Stats())
+	}
+	waitFor(t, "floods held at their share beside the echo connection", func() bool {
+		return p.Stats().FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
+	}, state)
+	time.Sleep(20 * time.Millisecond)
+	if got := inRing(); got > 2*share {
+		t.Fatalf("%d flood messages in the ring beside a light connection; shares are %d each (%s)", got, share, state())
+	}
+
+	// The echo connection goes: nobody is left to wait behind the floods.
+	if err := o.Close(CloseNormal, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "floods past their shares once alone", func() bool { return inRing() >= 4*share }, state)
+	time.Sleep(30 * time.Millisecond) // several epochs: time to overfill
+	if got := inRing(); got > press+2*share {
+		t.Fatalf("%d flood messages in the ring unpumped; the pressure bound is %d (+ a share each) (%s)", got, press, state())
+	}
+
+	// A light connection comes: the floods keep to their shares again.
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	o2, err := p.Dial(ctx, srv.URL+"/echo", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var echoes, ahead int
+	var done bool
+	closed := map[Conn]bool{}
+	fn := func(c Conn, ev Event) {
+		switch {
+		case c == o2 && ev.Kind == EventBinary:
+			if seq := binary.LittleEndian.Uint64(ev.Payload); int(seq) != echoes {
+				t.Errorf("echo %d carries order %d", echoes, seq)
+			}
+			echoes++
+			done = true
+		case c == o && ev.Kind == EventBinary:
+			t.Errorf("a message on the closed echo connection")
+		case ev.Kind == EventBinary:
+			ahead++
+			if err := chk[c].Check(ev.Payload); err != nil {
+				t.Fatal(err)
+			}
+		case c != o && (ev.Kind == EventClose || ev.Kind == EventError):
+			if c == o2 || ev.Kind != EventClose || chk[c].Count() != n {
+				t.Errorf("%v on conn %d (%v) after %d messages", ev.Kind, c.Slot(), ev.Err, chk[c].Count())
+			}
+			closed[c] = true
+		}
+	}
+	echoRounds(t, p, o2, 6, fn, &ahead, &done, func(r int) int {
+		if r == 0 {
+			return press + 2*share // the backlog the floods built while alone
+		}
+		return 2 * share
+	}, state)
+	pumpUntil(t, p, fn, func() bool { return closed[floods[0]] && closed[floods[1]] }, nil)
+	for _, f := range floods {
+		if chk[f].Count() != n {
+			t.Fatalf("flood got %d of %d messages", chk[f].Count(), n)
+		}
+	}
 }
