@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x85fb6a9dbc0f25c6
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x854a13ae1a66b978
 import "C"
 
-const csrcHash = "85fb6a9dbc0f25c6"
+const csrcHash = "854a13ae1a66b978"
