@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x854a13ae1a66b978
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa5d918d4d7176064
 import "C"
 
-const csrcHash = "854a13ae1a66b978"
+const csrcHash = "a5d918d4d7176064"
