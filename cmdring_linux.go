@@ -54,11 +54,12 @@ func (p *Pool) maxRecord() int {
 // a full ring is momentary: reserve spins
 // briefly, then sleeps on the ring's space_seq futex, which the loop bumps
 // and wakes after a drain while prod_waiting is set (and Close does too).
-// It returns ErrPoolClosed once the pool closes.
-func (p *Pool) reserve(n uint64) (uint64, error) {
+// It returns ErrPoolClosed once the pool closes; a direct send's rest
+// (rest) still goes in until the loop is gone (Pool.close).
+func (p *Pool) reserve(n uint64, rest bool) (uint64, error) {
 	spins := 0
 	for {
-		if p.closed.Load() {
+		if p.refuses(rest) {
 			return 0, ErrPoolClosed
 		}
 		off := p.tail & (p.cmdSize - 1)
@@ -91,7 +92,7 @@ func (p *Pool) reserve(n uint64) (uint64, error) {
 		atomic.StoreUint32(p.prodWaiting, 1)
 		seq := atomic.LoadUint32(p.spaceSeq)
 		p.headCache = atomic.LoadUint64(p.cmdHead)
-		if p.tail+pad+n-p.headCache > p.cmdSize && !p.closed.Load() {
+		if p.tail+pad+n-p.headCache > p.cmdSize && !p.refuses(rest) {
 			futexWait(p.spaceSeq, seq, time.Second) // the timeout is a defence only
 		}
 		atomic.StoreUint32(p.prodWaiting, 0)
@@ -112,11 +113,18 @@ func (p *Pool) kick() {
 	}
 }
 
+// refuses reports whether the ring takes no more records: once the pool
+// closes, except a direct send's rest (rest), which the loop waits for
+// (its close frame goes after it) until the loop is gone.
+func (p *Pool) refuses(rest bool) bool {
+	return p.closed.Load() && (!rest || p.loopGone.Load())
+}
+
 // putRecord appends one record without publishing it. Called with sendMu
 // held.
 func (p *Pool) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte) error {
 	n := cmdHdr + (uint64(len(payload))+15)&^15
-	off, err := p.reserve(n)
+	off, err := p.reserve(n, op == cmdDirect)
 	if err != nil {
 		return err
 	}
@@ -142,7 +150,7 @@ func (p *Pool) command(op, flags uint8, code uint16, slot, gen uint32, payload [
 // admit counts units send units against c's queue (Config.MaxSendQueue)
 // and returns nil when they fit, ErrWouldBlock when they do not, or the
 // reason c takes no sends at all. Called with sendMu held, which
-// serialises txAcc's updates (Close takes it too before it frees pub).
+// serialises txAcc's updates (pub stays mapped while the call is inside enter).
 func (c Conn) admit(units uint64) error {
 	p := c.p
 	if p.closed.Load() {

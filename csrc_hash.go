@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa5d918d4d7176064
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x75bb996d90459071
 import "C"
 
-const csrcHash = "a5d918d4d7176064"
+const csrcHash = "75bb996d90459071"

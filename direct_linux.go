@@ -155,6 +155,10 @@ func (p *Pool) releaseDirect(slot uint32) {
 	}
 }
 
+// testHookHandoff, when a test sets it, runs in handoff between taking
+// HANDOFF and queueing the rest: the window a Pool.Close may fall in.
+var testHookHandoff func()
+
 // handoff passes the unwritten rest of a frame to the loop: tx_own
 // HANDOFF (the loop writes nothing of c's until the rest arrives, and then
 // writes it first), then the rest as TL_CMD_DIRECT with the epoch we held,
@@ -168,6 +172,9 @@ func (c Conn) handoff(rest []byte, held uint32) error {
 		if atomic.CompareAndSwapUint32(w, v, v&^(ownState|ownWant)|ownHandoff) {
 			break
 		}
+	}
+	if testHookHandoff != nil {
+		testHookHandoff()
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()

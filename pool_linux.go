@@ -68,8 +68,11 @@ type pool struct {
 	pumping atomic.Int32
 	closed  atomic.Bool
 	stopped atomic.Bool // tl_loop_stop returned (set by Close)
-	freed   atomic.Bool
-	closeMu sync.Mutex
+	// loopGone: tl_loop_stop returned, nothing reads the command ring any
+	// more (a direct send's rest is queued until then; cmdring_linux.go).
+	loopGone atomic.Bool
+	freed    atomic.Bool
+	closeMu  sync.Mutex
 
 	// Close safety. Every method that reads the loop's shared memory (the
 	// public blocks, the stats, the command ring) runs between enter and
@@ -218,9 +221,17 @@ func (p *Pool) close() error {
 	// sees closed and lets go).
 	atomic.AddUint32(p.spaceSeq, 1)
 	futexWake(p.spaceSeq)
-	p.sendMu.Lock() // no producer may be writing to the ring now
+	// Producers see closed and queue nothing more, except the rest of a
+	// direct send's short write (handoff): the loop, finishing its close
+	// handshakes, waits for that rest before its close frame, so the rest
+	// must get in while the loop runs (holding sendMu across the stop
+	// kept it out, and the close waited for CloseTimeout). Once the loop
+	// is gone nothing reads the ring: a rest still waiting for room gives
+	// up (the bump wakes it).
 	C.tl_loop_stop(p.loop)
-	p.sendMu.Unlock()
+	p.loopGone.Store(true)
+	atomic.AddUint32(p.spaceSeq, 1)
+	futexWake(p.spaceSeq)
 	// Wake the dialers. The loop is gone, so Go may write the public
 	// blocks: a dialer's slot is marked closed first (its command may
 	// still have been in the ring, and a wake without a change could be

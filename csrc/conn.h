@@ -98,6 +98,23 @@ struct tl_outbuf {
 	size_t replies;  /* bytes of the loop's own replies (pongs, close echo) in it */
 };
 
+/* tl_outbuf_reset empties ob once its bytes are gone (written to the
+ * socket, or sealed into TLS records) and its units and replies have been
+ * accounted elsewhere: len, units and replies become 0. A buffer grown past
+ * 1 MiB by a burst gives its memory back (the next reserve grows it again),
+ * so one burst does not pin that memory for the connection's life. */
+static inline void tl_outbuf_reset(struct tl_outbuf *ob)
+{
+	ob->len = 0;
+	ob->units = 0;
+	ob->replies = 0;
+	if (ob->cap > (1u << 20)) {
+		free(ob->p);
+		ob->p = NULL;
+		ob->cap = 0;
+	}
+}
+
 /* tl_sendq is a connection's queue of framed (masked, not yet encrypted)
  * data frames that wait for room in the out buffers: records of a struct
  * tl_sqrec and its frame bytes, 8-byte aligned, consumed from head. Frames

@@ -117,15 +117,8 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 		return;
 	}
 	tl_pub_tx_retire(l, c, ob->units);
-	ob->units = 0;
-	ob->len = 0;
-	ob->replies = 0;
+	tl_outbuf_reset(ob);
 	c->sent_off = 0;
-	if (ob->cap > (1u << 20)) { /* give back memory after a burst */
-		free(ob->p);
-		ob->p = NULL;
-		ob->cap = 0;
-	}
 	if (c->dying) {
 		tl_life_maybe_finish(l, c);
 		return;

@@ -477,14 +477,7 @@ int tl_tls_seal(struct tl_loop *l, struct tl_conn *c)
 	ob = &c->out[c->cur]; /* where the BIO appended the records */
 	ob->units += pt->units;
 	ob->replies += pt->replies;
-	pt->len = 0;
-	pt->units = 0;
-	pt->replies = 0;
-	if (pt->cap > (1u << 20)) { /* give back memory after a burst */
-		free(pt->p);
-		pt->p = NULL;
-		pt->cap = 0;
-	}
+	tl_outbuf_reset(pt);
 	return 0;
 }
 

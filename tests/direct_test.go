@@ -246,21 +246,9 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 				}
 			}
 		})
-		opts := (*DialOptions)(nil)
-		if useTLS {
-			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-			opts = tlsOpts
-		} else {
-			srv.Start(t)
-		}
+		opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
 		p := newTestPool(t, Config{MaxSendQueue: 128 << 10}, hangGuard)
-		ctx, cancel := dialCtx(t)
-		defer cancel()
-		c, err := p.Dial(ctx, srv.URL, opts)
-		if err != nil {
-			t.Fatalf("Dial: %v", err)
-		}
-		bg := startPump(t, p, c)
+		c, bg := dialPumped(t, p, srv.URL, opts)
 		stopPing := make(chan struct{})
 		pingDone := make(chan struct{})
 		go func() {
@@ -462,20 +450,11 @@ func TestDirectSendReconnect(t *testing.T) {
 			}
 		})
 		opts := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
-		if useTLS {
-			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-			opts.TLS = tlsOpts.TLS
-		} else {
-			srv.Start(t)
+		if tlsOn := startWS(t, useTLS, srv.Start, srv.StartTLS); tlsOn != nil {
+			opts.TLS = tlsOn.TLS
 		}
 		p := newTestPool(t, Config{MaxSendQueue: 64 << 10}, hangGuard)
-		ctx, cancel := dialCtx(t)
-		defer cancel()
-		c, err := p.Dial(ctx, srv.URL, opts)
-		if err != nil {
-			t.Fatalf("Dial: %v", err)
-		}
-		bg := startPump(t, p, c)
+		c, bg := dialPumped(t, p, srv.URL, opts)
 		buf := make([]byte, 9000)
 		deadline := time.Now().Add(hangGuard)
 		for i := 0; got2.Load() < 2000; i++ {

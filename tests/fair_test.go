@@ -27,10 +27,8 @@ const defaultConnPendingEvents = 256
 // with the DialOptions that trust it.
 func fairServer(t *testing.T, useTLS bool) (*wstest.Server, *DialOptions) {
 	t.Helper()
-	if useTLS {
-		return wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)), tlsOpts
-	}
-	return wstest.NewGorilla().Start(t), nil
+	srv := wstest.NewGorilla()
+	return srv, startWS(t, useTLS, srv.Start, srv.StartTLS)
 }
 
 // waitFor polls cond (nothing is pumped meanwhile) until it holds; a test

@@ -367,11 +367,14 @@ func testKillRestart(t *testing.T, tlsOn, data bool) {
 	if ev := log.last(EventOpen); ev.Reconnects != 1 {
 		t.Errorf("second EventOpen: Reconnects = %d, want 1", ev.Reconnects)
 	}
-	if err := c.SendText([]byte("app-2")); err != nil {
-		t.Fatalf("SendText after the reconnect: %v", err)
-	}
+	// SendContext's goroutine may wake from the gap after this one sees
+	// the reopen: its send must be in before app-2 for the order checked
+	// below (two goroutines' sends are not ordered otherwise).
 	if err := <-gapSent; err != nil {
 		t.Fatalf("SendContext across the gap: %v", err)
+	}
+	if err := c.SendText([]byte("app-2")); err != nil {
+		t.Fatalf("SendText after the reconnect: %v", err)
 	}
 	_, glines := b.waitLine("MSG 1 after-gap")
 	wantSubs(t, "restarted server", glines, 1)

@@ -94,12 +94,7 @@ func newSink(t *testing.T, useTLS, open bool, rate int) *sink {
 		close(s.gate)
 	}
 	s.srv = wstest.NewRaw(s.handle)
-	if useTLS {
-		s.srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-		s.opts = tlsOpts
-	} else {
-		s.srv.Start(t)
-	}
+	s.opts = startWS(t, useTLS, s.srv.Start, s.srv.StartTLS)
 	s.url = s.srv.URL
 	t.Cleanup(func() { close(s.stop) }) // runs before the server's Close
 	return s
@@ -918,13 +913,7 @@ func TestSendPongFloodBounded(t *testing.T) {
 			}
 			written <- n
 		})
-		opts := (*DialOptions)(nil)
-		if useTLS {
-			srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-			opts = tlsOpts
-		} else {
-			srv.Start(t)
-		}
+		opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
 		p := newTestPool(t, Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
 		ctx, cancel := dialCtx(t)
 		defer cancel()

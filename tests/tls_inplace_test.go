@@ -168,6 +168,14 @@ func (r *ipResult) check(p *Pool, s ipStream, ev Event) {
 	}
 }
 
+// ipServer serves s over TLS (version v only; 0: any) with ALPN http/1.1
+// and returns its wss:// URL.
+func ipServer(t *testing.T, s ipStream, v uint16) string {
+	cfg := serverTLS(t, testCertFile, testKeyFile, v, v)
+	cfg.NextProtos = []string{"http/1.1"}
+	return tlsRawServer(t, cfg, s.serve)
+}
+
 // runInPlace dials url n times on p, pumps until every connection ended
 // (afterBatch runs after each Pump call) and returns the results.
 func runInPlace(t *testing.T, p *Pool, url string, n int, s ipStream, afterBatch func()) []*ipResult {
@@ -250,9 +258,7 @@ func TestTLSInPlace(t *testing.T) {
 		for _, pat := range patterns {
 			t.Run(tls.VersionName(v)+"/"+pat.name, func(t *testing.T) {
 				s := ipStream{msgs: uniform(n, 256, 1), chunk: pat.chunk}
-				cfg := serverTLS(t, testCertFile, testKeyFile, v, v)
-				cfg.NextProtos = []string{"http/1.1"}
-				url := tlsRawServer(t, cfg, s.serve)
+				url := ipServer(t, s, v)
 				p := newTestPool(t, Config{EventRingSize: 4096}, hangGuard)
 				rs := runInPlace(t, p, url, 2, s, nil)
 				expectClean(t, rs, s)
@@ -287,9 +293,7 @@ func TestTLSInPlaceMixed(t *testing.T) {
 	for _, chunk := range []int{0, 5000} {
 		t.Run(fmt.Sprintf("chunk%d", chunk), func(t *testing.T) {
 			s := ipStream{msgs: msgs, chunk: chunk}
-			cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
-			cfg.NextProtos = []string{"http/1.1"}
-			url := tlsRawServer(t, cfg, s.serve)
+			url := ipServer(t, s, 0)
 			p := newTestPool(t, Config{}, hangGuard)
 			rs := runInPlace(t, p, url, 2, s, nil)
 			expectClean(t, rs, s)
@@ -318,9 +322,7 @@ func TestTLSInPlaceCutMidFrame(t *testing.T) {
 	for _, cut := range []int{1, 3, 150} {
 		t.Run(fmt.Sprintf("cut%d", cut), func(t *testing.T) {
 			s := ipStream{msgs: uniform(scaled(5000), 256, 1), chunk: 700, cut: cut}
-			cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
-			cfg.NextProtos = []string{"http/1.1"}
-			url := tlsRawServer(t, cfg, s.serve)
+			url := ipServer(t, s, 0)
 			p := newTestPool(t, Config{}, hangGuard)
 			rs := runInPlace(t, p, url, 2, s, nil)
 			for i, r := range rs {
@@ -349,9 +351,7 @@ func TestTLSInPlaceCutMidFrame(t *testing.T) {
 // a whole 256-byte frame (TestTLSInPlace).
 func TestTLSInPlaceFloodSlowPump(t *testing.T) {
 	s := ipStream{msgs: uniform(scaled(100_000), 256, 1), chunk: 16000}
-	cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
-	cfg.NextProtos = []string{"http/1.1"}
-	url := tlsRawServer(t, cfg, s.serve)
+	url := ipServer(t, s, 0)
 	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14}, 3*hangGuard)
 	rs := runInPlace(t, p, url, 4, s, func() { time.Sleep(time.Millisecond) })
 	expectClean(t, rs, s)
@@ -378,9 +378,7 @@ func TestTLSInPlaceFloodSlowPump(t *testing.T) {
 // read is garbage, and the pump ends with ErrPoolClosed.
 func TestTLSInPlaceCloseRace(t *testing.T) {
 	s := ipStream{msgs: uniform(scaled(200_000), 256, 1), chunk: 16000}
-	cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
-	cfg.NextProtos = []string{"http/1.1"}
-	url := tlsRawServer(t, cfg, s.serve)
+	url := ipServer(t, s, 0)
 	for it := range 6 {
 		t.Run(fmt.Sprint(it), func(t *testing.T) {
 			p := newTestPool(t, Config{}, hangGuard)

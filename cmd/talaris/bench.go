@@ -1215,7 +1215,9 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 		if !recording && now.After(warmEnd) {
 			recording, c0, t0rec = true, cpuSeconds(), now
 		}
-		if now.After(end) {
+		// A round trip straddling the window (a stall under load) would
+		// leave it empty: the window closes only once it holds one.
+		if now.After(end) && (frames > 0 || wl != "rtt") {
 			break
 		}
 		if wl == "latency" {
