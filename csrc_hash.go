@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xb26bfd3728f0c348
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xc938ed729e94c675
 import "C"
 
-const csrcHash = "b26bfd3728f0c348"
+const csrcHash = "c938ed729e94c675"

@@ -203,6 +203,75 @@ static void test_memory_stream(void)
 	tl_loop_free(h.l);
 }
 
+/* Frames around the 7-bit/16-bit length boundary through the parser's
+ * inline header path (parse_hdr in conn.c) and tl_ws_parse_hdr: whole
+ * frames in one command, then the same stream one byte per command (a
+ * header cut after 0x7E, after its first length byte), a non-minimal
+ * 16-bit length, a fragmented message of 16-bit fragments; then the
+ * frames the inline path leaves to tl_ws_parse_hdr must still fail: a
+ * ping in the 16-bit form (1002), RSV1 on a 16-bit frame (1002). */
+static void test_len16(void)
+{
+	static const size_t sizes[] = {0, 125, 126, 127, 255, 256, 1000, 4097, 65535};
+	const int nsz = (int)(sizeof(sizes) / sizeof(sizes[0]));
+	static uint8_t wire[1 << 18], pl[1 << 17], want[1 << 17];
+	struct harness h;
+	struct tl_event ev;
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(want); i++)
+		want[i] = (uint8_t)('a' + i % 26);
+	start(&h, 64);
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t slot = (uint32_t)(1 + pass);
+		push(&h, TL_CMD_DIAL, TL_CMDF_MEMORY, 0, slot, 3, NULL, 0);
+		CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN && ev.slot == slot);
+		n = 0;
+		for (int i = 0; i < nsz; i++)
+			n += frame(wire + n, 1, i % 2 ? TL_OP_TEXT : TL_OP_BINARY, want, sizes[i]);
+		/* length 5 in the 16-bit form: accepted (not minimal, but legal) */
+		wire[n++] = 0x82;
+		wire[n++] = 126;
+		wire[n++] = 0;
+		wire[n++] = 5;
+		memcpy(wire + n, want, 5);
+		n += 5;
+		/* 300 + 700 bytes in two 16-bit fragments */
+		n += frame(wire + n, 0, TL_OP_BINARY, want, 300);
+		n += frame(wire + n, 1, TL_OP_CONT, want + 300, 700);
+		if (pass == 0) {
+			for (size_t off = 0; off < n; off += 60000) {
+				size_t k = n - off < 60000 ? n - off : 60000;
+				push(&h, TL_CMD_INJECT, 0, 0, slot, 3, wire + off, (uint32_t)k);
+			}
+		} else {
+			for (size_t i = 0; i < n; i++)
+				push(&h, TL_CMD_INJECT, 0, 0, slot, 3, wire + i, 1);
+		}
+		for (int i = 0; i < nsz; i++) {
+			CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+			CHECK(ev.kind == (i % 2 ? TL_EV_TEXT : TL_EV_BINARY) && ev.slot == slot);
+			CHECK(ev.len == sizes[i] && memcmp(pl, want, sizes[i]) == 0);
+		}
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)) && ev.kind == TL_EV_BINARY && ev.len == 5 &&
+		      memcmp(pl, want, 5) == 0);
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)) && ev.kind == TL_EV_BINARY && ev.len == 1000 &&
+		      memcmp(pl, want, 1000) == 0);
+	}
+	{
+		uint8_t ping16[4 + 5] = {0x89, 126, 0, 5, 'h', 'e', 'l', 'l', 'o'};
+		uint8_t rsv16[4 + 200] = {0xC2, 126, 0, 200};
+		push(&h, TL_CMD_INJECT, 0, 0, 1, 3, ping16, sizeof(ping16));
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == TL_EV_ERROR && ev.code == 1002 && ev.slot == 1 && (ev.flags & TL_EVF_FINAL));
+		push(&h, TL_CMD_INJECT, 0, 0, 2, 3, rsv16, sizeof(rsv16));
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == TL_EV_ERROR && ev.code == 1002 && ev.slot == 2 && (ev.flags & TL_EVF_FINAL));
+	}
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
 /* Back-pressure: an event ring of 4 and 1000 messages injected at once;
  * a consumer that reads slowly still gets every one, in order. */
 static void test_backpressure(void)
@@ -702,6 +771,7 @@ static void test_send_queue(void)
 int main(void)
 {
 	test_memory_stream();
+	test_len16();
 	test_backpressure();
 	test_socket();
 	test_send_queue();
