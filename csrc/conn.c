@@ -573,6 +573,8 @@ static __attribute__((noinline)) int conn_held_slow(struct tl_loop *l, struct tl
 			l->fair_light--; /* counted light at the last recount */
 		c->fair_light = 0;
 		c->fair_heavy = l->fair_epoch;
+		if (!fair_pressed(l)) /* (after c left the light count) */
+			return 0;
 	} else if (!fair_pressed(l)) {
 		/* (the cached head only overstates the pressure) Not looked at
 		 * again for a quarter share of events: a flood past its share
@@ -584,7 +586,8 @@ static __attribute__((noinline)) int conn_held_slow(struct tl_loop *l, struct tl
 	} else if (!tl_evq_owner_over(q, c->slot, n, me, mb)) {
 		return 0;
 	}
-	if (!fair_pressed(l) || l->shutting_down)
+	/* Here fair_pressed(l) held on every branch: pressed and over its share. */
+	if (l->shutting_down)
 		return 0;
 	if (!c->stalled)
 		__atomic_store_n(&l->stats->fair_holds, l->stats->fair_holds + 1, __ATOMIC_RELAXED);

@@ -422,6 +422,9 @@ func TestPoolCloseRace(t *testing.T) {
 		{"wss-loops2", secure.URL + "/echo", tlsOpts, max(wssRounds/3, 10), 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.opts == nil {
+				skipPlainInTLSOnly(t)
+			}
 			for round := range tc.rounds {
 				closeRaceRound(t, round, tc.url, tc.opts, tc.loops)
 				if t.Failed() {

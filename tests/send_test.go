@@ -193,7 +193,10 @@ func dialSink(t *testing.T, p *Pool, s *sink) Conn {
 
 // forEachTransport runs fn over ws:// and wss://.
 func forEachTransport(t *testing.T, fn func(t *testing.T, useTLS bool)) {
-	t.Run("ws", func(t *testing.T) { fn(t, false) })
+	t.Run("ws", func(t *testing.T) {
+		skipPlainInTLSOnly(t)
+		fn(t, false)
+	})
 	t.Run("wss", func(t *testing.T) {
 		t.Logf("TLS backend %s", TLSBackend())
 		fn(t, true)

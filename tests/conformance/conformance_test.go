@@ -26,6 +26,11 @@ type row struct {
 // TestConformance runs every case against talaris over ws:// and over
 // wss:// (both asserted) and against the gorilla and coder clients over
 // ws:// (recorded for comparison only).
+// tlsOnly: TALARIS_TEST_TLS_ONLY is set (./build.sh test, the second TLS
+// backend's pass): only the wss:// column runs, the ws:// and comparison
+// columns ran in the default backend's pass (same code, no TLS).
+var tlsOnly = os.Getenv("TALARIS_TEST_TLS_ONLY") != ""
+
 func TestConformance(t *testing.T) {
 	cases := Cases()
 	skipHeavy := testing.Short() || raceEnabled
@@ -46,10 +51,14 @@ func TestConformance(t *testing.T) {
 	}
 
 	clients := []Client{}
-	if talarisAdapter != nil {
+	if talarisAdapter != nil && tlsOnly {
+		clients = append(clients, talarisTLSAdapter)
+	} else if talarisAdapter != nil {
 		clients = append(clients, talarisAdapter, talarisTLSAdapter)
 	}
-	compare := !raceEnabled // the comparison columns are informational; skip them under -race
+	// The comparison columns are informational; skip them under -race and
+	// in a TLS-only run (they do not link the TLS backend).
+	compare := !raceEnabled && !tlsOnly
 	if compare {
 		clients = append(clients, gorillaClient{}, coderClient{})
 	}

@@ -1,0 +1,118 @@
+package talaris_test
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freezeWatch measures how long this test process was not running while a
+// wall-clock bound was being timed: a process stopped (SIGSTOP), a VM
+// whose vCPUs the host did not run, a box so loaded that no thread of the
+// process got a CPU. A goroutine wakes every freezeTick; a wake-up late by
+// more than freezeGap counts as a freeze of that length (the Go scheduler
+// runs a ready goroutine within a few ms on a busy process, so a gap that
+// long means none of the process's threads ran). Reproduced: a SIGSTOP of
+// 1.3 s during TestPingIntervalKeepsIdleOpen/with ends the connection with
+// the read timeout after 14 pongs, as the flake seen at load 7-13 did
+// (12 pongs): neither side could send while frozen, and both the client's
+// read timeout and the server's idle limit measure wall-clock time.
+type freezeWatch struct {
+	mu     sync.Mutex
+	total  time.Duration // sum of the freezes seen
+	worst  time.Duration
+	stop   chan struct{}
+	done   chan struct{}
+	closed bool
+}
+
+const (
+	freezeTick = 10 * time.Millisecond
+	freezeGap  = 100 * time.Millisecond
+)
+
+// watchFreezes starts a freezeWatch; it stops at Stop or when t ends.
+func watchFreezes(t testing.TB) *freezeWatch {
+	w := &freezeWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tk := time.NewTicker(freezeTick)
+		defer tk.Stop()
+		last := time.Now()
+		// see counts the time since the last wake-up; at Stop too, which
+		// may come straight out of a freeze, before any tick ran after it.
+		see := func() {
+			now := time.Now() // (a tick's own time is when it was due, not when we ran)
+			if gap := now.Sub(last) - freezeTick; gap >= freezeGap {
+				w.mu.Lock()
+				w.total += gap
+				w.worst = max(w.worst, gap)
+				w.mu.Unlock()
+			}
+			last = now
+		}
+		for {
+			select {
+			case <-w.stop:
+				see()
+				return
+			case <-tk.C:
+				see()
+			}
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// Stop ends the watch (idempotent).
+func (w *freezeWatch) Stop() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.stop)
+	}
+	w.mu.Unlock()
+	<-w.done
+}
+
+// Frozen returns the total and the longest freeze seen so far.
+func (w *freezeWatch) Frozen() (total, worst time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.total, w.worst
+}
+
+// TestFreezeWatch: the watch sees no freeze over a plain sleep, and sees
+// one of the process's own: a child shell sends SIGCONT 400 ms after the
+// test stops the whole process with SIGSTOP (the child is started first,
+// so the stop always ends).
+func TestFreezeWatch(t *testing.T) {
+	w := watchFreezes(t)
+	time.Sleep(200 * time.Millisecond)
+	if _, worst := w.Frozen(); worst >= 400*time.Millisecond {
+		t.Logf("frozen %v over a 200 ms sleep (a loaded box)", worst)
+	}
+	wake := exec.Command("sh", "-c", "sleep 0.4; kill -CONT "+strconv.Itoa(os.Getpid()))
+	if err := wake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	wake.Wait()
+	stopped := time.Since(t0)
+	time.Sleep(3 * freezeTick) // the watch's next tick
+	total, worst := w.Frozen()
+	t.Logf("stopped %v: the watch saw %v (longest %v)", stopped, total, worst)
+	if worst < 300*time.Millisecond {
+		t.Errorf("the process was stopped %v; the watch's longest freeze is %v", stopped, worst)
+	}
+	w.Stop()
+	w.Stop() // idempotent
+}
