@@ -52,7 +52,15 @@ install_python_websockets() {
 	fi
 }
 
-step() { echo; echo "== $*"; "$@"; }
+# step runs a command under a "== command" header and reports how long it
+# took (where CI's time goes: "== 12 s").
+step() {
+	local t0=$SECONDS
+	echo
+	echo "== $*"
+	"$@"
+	echo "== $((SECONDS - t0)) s"
+}
 
 MODULES=(. internal/wstest cmd/talaris tests prom)
 
@@ -109,6 +117,43 @@ go_fuzz() {
 # csrc/*.c arrive by #include, so their fingerprint lives in csrc_hash.go.
 go run ./internal/cgohash/gen
 
+# lane2 is the test lane that runs beside the default pass, the C tests
+# and the fuzz smoke: the second TLS backend, then the race detector.
+# The second TLS backend's pass runs what can reach TLS only: the backends
+# differ in the TLS library linked and nothing else, so the default pass
+# runs the rest on the same code. The tests module picks its TLS tests
+# from its source (tests/tlsonly_test.go: whatever names TLS, directly or
+# through a helper) and skips the ws:// halves of forEachTransport, of
+# TestPoolCloseRace and of the conformance run.
+lane2() {
+	TALARIS_TEST_TLS_ONLY=1 each_module test -count=1 -timeout 30m -tags talaris_openssl ./...
+	each_module test -count=1 -timeout 30m -race -short ./...
+}
+
+# lane_start LOG FUNC runs FUNC in the background (errexit on, output to
+# LOG); lane_wait waits for it, prints LOG and fails as it failed.
+lane_start() {
+	LANE_LOG=$1
+	mkdir -p "$(dirname "$LANE_LOG")"
+	set -m # its own process group: a failing lane 1 ends it whole (trap below)
+	(
+		set -e
+		"$2"
+	) >"$LANE_LOG" 2>&1 &
+	LANE_PID=$!
+	set +m
+	trap 'if [ -n "${LANE_PID:-}" ]; then kill -- -"$LANE_PID" 2>/dev/null || true; fi' EXIT
+	echo; echo "== $2 started in the background (log: $LANE_LOG)"
+}
+lane_wait() {
+	local rc=0 t0=$SECONDS
+	wait "$LANE_PID" || rc=$?
+	LANE_PID=
+	echo; echo "== background lane's log (waited $((SECONDS - t0)) s for it, rc=$rc):"
+	cat "$LANE_LOG"
+	return "$rc"
+}
+
 cmd="${1:-build}"
 shift || true
 case "$cmd" in
@@ -123,7 +168,7 @@ demo)
 	exec ./build/talaris demo "$@"
 	;;
 test)
-	install_packages always
+	install_packages
 	install_node_ws
 	install_python_websockets
 	each_module vet ./...
@@ -131,13 +176,16 @@ test)
 	step env GOOS=darwin go vet ./...
 	step env CGO_ENABLED=0 go build ./...
 	step check_graph
+	# Two lanes at once: one pass of the Go tests keeps about one of the
+	# two vCPUs busy (the rest is waiting on peers, timers and wake-ups),
+	# so a second lane runs beside it and prints its log when done.
+	lane_start build/lane2.log lane2
 	each_module test -count=1 -timeout 30m ./...
-	each_module test -count=1 -timeout 30m -tags talaris_openssl ./...
-	each_module test -count=1 -timeout 30m -race -short ./...
 	step make -s -f cgo.mk test
 	step make -s -f cgo.mk test TLS=openssl BUILD=build/openssl
 	step make -s -f cgo.mk fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-12}"
 	go_fuzz
+	lane_wait
 	echo; echo "== all tests passed"
 	;;
 bench)
