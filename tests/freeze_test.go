@@ -23,6 +23,7 @@ import (
 // read timeout and the server's idle limit measure wall-clock time.
 type freezeWatch struct {
 	mu     sync.Mutex
+	last   time.Time     // the watch's last wake-up
 	total  time.Duration // sum of the freezes seen
 	worst  time.Duration
 	stop   chan struct{}
@@ -37,36 +38,41 @@ const (
 
 // watchFreezes starts a freezeWatch; it stops at Stop or when t ends.
 func watchFreezes(t testing.TB) *freezeWatch {
-	w := &freezeWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w := &freezeWatch{stop: make(chan struct{}), done: make(chan struct{}), last: time.Now()}
 	go func() {
 		defer close(w.done)
 		tk := time.NewTicker(freezeTick)
 		defer tk.Stop()
-		last := time.Now()
-		// see counts the time since the last wake-up; at Stop too, which
-		// may come straight out of a freeze, before any tick ran after it.
-		see := func() {
-			now := time.Now() // (a tick's own time is when it was due, not when we ran)
-			if gap := now.Sub(last) - freezeTick; gap >= freezeGap {
-				w.mu.Lock()
-				w.total += gap
-				w.worst = max(w.worst, gap)
-				w.mu.Unlock()
-			}
-			last = now
-		}
 		for {
 			select {
 			case <-w.stop:
-				see()
+				w.see(true)
 				return
 			case <-tk.C:
-				see()
+				w.see(true)
 			}
 		}
 	}()
 	t.Cleanup(w.Stop)
 	return w
+}
+
+// see returns the freezes so far, the time since the last wake-up
+// included (the caller may come straight out of a freeze, before any tick
+// ran after it); commit counts that time as seen.
+func (w *freezeWatch) see(commit bool) (total, worst time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now() // (a tick's own time is when it was due, not when we ran)
+	total, worst = w.total, w.worst
+	if gap := now.Sub(w.last) - freezeTick; gap >= freezeGap {
+		total += gap
+		worst = max(worst, gap)
+	}
+	if commit {
+		w.total, w.worst, w.last = total, worst, now
+	}
+	return total, worst
 }
 
 // Stop ends the watch (idempotent).
@@ -81,10 +87,16 @@ func (w *freezeWatch) Stop() {
 }
 
 // Frozen returns the total and the longest freeze seen so far.
-func (w *freezeWatch) Frozen() (total, worst time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.total, w.worst
+func (w *freezeWatch) Frozen() (total, worst time.Duration) { return w.see(false) }
+
+// Running returns d less the freezes seen so far: how long the process
+// ran of a span d timed while the watch ran. Upper bounds on wall-clock
+// spans compare it, so that a stopped or starved process is not blamed on
+// the code under test (whose own timers go on meanwhile: a freeze never
+// makes a timeout fire late, only the test's clock read late).
+func (w *freezeWatch) Running(d time.Duration) time.Duration {
+	total, _ := w.see(false)
+	return d - total
 }
 
 // TestFreezeWatch: the watch sees no freeze over a plain sleep, and sees
@@ -112,6 +124,9 @@ func TestFreezeWatch(t *testing.T) {
 	t.Logf("stopped %v: the watch saw %v (longest %v)", stopped, total, worst)
 	if worst < 300*time.Millisecond {
 		t.Errorf("the process was stopped %v; the watch's longest freeze is %v", stopped, worst)
+	}
+	if run := w.Running(stopped); run > stopped-300*time.Millisecond {
+		t.Errorf("the process was stopped %v; the watch says it ran %v of it", stopped, run)
 	}
 	w.Stop()
 	w.Stop() // idempotent
