@@ -295,12 +295,14 @@ var payloadSizes = []int{0, 1, 125, 126, 127, 65535, 65536, 1 << 20}
 func sizeSpecs() []streamSpec {
 	var out []streamSpec
 	for _, size := range payloadSizes {
-		n := 2000
+		// (Scaled under -short, the race run: the counts repeat the same
+		// frames; every size and kind still streams.)
+		n := scaled(2000)
 		switch {
 		case size >= 1<<20:
 			n = 8
 		case size >= 65535:
-			n = 100
+			n = scaled(100)
 		}
 		out = append(out, streamSpec{n: n, size: size})
 		if size == 125 || size == 65536 || size == 1<<20 {
@@ -313,10 +315,10 @@ func sizeSpecs() []streamSpec {
 func fragSpecs() []streamSpec {
 	return []streamSpec{
 		{n: scaled(20000), size: 300, frag: 4, ping: true, text: true},
-		{n: 2000, size: 3, frag: 5, ping: true}, // some fragments are empty
-		{n: 3000, size: 40, ping: true},         // a ping before every message
+		{n: scaled(2000), size: 3, frag: 5, ping: true}, // some fragments are empty
+		{n: scaled(3000), size: 40, ping: true},         // a ping before every message
 		{n: 6, size: 1 << 20, frag: 7, ping: true},
-		{n: 200, size: 65536, frag: 3, text: true},
+		{n: scaled(200), size: 65536, frag: 3, text: true},
 	}
 }
 
@@ -383,8 +385,8 @@ func TestIntegrity(t *testing.T) {
 			specs: []streamSpec{
 				{n: scaled(20000), size: 16},
 				{n: 20, size: 1 << 20},
-				{n: 500, size: 65536, text: true},
-				{n: 2000, size: 100, frag: 3, ping: true},
+				{n: scaled(500), size: 65536, text: true},
+				{n: scaled(2000), size: 100, frag: 3, ping: true},
 			},
 			slow: time.Millisecond,
 			check: func(t *testing.T, s PoolStats) {
