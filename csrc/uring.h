@@ -9,6 +9,14 @@
 
 #include "state.h"
 
+/* Recv bundles (kernel 6.10+): liburing 2.3's headers predate them. */
+#ifndef IORING_RECVSEND_BUNDLE
+#define IORING_RECVSEND_BUNDLE (1U << 4)
+#endif
+#ifndef IORING_FEAT_RECVSEND_BUNDLE
+#define IORING_FEAT_RECVSEND_BUNDLE (1U << 14)
+#endif
+
 /* user_data layout: op (8 bits) | gen (32 bits) | slot (24 bits). The
  * generation makes a late completion for a reused slot harmless. */
 enum {
