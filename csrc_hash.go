@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x4d70046be5aebfa6
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x464e74772be614e4
 import "C"
 
-const csrcHash = "4d70046be5aebfa6"
+const csrcHash = "464e74772be614e4"

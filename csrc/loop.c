@@ -658,6 +658,7 @@ static int setup_ring(struct tl_loop *l)
 	}
 	l->ring_ok = 1;
 	l->recv_bundle = l->cfg.recv_bundle && (p.features & IORING_FEAT_RECVSEND_BUNDLE);
+	l->bundle_len = l->recv_bundle ? TL_BUNDLE_SLOTS * l->cfg.buf_size : 0;
 	/* Registered ring fd: fewer fd lookups per enter. Best effort. */
 	io_uring_register_ring_fd(&l->ring);
 	{
