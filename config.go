@@ -175,6 +175,13 @@ type Config struct {
 	// (it alone uses the TLS session). ConnStats.DirectSends counts the
 	// direct ones.
 	NoDirectSend bool
+	// RecvBundle makes an open connection's multishot recv a bundle
+	// (IORING_RECVSEND_BUNDLE, Linux 6.10+; ignored on older kernels):
+	// one completion hands over as many receive buffers as the socket
+	// has bytes for, instead of one completion per BufSize buffer.
+	// Nothing changes in what is delivered or in what order;
+	// docs/ARCHITECTURE.md ("Recv bundles") has the measurements.
+	RecvBundle bool
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6507a552fbdd2097
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x2c550ff3e7604a8a
 import "C"
 
-const csrcHash = "6507a552fbdd2097"
+const csrcHash = "2c550ff3e7604a8a"

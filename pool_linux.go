@@ -177,6 +177,9 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.close_timeout_ns = C.uint64_t(d.CloseTimeout)
 	cc.max_send_queue = C.uint64_t(d.MaxSendQueue)
 	cc.sample_every = C.uint32_t(d.SampleEvery)
+	if d.RecvBundle {
+		cc.recv_bundle = 1
+	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
 	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 

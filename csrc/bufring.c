@@ -2,6 +2,8 @@
 #include "bufring.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -21,12 +23,19 @@ int tl_bufring_init(struct tl_bufring *b, struct io_uring *ring, uint16_t bgid, 
 		b->br = NULL;
 		return -errno;
 	}
+	b->bids = calloc(count, sizeof(*b->bids));
+	b->taken = calloc(count, sizeof(*b->taken));
+	b->parked = calloc(count, sizeof(*b->parked));
+	if (!b->bids || !b->taken || !b->parked) {
+		tl_bufring_free(b, NULL);
+		return -ENOMEM;
+	}
 	b->base = mmap(NULL, b->base_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (b->base == MAP_FAILED) {
+		int err = errno;
 		b->base = NULL;
-		munmap(b->br, b->ring_bytes);
-		b->br = NULL;
-		return -errno;
+		tl_bufring_free(b, NULL);
+		return -err;
 	}
 	memset(&reg, 0, sizeof(reg));
 	reg.ring_addr = (uint64_t)(uintptr_t)b->br;
@@ -57,5 +66,49 @@ void tl_bufring_free(struct tl_bufring *b, struct io_uring *ring)
 		munmap(b->base, b->base_bytes);
 	if (b->br)
 		munmap(b->br, b->ring_bytes);
+	free(b->bids);
+	free(b->taken);
+	free(b->parked);
 	memset(b, 0, sizeof(*b));
+}
+
+uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t n)
+{
+	uint32_t p = b->head;
+
+	/* The unclaimed position holding bid (each id is in the ring once). */
+	while (p != b->tail && (b->taken[p & b->mask] || b->bids[p & b->mask] != bid))
+		p++;
+	if (p == b->tail) {
+		/* Not in the ring as we know it: the kernel broke the order
+		 * the ring relies on. Only bid is known to be ours. */
+#ifdef TL_DEBUG
+		fprintf(stderr, "talaris: buffer %u of group %u completed from no ring position\n", bid, b->bgid);
+		abort();
+#endif
+		b->ooo++;
+		b->in_use++;
+		return UINT32_MAX;
+	}
+	if (p != b->head)
+		b->ooo++;
+	if (n > b->tail - p)
+		n = b->tail - p; /* (a completion cannot name more than the ring held) */
+	for (uint32_t i = 0; i < n; i++) {
+		b->taken[(p + i) & b->mask] = 1;
+		b->ntaken++;
+	}
+	b->in_use += n;
+	while (b->head != b->tail && b->taken[b->head & b->mask]) {
+		b->taken[b->head & b->mask] = 0;
+		b->ntaken--;
+		b->head++;
+	}
+	return p;
+}
+
+void tl_bufring_unpark(struct tl_bufring *b)
+{
+	while (b->nparked && b->tail - b->head < b->count)
+		tl_bufring_add(b, b->parked[--b->nparked]);
 }

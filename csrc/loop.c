@@ -54,12 +54,14 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 	int more = !!(cqe->flags & IORING_CQE_F_MORE);
 
 	if (cqe->flags & IORING_CQE_F_BUFFER) {
-		uint32_t q = tl_slots_taken(&l->slots, hs, cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+		/* One buffer, or a bundle's several (tl_slots_take). */
+		uint32_t last, n;
+		uint32_t q = tl_slots_take(&l->slots, hs, cqe->flags >> IORING_CQE_BUFFER_SHIFT, cqe->res, &last, &n);
 		if (cqe->res <= 0 || c->discard) {
-			tl_slots_recycle(&l->slots, q);
+			tl_slots_recycle_chain(&l->slots, q);
 		} else {
 			tl_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
-			tl_rxq_push(&l->slots, &c->rxq, q, (uint32_t)cqe->res);
+			tl_rxq_push_chain(&l->slots, &c->rxq, q, last, n);
 			PUB_ADD(&l->pub[c->slot], wire_in, (uint64_t)cqe->res);
 			STAT_ADD(l, wire_bytes, (uint64_t)cqe->res);
 			c->last_rx_ns = l->now_ns; /* heartbeat: one store per completion */
@@ -186,10 +188,12 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 		return;
 	c = &l->conns[slot];
 	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending)) {
-		/* Stale: only a buffer may need to go back. */
+		/* Stale: only buffers may need to go back (a bundle's all). */
 		if (cqe->flags & IORING_CQE_F_BUFFER) {
-			tl_slots_recycle(&l->slots, tl_slots_taken(&l->slots, op == TL_OPK_RECV_HS,
-								   cqe->flags >> IORING_CQE_BUFFER_SHIFT));
+			uint32_t last, n;
+			tl_slots_recycle_chain(&l->slots, tl_slots_take(&l->slots, op == TL_OPK_RECV_HS,
+									cqe->flags >> IORING_CQE_BUFFER_SHIFT,
+									cqe->res, &last, &n));
 		}
 		return;
 	}
@@ -653,6 +657,8 @@ static int setup_ring(struct tl_loop *l)
 		return ret;
 	}
 	l->ring_ok = 1;
+	l->recv_bundle = l->cfg.recv_bundle && (p.features & IORING_FEAT_RECVSEND_BUNDLE);
+	l->bundle_len = l->recv_bundle ? TL_BUNDLE_SLOTS * l->cfg.buf_size : 0;
 	/* Registered ring fd: fewer fd lookups per enter. Best effort. */
 	io_uring_register_ring_fd(&l->ring);
 	{

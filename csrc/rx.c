@@ -97,11 +97,25 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		c->rx_hs = c->state < TL_ST_OPEN;
 		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
+		/* A bundle fills as many buffers as the socket has bytes for, in
+		 * one completion (tl_slots_take unpacks it). Not while
+		 * handshaking: those few bytes fit one slot. */
+		if (l->recv_bundle && !c->rx_hs) {
+			sqe->ioprio |= IORING_RECVSEND_BUNDLE;
+			sqe->len = l->bundle_len;
+		}
 		sqe->buf_group = c->rx_hs ? TL_HS_BGID : TL_BGID;
 		io_uring_sqe_set_data64(sqe, tl_rx_ud(c));
 		rx_set(l, c, TL_RX_ARMED);
 		return;
 	case RX_END:
+		if (res == -EINVAL && l->bundle_len && !c->rx_hs) {
+			/* A kernel with bundles but no per-recv cap for multishot
+			 * recvs (before Linux 6.1x) refuses sqe->len: arm without
+			 * it from now on. */
+			l->bundle_len = 0;
+			res = -ECANCELED; /* re-armed like a regroup */
+		}
 		if (res == 0) {
 			c->eof = 1;
 		} else if (res < 0 && res != -ENOBUFS && res != -ECANCELED) {

@@ -104,14 +104,6 @@ int tl_slots_origin(const struct tl_slots *s, const uint8_t *p);
  * event points into any more; ev_head is Go's head, freshly read. */
 void tl_slots_release_deferred(struct tl_slots *s, uint64_t ev_head);
 
-/* tl_slots_taken notes that the kernel handed us buffer bid of the
- * handshake group (hs) or the main group, and returns its slot id. */
-static inline uint32_t tl_slots_taken(struct tl_slots *s, int hs, uint32_t bid)
-{
-	tl_bufring_taken(hs ? &s->hs : &s->main);
-	return hs ? s->main.count + bid : bid;
-}
-
 /* tl_slots_is_main says whether slot q belongs to the main group: only
  * those may hold payloads delivered in place (the few handshake slots must
  * come back at once, or a flood nobody pumps would keep the next 101 from
@@ -169,6 +161,49 @@ static inline void tl_slots_commit(struct tl_slots *s)
 	tl_bufring_commit(&s->hs);
 }
 
+/* tl_slots_take takes the buffers a recv completion of the handshake group
+ * (hs) or the main group handed us: first buffer bid, res bytes. A bundle
+ * (IORING_RECVSEND_BUNDLE) fills ceil(res / size) buffers in ring order,
+ * each full but the last; a plain recv one (and a completion with res <= 0,
+ * which the kernel does not send with a buffer, is counted as one). Their
+ * slot ids are linked through next[] in order (-1 after the last), len[]
+ * set; returns the first, *last the last and *n how many. Every id is read
+ * before anything is recycled (tl_bufring_claim). */
+static inline uint32_t tl_slots_take(struct tl_slots *s, int hs, uint32_t bid, int32_t res, uint32_t *last,
+				     uint32_t *n)
+{
+	struct tl_bufring *g = hs ? &s->hs : &s->main;
+	uint32_t base = hs ? s->main.count : 0, left = res > 0 ? (uint32_t)res : 0;
+	uint32_t cnt = left > g->size ? (left + g->size - 1) / g->size : 1;
+	uint32_t pos = tl_bufring_claim(g, bid, cnt), prev = 0;
+
+	if (pos == UINT32_MAX)
+		cnt = 1; /* only bid is known (never expected: tl_bufring_claim_slow) */
+	for (uint32_t i = 0; i < cnt; i++) {
+		uint32_t q = base + (i ? tl_bufring_bid_at(g, pos + i) : bid);
+		s->len[q] = left < g->size ? left : g->size;
+		left -= s->len[q];
+		s->next[q] = -1;
+		if (i)
+			s->next[prev] = (int32_t)q;
+		prev = q;
+	}
+	*last = prev;
+	*n = cnt;
+	return base + bid;
+}
+
+/* tl_slots_recycle_chain recycles the slots linked from first (a
+ * tl_slots_take chain nobody will read). */
+static inline void tl_slots_recycle_chain(struct tl_slots *s, uint32_t first)
+{
+	for (int32_t q = (int32_t)first; q >= 0;) {
+		int32_t nx = s->next[q];
+		tl_slots_recycle(s, (uint32_t)q);
+		q = nx;
+	}
+}
+
 /* tl_rxq is one connection's received, not yet consumed slots, in arrival
  * order: a list through tl_slots.next, and how far the head slot is read. */
 struct tl_rxq {
@@ -186,17 +221,16 @@ static inline void tl_rxq_init(struct tl_rxq *q)
 
 static inline int tl_rxq_empty(const struct tl_rxq *q) { return q->head < 0; }
 
-/* tl_rxq_push appends slot (len bytes received) to q. */
-static inline void tl_rxq_push(struct tl_slots *s, struct tl_rxq *q, uint32_t slot, uint32_t len)
+/* tl_rxq_push_chain appends the n slots linked from first to last (a
+ * tl_slots_take chain: next[] and len[] set) to q. */
+static inline void tl_rxq_push_chain(struct tl_slots *s, struct tl_rxq *q, uint32_t first, uint32_t last, uint32_t n)
 {
-	s->len[slot] = len;
-	s->next[slot] = -1;
 	if (q->tail >= 0)
-		s->next[q->tail] = (int32_t)slot;
+		s->next[q->tail] = (int32_t)first;
 	else
-		q->head = (int32_t)slot;
-	q->tail = (int32_t)slot;
-	q->count++;
+		q->head = (int32_t)first;
+	q->tail = (int32_t)last;
+	q->count += n;
 }
 
 /* tl_rxq_peek points *p at the unread bytes of q's head slot and *n at

@@ -23,6 +23,8 @@ struct tl_loop {
 	struct tl_config cfg;
 	struct io_uring ring;
 	int ring_ok;
+	int recv_bundle;        /* cfg.recv_bundle and the kernel has IORING_FEAT_RECVSEND_BUNDLE (rx.c arms bundles) */
+	uint32_t bundle_len;    /* bytes one bundle may take (sqe->len; 0: no cap, the kernel refused one) */
 	struct tl_slots slots;  /* receive buffer groups and slot tables */
 
 	struct tl_evq evq;      /* event ring producer and arena */

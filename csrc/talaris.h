@@ -39,7 +39,10 @@ struct tl_config {
 	uint64_t close_timeout_ns;
 	uint64_t max_send_queue;
 	uint32_t sample_every;    /* stamp one receive completion in this many; 0: off */
-	uint32_t pad_sample;
+	/* Config.RecvBundle: open connections' multishot recvs are bundles
+	 * (IORING_RECVSEND_BUNDLE: one completion over several buffers) when
+	 * the kernel has them (6.10+); 0: one buffer per completion. */
+	uint32_t recv_bundle;
 	/* Receive fairness (Config.MaxConnPendingEvents/Bytes): a connection
 	 * with this many events, or this many payload bytes, published and not
 	 * yet passed by the pump is held (stalled) until the pump passes some

@@ -25,12 +25,17 @@ import (
 // the cgo calls the process made meanwhile: fewer than one per 1000
 // messages (the pump reads the ring with atomics; no cgo per message).
 // With Loops 2 and 3, one stream per loop (1M messages in all): draining
-// several event rings and sleeping on all of them adds no cgo call.
+// several event rings and sleeping on all of them adds no cgo call. The
+// bundle row receives with recv bundles (Config.RecvBundle).
 func TestHandoffCgoCalls(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	for _, loops := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("loops%d", loops), func(t *testing.T) {
-			p := newTestPool(t, Config{Loops: loops}, 3*hangGuard)
+	for _, loops := range []int{1, 2, 3, -1} {
+		name, cfg := fmt.Sprintf("loops%d", loops), Config{Loops: loops}
+		if loops < 0 {
+			loops, name, cfg = 1, "bundle", Config{Loops: 1, RecvBundle: true}
+		}
+		t.Run(name, func(t *testing.T) {
+			p := newTestPool(t, cfg, 3*hangGuard)
 			spec := streamSpec{n: scaled(1_000_000) / loops, size: 16}
 			sts := map[Conn]*streamState{}
 			for range loops {

@@ -376,6 +376,28 @@ func TestIntegrity(t *testing.T) {
 				}
 			},
 		},
+		// Recv bundles (Config.RecvBundle): one completion over several
+		// slots, unpacked in ring order; with 4 slots a bundle empties the
+		// ring and ends (re-armed), with a CQ of 8 completions overflow.
+		{name: "bundle", cfg: Config{RecvBundle: true}, specs: allSpecs(true)},
+		{
+			name: "bundle-tinybufs", cfg: Config{RecvBundle: true, BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
+			check: func(t *testing.T, s PoolStats) {
+				if s.Rearms == 0 {
+					t.Errorf("tiny buffer ring with bundles: Rearms=0, want > 0")
+				}
+			},
+		},
+		{
+			name: "bundle-tinyall", cfg: Config{RecvBundle: true, SQEntries: 4, CQEntries: 8, BufSize: 4096, BufCount: 4,
+				EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			specs: allSpecs(false),
+			check: func(t *testing.T, s PoolStats) {
+				if s.Stalls == 0 {
+					t.Errorf("Stalls=0, want > 0")
+				}
+			},
+		},
 		{
 			// A consumer that sleeps 1 ms per batch, with a 64-event ring
 			// and a 4 MiB arena: the loop must hold input back (stall),

@@ -251,18 +251,20 @@ func TestReconnectKillRestart(t *testing.T) {
 			if data {
 				pump = "/PumpData+OnEvent"
 			}
-			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data, 0) })
+			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data, Config{}) })
 		}
-		t.Run(name+"/Pump/loops2", func(t *testing.T) { testKillRestart(t, tlsOn, false, 2) })
+		t.Run(name+"/Pump/loops2", func(t *testing.T) { testKillRestart(t, tlsOn, false, Config{Loops: 2}) })
+		t.Run(name+"/Pump/bundle", func(t *testing.T) { testKillRestart(t, tlsOn, false, Config{RecvBundle: true}) })
 	}
 }
 
-func testKillRestart(t *testing.T, tlsOn, data bool, loops int) {
+// testKillRestart runs the kill -9 and restart with a pool built from cfg.
+func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
 	addr := freePort(t)
 	a := startSrvProc(t, addr, tlsOn)
 	var log rcLog
 	var c Conn
-	cfg := Config{Loops: loops}
+	loops := cfg.Loops
 	if data {
 		cfg.OnEvent = func(cc Conn, ev Event) { log.fn(c)(cc, ev) }
 	}

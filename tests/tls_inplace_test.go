@@ -290,11 +290,15 @@ func TestTLSInPlaceMixed(t *testing.T) {
 			msgs = append(msgs, ipMsg{size: 200 + i%300, frag: 1})
 		}
 	}
-	for _, chunk := range []int{0, 5000} {
-		t.Run(fmt.Sprintf("chunk%d", chunk), func(t *testing.T) {
+	for _, chunk := range []int{0, 5000, -1} {
+		name, cfg := fmt.Sprintf("chunk%d", chunk), Config{}
+		if chunk < 0 { // recv bundles: records straddle the slots of one completion
+			name, chunk, cfg = "bundle-chunk5000", 5000, Config{RecvBundle: true, BufSize: 4096}
+		}
+		t.Run(name, func(t *testing.T) {
 			s := ipStream{msgs: msgs, chunk: chunk}
 			url := ipServer(t, s, 0)
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, cfg, hangGuard)
 			rs := runInPlace(t, p, url, 2, s, nil)
 			expectClean(t, rs, s)
 			big := 0
@@ -349,12 +353,23 @@ func TestTLSInPlaceCutMidFrame(t *testing.T) {
 // When the ring is full, its 16384 unconsumed events cannot all lie in 8
 // slots of 64 KiB, so a stall means the fallback ran, and only it copies
 // a whole 256-byte frame (TestTLSInPlace).
+// The bundle row receives with recv bundles (Config.RecvBundle): a
+// completion then hands over several receive slots, which the BIO reads
+// across.
 func TestTLSInPlaceFloodSlowPump(t *testing.T) {
+	for _, bundle := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "bundle"}[bundle], func(t *testing.T) {
+			testTLSInPlaceFloodSlowPump(t, bundle)
+		})
+	}
+}
+
+func testTLSInPlaceFloodSlowPump(t *testing.T, bundle bool) {
 	s := ipStream{msgs: uniform(scaled(100_000), 256, 1), chunk: 16000}
 	url := ipServer(t, s, 0)
 	// Loops 1: the slots are per loop (two loops would have 8 each for
 	// two connections, and never run out).
-	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1}, 3*hangGuard)
+	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1, RecvBundle: bundle}, 3*hangGuard)
 	rs := runInPlace(t, p, url, 4, s, func() { time.Sleep(time.Millisecond) })
 	expectClean(t, rs, s)
 	st := p.Stats()
@@ -381,49 +396,66 @@ func TestTLSInPlaceFloodSlowPump(t *testing.T) {
 func TestTLSInPlaceCloseRace(t *testing.T) {
 	s := ipStream{msgs: uniform(scaled(200_000), 256, 1), chunk: 16000}
 	url := ipServer(t, s, 0)
-	for it := range 6 {
-		t.Run(fmt.Sprint(it), func(t *testing.T) {
-			p := newTestPool(t, Config{}, hangGuard)
-			var conns []Conn
-			res := map[Conn]*ipResult{}
-			for range 3 {
-				c, err := p.DialAsync(url, tlsOpts)
-				if err != nil {
-					t.Fatal(err)
+	for _, cc := range []struct {
+		name string
+		cfg  Config
+	}{{"default", Config{}}, {"bundle", Config{RecvBundle: true}}} {
+		for it := range 6 {
+			t.Run(fmt.Sprintf("%s/%d", cc.name, it), func(t *testing.T) {
+				p := newTestPool(t, cc.cfg, hangGuard)
+				var conns []Conn
+				res := map[Conn]*ipResult{}
+				for range 3 {
+					c, err := p.DialAsync(url, tlsOpts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					conns = append(conns, c)
+					res[c] = &ipResult{}
 				}
-				conns = append(conns, c)
-				res[c] = &ipResult{}
-			}
-			var once sync.Once
-			var wg sync.WaitGroup
-			start := func() {
-				wg.Add(2)
-				go func() { defer wg.Done(); conns[it%3].Close(1000, "bye") }()
-				go func() {
-					defer wg.Done()
-					time.Sleep(time.Duration(it) * 100 * time.Microsecond)
-					p.Close()
-				}()
-			}
-			var err error
-			for err == nil {
-				_, err = p.Pump(func(c Conn, ev Event) {
+				floodCloseRace(t, p, conns, it, func(c Conn, ev Event) int {
 					r := res[c]
 					r.check(p, s, ev)
-					if r.got >= 1000 {
-						once.Do(start)
-					}
+					return r.got
 				})
-			}
-			wg.Wait()
-			if !errors.Is(err, ErrPoolClosed) {
-				t.Errorf("Pump: %v, want ErrPoolClosed", err)
-			}
-			for i, c := range conns {
-				if r := res[c]; r.err != nil || r.otherOrg > 0 {
-					t.Errorf("conn %d: %v (%d payloads of unknown origin)", i, r.err, r.otherOrg)
+				for i, c := range conns {
+					if r := res[c]; r.err != nil || r.otherOrg > 0 {
+						t.Errorf("conn %d: %v (%d payloads of unknown origin)", i, r.err, r.otherOrg)
+					}
 				}
+			})
+		}
+	}
+}
+
+// floodCloseRace pumps p, whose conns flood it, handing every event to
+// check (which returns how many messages that connection has delivered).
+// Once one has delivered 1000, conns[it%len] is closed and the pool is
+// closed (it x 100 us later), each from a goroutine of its own, racing
+// the pump; Pump must end with ErrPoolClosed.
+func floodCloseRace(t *testing.T, p *Pool, conns []Conn, it int, check func(c Conn, ev Event) int) {
+	t.Helper()
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := func() {
+		wg.Add(2)
+		go func() { defer wg.Done(); conns[it%len(conns)].Close(1000, "bye") }()
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(it) * 100 * time.Microsecond)
+			p.Close()
+		}()
+	}
+	var err error
+	for err == nil {
+		_, err = p.Pump(func(c Conn, ev Event) {
+			if check(c, ev) >= 1000 {
+				once.Do(start)
 			}
 		})
+	}
+	wg.Wait()
+	if !errors.Is(err, ErrPoolClosed) {
+		t.Errorf("Pump: %v, want ErrPoolClosed", err)
 	}
 }

@@ -133,6 +133,7 @@ type talVariant struct {
 	connEvents uint32        // Config.MaxConnPendingEvents (0: the default)
 	noDirect   bool          // Config.NoDirectSend
 	loops      int           // Config.Loops (0: the default)
+	bundle     bool          // Config.RecvBundle
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -178,6 +179,8 @@ var talVariants = []talVariant{
 	{name: "loops2", loops: 2},
 	{name: "loops3", loops: 3},
 	{name: "loops4", loops: 4},
+	// The default with recv bundles (Config.RecvBundle; issue 13 item 2).
+	{name: "bundle", bundle: true},
 }
 
 // variantNames lists the variants for --help.
@@ -858,7 +861,8 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, Loops: v.loops}
+		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, Loops: v.loops,
+		RecvBundle: v.bundle}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
