@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc938ed729e94c675
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x8c11642c3c4d910e
 import "C"
 
-const csrcHash = "c938ed729e94c675"
+const csrcHash = "8c11642c3c4d910e"
