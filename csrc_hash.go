@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x2c550ff3e7604a8a
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x8aed8f03ee3c50c0
 import "C"
 
-const csrcHash = "2c550ff3e7604a8a"
+const csrcHash = "8aed8f03ee3c50c0"

@@ -117,85 +117,138 @@ func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 // its lifecycle events (never a data event).
 func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
 	n := 0
-	events, mask, pool, base := r.events, r.mask, r.pool, r.base // locals: the callbacks could write *r
-	onEv := r.onEvent
-	logged := pool != nil && pool.cfg.Logger != nil
-	for i := r.pos; i != tail; i++ {
-		e := &events[i&mask]
-		slot := uint32(e.slot) + base
-		var c Conn // a Decoder's callbacks get the zero Conn
-		if pool != nil {
-			c = Conn{p: pool, slot: slot, gen: uint32(e.gen)}
+	for i := r.pos; i != tail; {
+		// The next release point: a multiple of releaseEvery, or tail.
+		stop := (i + releaseEvery) &^ (releaseEvery - 1)
+		if stop-r.pos > tail-r.pos {
+			stop = tail
 		}
-		var payload []byte
-		if e.len != 0 {
-			payload = unsafe.Slice((*byte)(unsafe.Pointer(e.ptr)), int(e.len))
-		}
-		kind := EventKind(e.kind)
-		if kind == EventText || kind == EventBinary {
-			switch {
-			case fd != nil:
-				if e.flags&C.TL_EVF_STAMPED == 0 {
-					fd(c, Opcode(kind-EventText)+OpText, payload)
-				} else {
-					r.dataSampled(i&mask, c, Opcode(kind-EventText)+OpText, payload, fd)
-				}
-			case fs != nil:
-				var st Stamps
-				if e.flags&C.TL_EVF_STAMPED != 0 {
-					st = r.stampsAt(i & mask)
-				}
-				fs(c, Opcode(kind-EventText)+OpText, payload, st)
-				if st.CQE != 0 {
-					r.record(&st)
-				}
-			default:
-				ev := Event{Kind: kind, Payload: payload}
-				if e.flags&C.TL_EVF_STAMPED == 0 {
-					fe(c, ev)
-				} else {
-					r.eventSampled(i&mask, c, ev, fe)
-				}
-			}
-			n++
-		} else if pool == nil {
-			if fe != nil {
-				fe(c, r.event(e, slot, kind, payload))
-				n++
-			} else {
-				r.noteEnd(e, kind, payload)
-			}
-		} else if quiet := pool.quietEvent(e, slot, kind); logged || (!quiet && (fe != nil || onEv != nil)) {
-			// A quiet event (a failed synchronous Dial) is still logged.
-			ev := r.event(e, slot, kind, payload)
-			if logged {
-				pool.logEvent(c, &ev, payload)
-			}
-			switch {
-			case quiet: // Dial returned this error; the caller never had the Conn
-			case fe != nil:
-				fe(c, ev)
-				n++
-			case onEv != nil:
-				onEv(c, ev)
-				n++
+		if fd != nil {
+			n += r.dataRun(i, stop, fd)
+		} else {
+			for j := i; j != stop; j++ {
+				n += r.one(j, fe, nil, fs)
 			}
 		}
-		if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
-			pool.nconns.Add(-1)
-			pool.unref(slot)
-		}
-		if (i+1)&(releaseEvery-1) == 0 && i+1 != tail {
+		i = stop
+		if i != tail {
 			// A long batch gives its first part back early: an awake
 			// loop can resume a connection held at its share of the ring
 			// (Config.MaxConnPendingEvents) while the rest is still being
 			// handed out, so loop and pump keep working at once. (A
 			// sleeping loop is woken once, when the batch ends.)
-			atomic.StoreUint64(r.head, i+1)
+			atomic.StoreUint64(r.head, i)
 		}
 	}
 	r.pos = tail
 	atomic.StoreUint64(r.head, tail)
+	return n
+}
+
+// dataRun hands events [i, stop) to the DataFunc fd (PumpData, PumpSpin,
+// PumpNowait, Decoder) and returns the callbacks made. The per-message
+// path: a data event without flags goes straight to fd (one load of the
+// record, two compares, the call: no bounds check, no stamp or logger
+// test); anything else - control and lifecycle events, a sampled message,
+// a final event - goes through one, the general path.
+func (r *evConsumer) dataRun(i, stop uint64, fd DataFunc) int {
+	n := 0
+	// Locals: the callback could write *r.
+	evs, mask, pool, base := unsafe.Pointer(unsafe.SliceData(r.events)), r.mask, r.pool, r.base
+	for ; i != stop; i++ {
+		// i&mask < len(r.events) (mask = len-1, a power of two): the
+		// record is read without the bounds check an index would cost.
+		e := (*C.struct_tl_event)(unsafe.Add(evs, uintptr(i&mask)*unsafe.Sizeof(C.struct_tl_event{})))
+		kind := uint8(e.kind)
+		if kind-C.TL_EV_TEXT > C.TL_EV_BINARY-C.TL_EV_TEXT || e.flags != 0 {
+			n += r.one(i, nil, fd, nil)
+			continue
+		}
+		var c Conn // a Decoder's callbacks get the zero Conn
+		if pool != nil {
+			c = Conn{p: pool, slot: uint32(e.slot) + base, gen: uint32(e.gen)}
+		}
+		var payload []byte
+		if e.len != 0 {
+			payload = unsafe.Slice((*byte)(unsafe.Pointer(e.ptr)), int(e.len))
+		}
+		fd(c, Opcode(kind-C.TL_EV_TEXT)+OpText, payload)
+		n++
+	}
+	return n
+}
+
+// one hands event i to fd (data messages only), fe (every event) or fs
+// (PumpStamped: data messages with their stamps) and returns the callbacks
+// made (0 or 1). Every kind of event, flags included: the general path of
+// consume and dataRun.
+func (r *evConsumer) one(i uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {
+	n := 0
+	pool := r.pool
+	e := &r.events[i&r.mask]
+	slot := uint32(e.slot) + r.base
+	var c Conn // a Decoder's callbacks get the zero Conn
+	if pool != nil {
+		c = Conn{p: pool, slot: slot, gen: uint32(e.gen)}
+	}
+	var payload []byte
+	if e.len != 0 {
+		payload = unsafe.Slice((*byte)(unsafe.Pointer(e.ptr)), int(e.len))
+	}
+	kind := EventKind(e.kind)
+	if kind == EventText || kind == EventBinary {
+		switch {
+		case fd != nil:
+			if e.flags&C.TL_EVF_STAMPED == 0 {
+				fd(c, Opcode(kind-EventText)+OpText, payload)
+			} else {
+				r.dataSampled(i&r.mask, c, Opcode(kind-EventText)+OpText, payload, fd)
+			}
+		case fs != nil:
+			var st Stamps
+			if e.flags&C.TL_EVF_STAMPED != 0 {
+				st = r.stampsAt(i & r.mask)
+			}
+			fs(c, Opcode(kind-EventText)+OpText, payload, st)
+			if st.CQE != 0 {
+				r.record(&st)
+			}
+		default:
+			ev := Event{Kind: kind, Payload: payload}
+			if e.flags&C.TL_EVF_STAMPED == 0 {
+				fe(c, ev)
+			} else {
+				r.eventSampled(i&r.mask, c, ev, fe)
+			}
+		}
+		n++
+	} else if pool == nil {
+		if fe != nil {
+			fe(c, r.event(e, slot, kind, payload))
+			n++
+		} else {
+			r.noteEnd(e, kind, payload)
+		}
+	} else if quiet := pool.quietEvent(e, slot, kind); (pool.cfg.Logger != nil) || (!quiet && (fe != nil || r.onEvent != nil)) {
+		// A quiet event (a failed synchronous Dial) is still logged.
+		ev := r.event(e, slot, kind, payload)
+		if pool.cfg.Logger != nil {
+			pool.logEvent(c, &ev, payload)
+		}
+		switch {
+		case quiet: // Dial returned this error; the caller never had the Conn
+		case fe != nil:
+			fe(c, ev)
+			n++
+		case r.onEvent != nil:
+			r.onEvent(c, ev)
+			n++
+		}
+	}
+	if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
+		pool.nconns.Add(-1)
+		pool.unref(slot)
+	}
 	return n
 }
 

@@ -208,6 +208,124 @@ static inline __attribute__((always_inline)) int tl_evq_append(struct tl_evq *q,
 	return 0;
 }
 
+/* tl_evq_run appends a run of data events of one owner with the queue's
+ * hot fields held in locals (registers: a payload copy through a byte
+ * pointer would otherwise make the compiler reload every field after
+ * each store), and commits them with one update of the queue (tail,
+ * arena, owner counts, early publish) at tl_evq_run_end. For the parser's
+ * burst of small whole frames (conn.c, feed_burst): per event it costs the
+ * record, its arena_end and, in copy mode, the payload copy. Nothing
+ * appended is visible to the rest of the queue until tl_evq_run_end, so
+ * nothing else may append to q in between. */
+struct tl_evq_run {
+	struct tl_event *events;
+	uint64_t *arena_end;
+	uint64_t mask;
+	uint64_t tail;  /* index of the next event */
+	uint64_t end;   /* tail may not reach this (ring room, early publish, caller's cap) */
+	uint8_t *arena; /* copy mode only (NULL: payloads stay where they are) */
+	uint64_t amask;
+	uint64_t w;     /* arena write position (monotonic) */
+	uint64_t wend;  /* w may not pass this (contiguous room before the wrap, or Go's head) */
+	uint64_t bytes; /* payload bytes appended */
+	uint32_t slot, gen;
+};
+
+/* tl_evq_run_begin starts a run of at most max_events events of owner
+ * (slot, gen); copy says payloads are copied into the arena (else they
+ * stay where the caller keeps them, as tl_evq_append_ref). The run stops
+ * short of the ring's free room as last read and of the early-publish
+ * bound (see TL_EVQ_EARLY_PUBLISH), and in copy mode of the arena's
+ * contiguous room: the caller appends the rest through tl_evq_append,
+ * which handles the wrap and rereads Go's head. */
+static inline __attribute__((always_inline)) void tl_evq_run_begin(struct tl_evq *q, struct tl_evq_run *r,
+								   uint32_t slot, uint32_t gen, int copy,
+								   uint64_t max_events)
+{
+	uint64_t room = q->size - (q->tail - q->head_cache);
+	uint64_t pub = TL_EVQ_EARLY_PUBLISH - (q->tail - q->published);
+
+	if (room > pub)
+		room = pub;
+	if (room > max_events)
+		room = max_events;
+	r->events = q->events;
+	r->arena_end = q->arena_end;
+	r->mask = q->mask;
+	r->tail = q->tail;
+	r->end = q->tail + room;
+	r->w = q->wpos;
+	r->wend = q->wpos;
+	r->arena = NULL;
+	r->amask = q->arena_size - 1;
+	r->bytes = 0;
+	r->slot = slot;
+	r->gen = gen;
+	if (copy) {
+		uint64_t off = q->wpos & r->amask, free = q->arena_size - (q->wpos - q->rpos);
+		r->arena = q->arena;
+		r->wend = q->wpos + (q->arena_size - off < free ? q->arena_size - off : free);
+	}
+}
+
+/* tl_evq_run_add appends a data event (kind TL_EV_TEXT or TL_EV_BINARY,
+ * payload p[0..n)) to the run. Returns 0, or -1 when the run is out of
+ * room (nothing written). */
+static inline __attribute__((always_inline)) int tl_evq_run_add(struct tl_evq_run *r, uint8_t kind, const uint8_t *p,
+								 size_t n)
+{
+	uint64_t idx = r->tail & r->mask;
+	struct tl_event ev;
+
+	if (r->tail == r->end)
+		return -1;
+	if (r->arena) {
+		uint64_t need = (n + 7) & ~(uint64_t)7;
+		uint8_t *dst;
+		if (need > r->wend - r->w)
+			return -1;
+		dst = r->arena + (r->w & r->amask);
+		tl_copy_small(dst, p, n);
+		p = dst;
+		r->w += need;
+	}
+	ev.ptr = p;
+	ev.len = (uint32_t)n;
+	ev.slot = r->slot;
+	ev.gen = r->gen;
+	ev.code = 0;
+	ev.kind = kind;
+	ev.flags = 0;
+	ev.err = 0;
+	ev.aux = 0;
+	r->events[idx] = ev;
+	r->arena_end[idx] = r->w;
+	r->tail++;
+	r->bytes += n;
+	return 0;
+}
+
+/* tl_evq_run_end commits the run's events to q (they are published with
+ * the next tl_evq_publish, or now when the batch reached
+ * TL_EVQ_EARLY_PUBLISH: count them in q->msgs and q->bytes before) and
+ * returns how many there were. */
+static inline __attribute__((always_inline)) uint64_t tl_evq_run_end(struct tl_evq *q, struct tl_evq_run *r)
+{
+	uint64_t k = r->tail - q->tail;
+
+	if (!k)
+		return 0;
+	if (q->counting) {
+		q->own_events[r->slot] += (uint32_t)k;
+		q->own_bytes[r->slot] += r->bytes;
+	}
+	q->tail = r->tail;
+	q->wpos = r->w;
+	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
+		tl_evq_publish(q);
+	return k;
+}
+
 /* tl_evq_append_ref appends an event whose payload p[0..n) stays where it
  * is (a receive slot the caller keeps out of the kernel until Go has
  * passed the event: see tl_slots_release). Returns 0, or -1 when the ring

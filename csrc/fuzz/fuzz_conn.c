@@ -4,7 +4,10 @@
  * at fuzzer-chosen points, optionally with the TLS transport's hold
  * (tl_conn.rx_hold: a partial frame is left unconsumed and offered again
  * with more bytes). Every event must be well formed and every delivered
- * text message valid UTF-8; sanitizers catch the rest. */
+ * text message valid UTF-8; sanitizers catch the rest. The same input fed
+ * again one byte per run (no hold) must give the same events: a one-byte
+ * run never takes the parser's burst of whole small frames (feed_burst)
+ * nor its whole-frame path, so this compares them with reassembly. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +16,32 @@
 
 static struct tl_loop *L;
 
+/* the events of one pass: kind, code, err, payload (an error's detail
+ * text aside: the same fault may be named differently by the whole-frame
+ * check and by reassembly), hashed in order */
+static uint64_t evhash;
+static uint32_t evcount;
+
+static void note(const struct tl_event *e)
+{
+	uint64_t h = evhash ^ ((uint64_t)e->kind << 56 | (uint64_t)e->code << 32 | (uint32_t)e->err);
+	h *= 0x100000001b3ull;
+	if (e->kind != TL_EV_ERROR) {
+		for (uint32_t i = 0; i < e->len; i++)
+			h = (h ^ e->ptr[i]) * 0x100000001b3ull;
+		h ^= e->len;
+	}
+	evhash = h;
+	evcount++;
+}
+
 static void drain(struct tl_loop *l, int *final)
 {
 	struct tl_evring *r = l->evq.r;
 	uint64_t tail = l->evq.tail; /* single-threaded: no publish needed */
 	for (uint64_t i = r->head; i < tail; i++) {
 		const struct tl_event *e = &r->ev[i & r->mask];
+		note(e);
 		if (e->kind < TL_EV_OPEN || e->kind > TL_EV_ERROR)
 			abort();
 		if (e->len && !e->ptr)
@@ -33,12 +56,14 @@ static void drain(struct tl_loop *l, int *final)
 	__atomic_store_n(&r->head, tail, __ATOMIC_RELEASE);
 }
 
+/* pass feeds data in runs of run bytes (hold: as the TLS transport) to a
+ * fresh memory connection, then ends it. */
+static void pass(const uint8_t *data, size_t size, size_t run, size_t hold);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static uint32_t gen;
-	struct tl_conn *c;
-	int final = 0;
-	size_t off = 0;
+	uint64_t h;
+	uint32_t n;
 
 	if (!L) {
 		struct tl_config cfg = {
@@ -53,14 +78,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (size < 1)
 		return 0;
-	c = &L->conns[0];
-	tl_life_open_memory(L, 0, ++gen);
 	/* first byte: run length (1..64) used to cut the rest; bit 6: hold
 	 * frames of up to 512 bytes as the TLS transport does */
-	size_t run = (size_t)(data[0] & 63) + 1, want = run, hold = data[0] & 64 ? 512 : 0;
+	evhash = 0, evcount = 0;
+	pass(data + 1, size - 1, (size_t)(data[0] & 63) + 1, data[0] & 64 ? 512 : 0);
+	h = evhash, n = evcount;
+	evhash = 0, evcount = 0;
+	pass(data + 1, size - 1, 1, 0);
+	if (h != evhash || n != evcount)
+		abort(); /* the burst or whole-frame path disagrees with reassembly */
+	return 0;
+}
+
+static void pass(const uint8_t *data, size_t size, size_t run, size_t hold)
+{
+	static uint32_t gen;
+	struct tl_conn *c = &L->conns[0];
+	int final = 0;
+	size_t off = 0, want = run;
 	int reoffer = 0;
-	data++;
-	size--;
+
+	tl_life_open_memory(L, 0, ++gen);
 	while (off < size && !c->dying && c->state != TL_ST_IDLE) {
 		size_t n = size - off < want ? size - off : want, used = 0;
 		c->rx_hold = hold;
@@ -119,5 +157,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	L->timed = 0;
 	c->deadline_ns = 0;
 	c->out[0].len = c->out[1].len = 0;
-	return 0;
 }

@@ -17,6 +17,7 @@
 #include "../talaris.h"
 #include "../ws.h"
 #include "check.h"
+#include "frames.h"
 
 struct harness {
 	struct tl_loop *l;
@@ -130,21 +131,7 @@ static void start(struct harness *h, uint32_t ev_size) { start_sampled(h, ev_siz
 
 static size_t frame(uint8_t *out, int fin, int op, const void *p, size_t n)
 {
-	size_t k = 0;
-	out[k++] = (uint8_t)((fin ? 0x80 : 0) | op);
-	if (n < 126) {
-		out[k++] = (uint8_t)n;
-	} else if (n < 65536) {
-		out[k++] = 126;
-		out[k++] = (uint8_t)(n >> 8);
-		out[k++] = (uint8_t)n;
-	} else {
-		out[k++] = 127;
-		for (int i = 7; i >= 0; i--)
-			out[k++] = (uint8_t)(n >> (8 * i));
-	}
-	memcpy(out + k, p, n);
-	return k + n;
+	return test_frame(out, fin, op, p, n, 0);
 }
 
 /* A stream of messages, fragmented with a ping between fragments, fed one
