@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc938ed729e94c675
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3f9b95492149c2d3
 import "C"
 
-const csrcHash = "c938ed729e94c675"
+const csrcHash = "3f9b95492149c2d3"
