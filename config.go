@@ -175,15 +175,16 @@ type Config struct {
 	// (it alone uses the TLS session). ConnStats.DirectSends counts the
 	// direct ones.
 	NoDirectSend bool
-	// NoReplyDoorbell turns off the pump's doorbell. By default (with
-	// ConsumerWait WaitAdaptive), a pump that goes to sleep within
-	// bellWindow (2 ms) of a direct send sleeps in epoll on the sockets
-	// it sent on (and an eventfd the loop writes instead of the futex),
-	// so the reply's data wakes the pump at the same time as the loop
-	// thread rather than after it; the pump then spins briefly for the
-	// loop's publish. Otherwise (and always with it set) the pump sleeps
-	// on the futex the loop wakes. docs/ARCHITECTURE.md, "Wait strategies".
-	NoReplyDoorbell bool
+	// ReplyDoorbell turns on the pump's reply doorbell (off by default:
+	// not yet measured to win; docs/ARCHITECTURE.md, "Wait strategies").
+	// With it (and ConsumerWait WaitAdaptive, direct sends on), a pump
+	// that goes to sleep within 2 ms of a direct send sleeps in epoll on
+	// the sockets it sent on (and an eventfd the loop writes instead of
+	// the futex), so the reply's data wakes the pump at the same time as
+	// the loop thread rather than after it; the pump then spins briefly
+	// for the loop's publish. Otherwise the pump sleeps on the futex the
+	// loop wakes. PoolStats.BellSleeps and BellRings count its use.
+	ReplyDoorbell bool
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -232,7 +233,7 @@ const (
 	decoderEventRing    = 1 << 12              // events in a Decoder's ring
 	decoderMinArenaSize = 1 << 20              // a Decoder's arena: at least this, and 2 x its largest message
 	directMax           = 64 << 10             // the largest message a direct send writes (Config.NoDirectSend)
-	bellWindow          = 2 * time.Millisecond // a pump sleeps on its doorbell this long after a direct send (Config.NoReplyDoorbell)
+	bellWindow          = 2 * time.Millisecond // a pump sleeps on its doorbell this long after a direct send (Config.ReplyDoorbell)
 	bellSpinTimes       = 5                    // after a doorbell wake-up the pump spins up to this many SpinTimes for the loop's publish
 	maxLoops            = 64                   // Config.Loops at most (the pump's futex_waitv takes 128 words)
 )

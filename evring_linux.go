@@ -479,7 +479,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 	}
 }
 
-// sleepBell is sleep on the doorbell (Config.NoReplyDoorbell), taken for
+// sleepBell is sleep on the doorbell (Config.ReplyDoorbell), taken for
 // a while after a direct send, when a reply is likely: the pump waits in
 // epoll on the sockets it sent on and on bellEfd, which every loop writes
 // instead of the futex while cons_sleeping is 2. The reply's data then

@@ -31,7 +31,7 @@ type PoolStats struct {
 	FairHolds  uint64 // times a connection was held at its share of the ring (Config.MaxConnPendingEvents/Bytes; also counted in Stalls)
 	// BellSleeps counts the pump's sleeps on its reply doorbell (also
 	// counted in PumpSleeps); BellRings the wake-ups from them that a
-	// socket's data gave before the loop's publish (Config.NoReplyDoorbell).
+	// socket's data gave before the loop's publish (Config.ReplyDoorbell).
 	BellSleeps, BellRings uint64
 }
 

@@ -129,7 +129,7 @@ type pool struct {
 	// (WaitAdaptive spins only while it is short); owned by the pumper.
 	lastWait time.Duration
 
-	// The pump's doorbell (Config.NoReplyDoorbell; evring_linux.go,
+	// The pump's doorbell (Config.ReplyDoorbell; evring_linux.go,
 	// sleepBell): bellEp is an epoll instance holding bellEfd (the
 	// eventfd every loop writes instead of the futex while the pump
 	// sleeps there) and each socket a direct send wrote to (added once
@@ -239,7 +239,7 @@ func newPool(cfg Config) (*Pool, error) {
 		p.maxDirect = -1
 	}
 	p.bellEp, p.bellEfd = -1, -1
-	if !d.NoReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive {
+	if d.ReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive {
 		if err := p.openBell(); err != nil {
 			p.freeShards()
 			return nil, err
@@ -252,7 +252,7 @@ func newPool(cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// openBell creates the pump's doorbell (Config.NoReplyDoorbell): an
+// openBell creates the pump's doorbell (Config.ReplyDoorbell): an
 // epoll instance with an eventfd in it, edge-triggered (never read: each
 // write of a loop is an edge), whose number every loop's ring carries
 // (cons_efd) for the wake-ups it gives while the pump sleeps there.

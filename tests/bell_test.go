@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// The pump's reply doorbell (Config.NoReplyDoorbell; docs/ARCHITECTURE.md,
+// The pump's reply doorbell (Config.ReplyDoorbell; docs/ARCHITECTURE.md,
 // "Wait strategies"): after a direct send the pump sleeps in epoll on the
 // socket and the loop's eventfd. These tests run a real gorilla server whose
 // echo comes 1 ms late, so the pump has given up spinning and sleeps on the
@@ -79,12 +80,12 @@ func TestReplyDoorbell(t *testing.T) {
 		opts     *DialOptions
 		wantBell bool
 	}{
-		{"default/ws", Config{}, url, nil, true},
-		{"nobell/ws", Config{NoReplyDoorbell: true}, url, nil, false},
-		{"nodirect/ws", Config{NoDirectSend: true}, url, nil, false},
-		{"block/ws", Config{LoopWait: WaitBlock, ConsumerWait: WaitBlock}, url, nil, false},
+		{"bell/ws", Config{ReplyDoorbell: true}, url, nil, true},
+		{"default/ws", Config{}, url, nil, false},
+		{"bell-nodirect/ws", Config{ReplyDoorbell: true, NoDirectSend: true}, url, nil, false},
+		{"bell-block/ws", Config{ReplyDoorbell: true, LoopWait: WaitBlock, ConsumerWait: WaitBlock}, url, nil, false},
 		// wss sends go through the loop: no direct send, no doorbell.
-		{"default/wss", Config{}, secure, tlsOpts, false},
+		{"bell/wss", Config{ReplyDoorbell: true}, secure, tlsOpts, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newTestPool(t, tc.cfg, hangGuard)
@@ -110,6 +111,19 @@ func TestReplyDoorbell(t *testing.T) {
 	}
 }
 
+// bellDial opens a pool of cfg (hang-guarded) and dials url on it.
+func bellDial(t *testing.T, cfg Config, url string) (*Pool, Conn) {
+	t.Helper()
+	p := newTestPool(t, cfg, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, c
+}
+
 // TestReplyDoorbellCloseRace closes the Pool (and, every other round, the
 // connection first) from another goroutine while the pump sleeps on its
 // doorbell between delayed echoes: the pump returns ErrPoolClosed or
@@ -117,7 +131,7 @@ func TestReplyDoorbell(t *testing.T) {
 func TestReplyDoorbellCloseRace(t *testing.T) {
 	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
 	for i := 0; i < 16; i++ {
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, Config{ReplyDoorbell: true}, hangGuard)
 		ctx, cancel := dialCtx(t)
 		c, err := p.Dial(ctx, url, nil)
 		cancel()
@@ -137,13 +151,7 @@ func TestReplyDoorbellCloseRace(t *testing.T) {
 func TestReplyDoorbellPeerEnds(t *testing.T) {
 	t.Run("reset", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellReset, 20)
-		p := newTestPool(t, Config{}, hangGuard)
-		ctx, cancel := dialCtx(t)
-		defer cancel()
-		c, err := p.Dial(ctx, url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, c := bellDial(t, Config{ReplyDoorbell: true}, url)
 		seen, err := pingPong(p, c, 1<<30)
 		// The answer to echo 20 meets the reset (ErrClosed) or goes out
 		// before it; either way the pump then takes the final event.
@@ -162,13 +170,7 @@ func TestReplyDoorbellPeerEnds(t *testing.T) {
 	})
 	t.Run("stop-reading", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellStopRead, 20)
-		p := newTestPool(t, Config{CloseTimeout: 200 * time.Millisecond}, hangGuard) // the silent peer never answers our close
-		ctx, cancel := dialCtx(t)
-		defer cancel()
-		c, err := p.Dial(ctx, url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, c := bellDial(t, Config{ReplyDoorbell: true, CloseTimeout: 200 * time.Millisecond}, url) // the silent peer never answers our close
 		go func() {
 			// Ping-pong until the peer goes silent, then close once the
 			// pump has been asleep a while.
@@ -189,4 +191,45 @@ func TestReplyDoorbellPeerEnds(t *testing.T) {
 			t.Fatal("send after Close succeeded")
 		}
 	})
+}
+
+// TestReplyDoorbellAllocs: a round trip through the doorbell (a direct
+// send, the pump asleep in epoll, woken by the socket or the eventfd)
+// makes no cgo call and no allocation beyond the default's (the in-process
+// gorilla server's own: the count is the process's).
+func TestReplyDoorbellAllocs(t *testing.T) {
+	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
+	var base float64
+	for _, bell := range []bool{false, true} {
+		p, c := bellDial(t, Config{ReplyDoorbell: bell}, url)
+		msg := make([]byte, 64)
+		got := false
+		fn := func(Conn, Opcode, []byte) { got = true }
+		var fail error
+		round := func() {
+			if err := c.SendBinary(msg); err != nil {
+				fail = err
+				return
+			}
+			for got = false; !got && fail == nil; {
+				_, fail = p.PumpData(fn)
+			}
+		}
+		round() // the socket joins the doorbell, the frame buffer grows
+		cgo0, sleeps0 := runtime.NumCgoCall(), p.Stats().BellSleeps
+		allocs := testing.AllocsPerRun(50, round)
+		cgo, sleeps := runtime.NumCgoCall()-cgo0, p.Stats().BellSleeps-sleeps0
+		if fail != nil {
+			t.Fatal(fail)
+		}
+		t.Logf("doorbell %v: %.2f allocations and %d cgo calls per round trip; %d doorbell sleeps in 51", bell, allocs, cgo, sleeps)
+		if !bell {
+			base = allocs
+			continue
+		}
+		if allocs > base || cgo != 0 || sleeps == 0 {
+			t.Fatalf("%.2f allocations (%.2f without the doorbell), %d cgo calls per round trip, %d doorbell sleeps: want no more, 0, > 0",
+				allocs, base, cgo, sleeps)
+		}
+	}
 }

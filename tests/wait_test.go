@@ -27,8 +27,8 @@ var waitConfigs = []struct {
 	cfg  Config
 }{
 	{"default", Config{}},
-	// The default without the reply doorbell (the pump sleeps on the futex only).
-	{"nobell", Config{NoReplyDoorbell: true}},
+	// The default with the reply doorbell (the pump sleeps in epoll on the socket after a direct send).
+	{"bell", Config{ReplyDoorbell: true}},
 	{"adaptive", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive}},
 	// A long SpinTime keeps both adaptive spins on for the whole test.
 	{"adaptive-1ms", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive, SpinTime: time.Millisecond}},
