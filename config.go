@@ -182,6 +182,16 @@ type Config struct {
 	// Nothing changes in what is delivered or in what order;
 	// docs/ARCHITECTURE.md ("Recv bundles") has the measurements.
 	RecvBundle bool
+	// ReplyDoorbell turns on the pump's reply doorbell (off by default:
+	// not yet measured to win; docs/ARCHITECTURE.md, "Wait strategies").
+	// With it (and ConsumerWait WaitAdaptive, direct sends on), a pump
+	// that goes to sleep within 2 ms of a direct send sleeps in epoll on
+	// the sockets it sent on (and an eventfd the loop writes instead of
+	// the futex), so the reply's data wakes the pump at the same time as
+	// the loop thread rather than after it; the pump then spins briefly
+	// for the loop's publish. Otherwise the pump sleeps on the futex the
+	// loop wakes. PoolStats.BellSleeps and BellRings count its use.
+	ReplyDoorbell bool
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
@@ -226,11 +236,13 @@ var defaults = Config{
 
 // Derived defaults and the Decoder's sizes.
 const (
-	cqPerSQ             = 4        // CQEntries = cqPerSQ x SQEntries
-	decoderEventRing    = 1 << 12  // events in a Decoder's ring
-	decoderMinArenaSize = 1 << 20  // a Decoder's arena: at least this, and 2 x its largest message
-	directMax           = 64 << 10 // the largest message a direct send writes (Config.NoDirectSend)
-	maxLoops            = 64       // Config.Loops at most (the pump's futex_waitv takes 128 words)
+	cqPerSQ             = 4                    // CQEntries = cqPerSQ x SQEntries
+	decoderEventRing    = 1 << 12              // events in a Decoder's ring
+	decoderMinArenaSize = 1 << 20              // a Decoder's arena: at least this, and 2 x its largest message
+	directMax           = 64 << 10             // the largest message a direct send writes (Config.NoDirectSend)
+	bellWindow          = 2 * time.Millisecond // a pump sleeps on its doorbell this long after a direct send (Config.ReplyDoorbell)
+	bellSpinTimes       = 5                    // after a doorbell wake-up the pump spins up to this many SpinTimes for the loop's publish
+	maxLoops            = 64                   // Config.Loops at most (the pump's futex_waitv takes 128 words)
 )
 
 // arenaFor returns the smallest power of two >= min that holds two

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x8aed8f03ee3c50c0
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x506bfbc42cda5730
 import "C"
 
-const csrcHash = "8aed8f03ee3c50c0"
+const csrcHash = "506bfbc42cda5730"

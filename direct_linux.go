@@ -52,7 +52,10 @@ type directSlot struct {
 	buf                    []byte
 	sends, handoffs, bytes atomic.Uint64
 	wire                   atomic.Uint64
-	_                      [24]byte // keep neighbours' counters apart
+	// bellKey is the socket in the pump's doorbell (tx_fd | epoch<<32 |
+	// 1<<63; 0: none yet), so each socket is added once.
+	bellKey atomic.Uint64
+	_       [16]byte // keep neighbours' counters apart
 }
 
 func (c Conn) ownWord() *uint32 {
@@ -123,6 +126,9 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 		}
 		off += int(w)
 	}
+	if p.bellEp >= 0 {
+		p.ringBellOn(d, fd, held)
+	}
 	d.sends.Add(1)
 	d.bytes.Add(uint64(len(b)))
 	d.wire.Add(uint64(off))
@@ -132,6 +138,25 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 	}
 	d.handoffs.Add(1)
 	return c.handoff(buf[off:n], held)
+}
+
+// ringBellOn notes a direct send for the pump's doorbell (evring_linux.go,
+// sleepBell): its time, and the socket added to the doorbell's epoll set
+// when it is not there yet (once per socket: one epoll_ctl). We still
+// hold the socket, so fd is open and ours; its close removes it from the
+// set, and a later socket on the same number has another epoch (or the
+// slot was reset, clearing bellKey). Edge-triggered: each arrival of data
+// is one wake-up, whoever reads it (the loop does).
+func (p *Pool) ringBellOn(d *directSlot, fd uintptr, held uint32) {
+	p.lastDirect.Store(nanotime())
+	key := uint64(fd) | uint64(held>>ownEpochShift)<<32 | 1<<63
+	if d.bellKey.Load() == key {
+		return
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)}
+	if err := unix.EpollCtl(p.bellEp, unix.EPOLL_CTL_ADD, int(fd), &ev); err == nil || err == unix.EEXIST {
+		d.bellKey.Store(key)
+	}
 }
 
 // releaseDirect gives the socket back after a whole write: FREE, or to

@@ -21,6 +21,7 @@ import (
 	"unsafe"
 
 	"github.com/talaris-go/talaris/internal/testhook"
+	"golang.org/x/sys/unix"
 )
 
 // evConsumer reads one event ring. It is owned by the goroutine that pumps
@@ -467,6 +468,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		}
 	}
 	var start time.Time // when the ring was first found empty
+	var spinFrom time.Time
 	for {
 		for i := 0; ; i++ {
 			if p.closed.Load() {
@@ -498,8 +500,9 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			if i&63 == 0 {
 				if start.IsZero() {
 					start = time.Now()
+					spinFrom = start
 				}
-				if time.Since(start) >= spinFor {
+				if time.Since(spinFrom) >= spinFor {
 					break
 				}
 				if i != 0 && p.cfg.ConsumerWait == WaitAdaptive {
@@ -514,9 +517,53 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		if p.rec != nil {
 			p.rec.flush()
 		}
-		p.sleep()
 		spinFor = 0 // after a sleep, look once per wake-up
+		if p.bellEp >= 0 && nanotime()-p.lastDirect.Load() < int64(bellWindow) {
+			if p.sleepBell() {
+				// A socket rang: its data woke us while it wakes the
+				// loop, which will publish it shortly; spin for that
+				// (yielding: the loop may be woken on this very CPU)
+				// rather than sleep into a second wake-up.
+				spinFor, spinFrom = bellSpinTimes*p.cfg.SpinTime, time.Now()
+			}
+			continue
+		}
+		p.sleep()
 	}
+}
+
+// sleepBell is sleep on the doorbell (Config.ReplyDoorbell), taken for
+// a while after a direct send, when a reply is likely: the pump waits in
+// epoll on the sockets it sent on and on bellEfd, which every loop writes
+// instead of the futex while cons_sleeping is 2. The reply's data then
+// wakes this thread and the loop thread at once, instead of the loop's
+// publish waking it after the loop has run: on a machine whose idle CPUs
+// halt, the two wake-ups overlap rather than add up. Dekker per loop as in
+// sleep (cons_sleeping 2, then the tail). It reports whether a socket
+// (not the eventfd) woke it. A stale edge (data the loop already
+// published while we were awake) only makes one spurious round.
+func (p *Pool) sleepBell() bool {
+	for _, sh := range p.shards {
+		atomic.StoreUint32(sh.consSleeping, 2)
+	}
+	rang := false
+	if p.idle() && !p.closed.Load() {
+		atomic.AddUint64((*uint64)(unsafe.Pointer(&p.shards[0].cstats.pump_sleeps)), 1)
+		n, _ := unix.EpollWait(p.bellEp, p.bellEvents[:], 100)
+		p.bellSleeps.Add(1)
+		for i := 0; i < n; i++ {
+			if int(p.bellEvents[i].Fd) != p.bellEfd {
+				rang = true
+			}
+		}
+		if rang {
+			p.bellRings.Add(1)
+		}
+	}
+	for _, sh := range p.shards {
+		atomic.StoreUint32(sh.consSleeping, 0)
+	}
+	return rang
 }
 
 // sleep waits until a loop publishes events (or Close, or 100 ms): it

@@ -29,6 +29,10 @@ type PoolStats struct {
 	PumpSleeps uint64 // times Pump slept waiting for events
 	Reconnects uint64 // successful re-opens by reconnect policies, all connections
 	FairHolds  uint64 // times a connection was held at its share of the ring (Config.MaxConnPendingEvents/Bytes; also counted in Stalls)
+	// BellSleeps counts the pump's sleeps on its reply doorbell (also
+	// counted in PumpSleeps); BellRings the wake-ups from them that a
+	// socket's data gave before the loop's publish (Config.ReplyDoorbell).
+	BellSleeps, BellRings uint64
 }
 
 // NewPool starts a C loop thread configured by cfg.

@@ -39,6 +39,7 @@ type shard struct {
 	consSleeping *uint32
 	wakeSeq      *uint32
 	wantsSpace   *uint32
+	consEfd      *int32 // the pump's doorbell eventfd (Pool.bellEfd) for this loop
 
 	// command ring (producer side), guarded by sendMu
 	sendMu       sync.Mutex
@@ -127,6 +128,19 @@ type pool struct {
 	// lastWait is how long the pump's previous wait for events lasted
 	// (WaitAdaptive spins only while it is short); owned by the pumper.
 	lastWait time.Duration
+
+	// The pump's doorbell (Config.ReplyDoorbell; evring_linux.go,
+	// sleepBell): bellEp is an epoll instance holding bellEfd (the
+	// eventfd every loop writes instead of the futex while the pump
+	// sleeps there) and each socket a direct send wrote to (added once
+	// per socket by the sender, edge-triggered); -1 when off.
+	// lastDirect is the nanotime of the latest direct send; bellEvents
+	// is epoll_wait's buffer (the pumper's).
+	bellEp, bellEfd int
+	lastDirect      atomic.Int64
+	bellSleeps      atomic.Uint64 // PoolStats.BellSleeps
+	bellRings       atomic.Uint64 // PoolStats.BellRings
+	bellEvents      [8]unix.EpollEvent
 }
 
 // closingBias is added to inflight by Close: far above any real count.
@@ -227,11 +241,53 @@ func newPool(cfg Config) (*Pool, error) {
 	} else {
 		p.maxDirect = -1
 	}
+	p.bellEp, p.bellEfd = -1, -1
+	if d.ReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive {
+		if err := p.openBell(); err != nil {
+			p.freeShards()
+			return nil, err
+		}
+	}
 	p.gens = make([]uint32, d.MaxConns)
 	p.refs = make([]int32, d.MaxConns)
 	p.quiet = make([]atomic.Uint32, d.MaxConns)
 	p.drained = make(chan struct{})
 	return p, nil
+}
+
+// openBell creates the pump's doorbell (Config.ReplyDoorbell): an
+// epoll instance with an eventfd in it, edge-triggered (never read: each
+// write of a loop is an edge), whose number every loop's ring carries
+// (cons_efd) for the wake-ups it gives while the pump sleeps there.
+func (p *Pool) openBell() error {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("talaris: epoll_create1: %w", err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(ep)
+		return fmt.Errorf("talaris: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(efd)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &ev); err != nil {
+		unix.Close(efd)
+		unix.Close(ep)
+		return fmt.Errorf("talaris: epoll_ctl: %w", err)
+	}
+	p.bellEp, p.bellEfd = ep, efd
+	for _, sh := range p.shards {
+		atomic.StoreInt32(sh.consEfd, int32(efd))
+	}
+	return nil
+}
+
+// closeBell closes the doorbell once the loops are gone (release).
+func (p *Pool) closeBell() {
+	if p.bellEp >= 0 { // (the numbers stay: nothing reads them once the loops are freed)
+		unix.Close(p.bellEp)
+		unix.Close(p.bellEfd)
+	}
 }
 
 // newShard starts one loop for the global slots [base, base+n) and maps
@@ -252,6 +308,7 @@ func newShard(p *Pool, cc *C.struct_tl_config, base, n uint32) (*shard, error) {
 	sh.consSleeping = (*uint32)(unsafe.Pointer(&evr.cons_sleeping))
 	sh.wakeSeq = (*uint32)(unsafe.Pointer(&evr.wake_seq))
 	sh.wantsSpace = (*uint32)(unsafe.Pointer(&evr.loop_wants_space))
+	sh.consEfd = (*int32)(unsafe.Pointer(&evr.cons_efd))
 	cmr := C.tl_loop_cmdring(loop)
 	sh.cmdBuf = unsafe.Slice((*byte)(unsafe.Pointer(cmr.buf)), int(cmr.size))
 	sh.cmdSize = uint64(cmr.size)
@@ -340,18 +397,23 @@ func (p *Pool) close() error {
 		futexWake(seq)
 	}
 	<-p.drained
+	// Wake a sleeping pumper so it sees closed. A pumper inside a
+	// callback (Close may be called from one) frees the loop on its way
+	// out: Close does not wait for it. Before stopped: once it is set, a
+	// pumper leaving may free the loop's wake words and close the
+	// doorbell under these wakes.
+	for _, sh := range p.shards {
+		atomic.AddUint32(sh.wakeSeq, 1)
+		futexWake(sh.wakeSeq)
+	}
+	if p.bellEfd >= 0 { // or one asleep on its doorbell
+		unix.Write(p.bellEfd, one[:])
+	}
 	// Only now may release free the loop: a pumper that saw closed and
 	// left early must not run tl_loop_free (and a second pthread_join)
 	// while tl_loop_stop above is still joining the thread, nor while a
 	// call above still read the loop's memory.
 	p.stopped.Store(true)
-	// Wake a sleeping pumper so it sees closed. A pumper inside a
-	// callback (Close may be called from one) frees the loop on its way
-	// out: Close does not wait for it.
-	for _, sh := range p.shards {
-		atomic.AddUint32(sh.wakeSeq, 1)
-		futexWake(sh.wakeSeq)
-	}
 	p.release()
 	return nil
 }
@@ -371,6 +433,7 @@ func (p *Pool) release() {
 			for _, sh := range p.shards {
 				C.tl_loop_free(sh.loop)
 			}
+			p.closeBell() // no loop writes it, no pumper waits on it, no sender adds to it
 		}
 		p.freeMu.Unlock()
 	}
@@ -415,6 +478,8 @@ func (p *Pool) poolStats() PoolStats {
 		PumpSleeps: uint64(s.pump_sleeps),
 		Reconnects: uint64(s.reconnects),
 		FairHolds:  uint64(s.fair_holds),
+		BellSleeps: p.bellSleeps.Load(),
+		BellRings:  p.bellRings.Load(),
 	}
 }
 
@@ -481,6 +546,7 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	d.handoffs.Store(0)
 	d.bytes.Store(0)
 	d.wire.Store(0)
+	d.bellKey.Store(0)
 	sh.sendMu.Unlock()
 	return s, p.gens[s], nil
 }

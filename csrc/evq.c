@@ -99,7 +99,19 @@ void tl_evq_publish(struct tl_evq *q)
 	__atomic_store_n(&q->stats->msgs, q->msgs, __ATOMIC_RELAXED);
 	__atomic_store_n(&q->stats->bytes, q->bytes, __ATOMIC_RELAXED);
 	q->published = q->tail;
-	if (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
+	switch (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
+	case 0:
+		break;
+	case 2: {
+		/* The pump sleeps in epoll on its doorbell (the sockets it
+		 * expects a reply on, and this eventfd): evring_linux.go,
+		 * sleepBell. Non-blocking, never read: each write is an edge. */
+		uint64_t one = 1;
+		ssize_t w = write(__atomic_load_n(&r->cons_efd, __ATOMIC_RELAXED), &one, sizeof(one));
+		(void)w; /* a full counter (2^64 - 2 writes) would still be readable */
+		break;
+	}
+	default:
 		__atomic_fetch_add(&r->wake_seq, 1, __ATOMIC_SEQ_CST);
 		syscall(SYS_futex, &r->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 	}

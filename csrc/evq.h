@@ -79,7 +79,9 @@ int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_
 void tl_evq_free(struct tl_evq *q);
 
 /* tl_evq_publish makes every appended event visible to Go with one store
- * of the tail, and wakes the pump if it announced that it sleeps. Stamped
+ * of the tail, and wakes the pump if it announced that it sleeps (a futex
+ * wake of wake_seq; a write to cons_efd when it sleeps on its doorbell,
+ * cons_sleeping 2). Stamped
  * events of the batch get their publish stamp just before the store. */
 void tl_evq_publish(struct tl_evq *q);
 

@@ -110,10 +110,10 @@ struct tl_evring {
 	uint8_t pad0[TL_LINE - 8];
 	uint64_t head;          /* written by Go (release), read by C (acquire) */
 	uint8_t pad1[TL_LINE - 8];
-	uint32_t cons_sleeping; /* Go sets 1 before sleeping on wake_seq */
+	uint32_t cons_sleeping; /* Go sets 1 before sleeping on wake_seq, 2 before sleeping on its doorbell */
 	uint32_t wake_seq;      /* futex word: C increments and wakes */
 	uint32_t loop_wants_space; /* C sets 1 when input is held back for lack of ring/arena */
-	uint32_t pad2i;
+	int32_t cons_efd;       /* Go's doorbell eventfd (cons_sleeping 2): C writes it instead of the futex */
 	uint8_t pad2[TL_LINE - 16];
 	uint32_t size;          /* events, a power of two */
 	uint32_t mask;
@@ -242,6 +242,7 @@ TL_LAYOUT(tl_evring, head, TL_LINE);
 TL_LAYOUT(tl_evring, cons_sleeping, 2 * TL_LINE);
 TL_LAYOUT(tl_evring, wake_seq, 2 * TL_LINE + 4);
 TL_LAYOUT(tl_evring, loop_wants_space, 2 * TL_LINE + 8);
+TL_LAYOUT(tl_evring, cons_efd, 2 * TL_LINE + 12);
 TL_LAYOUT(tl_evring, size, 3 * TL_LINE);
 TL_LAYOUT(tl_evring, mask, 3 * TL_LINE + 4);
 TL_LAYOUT(tl_evring, ev, 3 * TL_LINE + 8);

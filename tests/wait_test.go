@@ -27,6 +27,8 @@ var waitConfigs = []struct {
 	cfg  Config
 }{
 	{"default", Config{}},
+	// The default with the reply doorbell (the pump sleeps in epoll on the socket after a direct send).
+	{"bell", Config{ReplyDoorbell: true}},
 	{"adaptive", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive}},
 	// A long SpinTime keeps both adaptive spins on for the whole test.
 	{"adaptive-1ms", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive, SpinTime: time.Millisecond}},
@@ -125,30 +127,37 @@ func TestWaitCloseRace(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				delay := time.Duration(i%10) * time.Millisecond
-				closed := make(chan struct{})
-				go func() {
-					time.Sleep(delay)
-					if i%2 == 1 {
-						c.Close(CloseNormal, "race")
-					}
-					p.Close()
-					close(closed)
-				}()
-				_, err = pingPong(p, c, 1<<30)
-				if !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrClosed) {
-					t.Fatalf("round %d: ping-pong ended with %v, want ErrPoolClosed or ErrClosed", i, err)
-				}
-				<-closed
+				pingPongCloseRace(t, p, c, i, time.Duration(i%10)*time.Millisecond)
 				guard.Stop()
-				if err := c.SendBinary([]byte("late")); err == nil {
-					t.Fatalf("round %d: send after Close succeeded", i)
-				}
-				if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrPoolClosed) {
-					t.Fatalf("round %d: pump after Close: %v", i, err)
-				}
 			}
 		})
+	}
+}
+
+// pingPongCloseRace ping-pongs on c until another goroutine, after delay,
+// closes the Pool (on odd rounds the connection first): the pump must
+// return ErrPoolClosed or ErrClosed, and a send and a pump afterwards fail.
+func pingPongCloseRace(t *testing.T, p *Pool, c Conn, i int, delay time.Duration) {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() {
+		time.Sleep(delay)
+		if i%2 == 1 {
+			c.Close(CloseNormal, "race")
+		}
+		p.Close()
+		close(closed)
+	}()
+	_, err := pingPong(p, c, 1<<30)
+	if !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrClosed) {
+		t.Fatalf("round %d: ping-pong ended with %v, want ErrPoolClosed or ErrClosed", i, err)
+	}
+	<-closed
+	if err := c.SendBinary([]byte("late")); err == nil {
+		t.Fatalf("round %d: send after Close succeeded", i)
+	}
+	if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrPoolClosed) {
+		t.Fatalf("round %d: pump after Close: %v", i, err)
 	}
 }
 

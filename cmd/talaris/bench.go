@@ -132,6 +132,7 @@ type talVariant struct {
 	evRing     uint32        // Config.EventRingSize (0: the default)
 	connEvents uint32        // Config.MaxConnPendingEvents (0: the default)
 	noDirect   bool          // Config.NoDirectSend
+	bell       bool          // Config.ReplyDoorbell
 	loops      int           // Config.Loops (0: the default)
 	bundle     bool          // Config.RecvBundle
 }
@@ -174,6 +175,9 @@ var talVariants = []talVariant{
 	// The default with every send going through the loop (issue 9 item 4:
 	// what the direct send path buys).
 	{name: "nodirect", noDirect: true},
+	// The default with the pump's reply doorbell (issue 9 item 4: after
+	// a direct send the reply's data wakes the pump with the loop).
+	{name: "bell", bell: true},
 	// The default with its connections sharded over 2, 3 or 4 loop
 	// threads (Config.Loops; issue 13 item 3).
 	{name: "loops2", loops: 2},
@@ -861,7 +865,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, Loops: v.loops,
+		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
 		RecvBundle: v.bundle}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
