@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x8c11642c3c4d910e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x8dba63853ab5840f
 import "C"
 
-const csrcHash = "8c11642c3c4d910e"
+const csrcHash = "8dba63853ab5840f"

@@ -1073,17 +1073,20 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 			break;
 		off += hl + len;
 	}
-	uint64_t bytes = r.bytes, k = tl_evq_run_end(q, &r);
+	uint64_t k = r.tail - q->tail;
 	if (k) {
 		struct tl_conn_pub *pub = &l->pub[c->slot];
+		/* Counted before tl_evq_run_end: an early publish there stores
+		 * the pool's counters with the tail. */
+		q->msgs += k;
+		q->bytes += r.bytes;
+		tl_evq_run_end(q, &r);
 		if (inplace)
 			l->slots.ref[c->cur_q] = q->tail;
 		c->msgs_in += k;
-		c->bytes_in += bytes;
+		c->bytes_in += r.bytes;
 		__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
 		__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
-		q->msgs += k;
-		q->bytes += bytes;
 	}
 	return off;
 }

@@ -307,7 +307,8 @@ static inline __attribute__((always_inline)) int tl_evq_run_add(struct tl_evq_ru
 
 /* tl_evq_run_end commits the run's events to q (they are published with
  * the next tl_evq_publish, or now when the batch reached
- * TL_EVQ_EARLY_PUBLISH) and returns how many there were. */
+ * TL_EVQ_EARLY_PUBLISH: count them in q->msgs and q->bytes before) and
+ * returns how many there were. */
 static inline __attribute__((always_inline)) uint64_t tl_evq_run_end(struct tl_evq *q, struct tl_evq_run *r)
 {
 	uint64_t k = r->tail - q->tail;
