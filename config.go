@@ -175,13 +175,14 @@ type Config struct {
 	// (it alone uses the TLS session). ConnStats.DirectSends counts the
 	// direct ones.
 	NoDirectSend bool
-	// RecvBundle makes an open connection's multishot recv a bundle
-	// (IORING_RECVSEND_BUNDLE, Linux 6.10+; ignored on older kernels):
-	// one completion hands over as many receive buffers as the socket
-	// has bytes for, instead of one completion per BufSize buffer.
-	// Nothing changes in what is delivered or in what order;
+	// NoRecvBundle turns off recv bundles. By default an open
+	// connection's multishot recv is a bundle (IORING_RECVSEND_BUNDLE,
+	// Linux 6.10+; older kernels get one buffer per completion): one
+	// completion hands over as many receive buffers as the socket has
+	// bytes for (at most 64), instead of one completion per BufSize
+	// buffer. Nothing changes in what is delivered or in what order;
 	// docs/ARCHITECTURE.md ("Recv bundles") has the measurements.
-	RecvBundle bool
+	NoRecvBundle bool
 	// ReplyDoorbell turns on the pump's reply doorbell (off by default:
 	// not yet measured to win; docs/ARCHITECTURE.md, "Wait strategies").
 	// With it (and ConsumerWait WaitAdaptive, direct sends on), a pump

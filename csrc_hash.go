@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x506bfbc42cda5730
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xf1e85c0ecff2f67e
 import "C"
 
-const csrcHash = "506bfbc42cda5730"
+const csrcHash = "f1e85c0ecff2f67e"

@@ -191,7 +191,7 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.close_timeout_ns = C.uint64_t(d.CloseTimeout)
 	cc.max_send_queue = C.uint64_t(d.MaxSendQueue)
 	cc.sample_every = C.uint32_t(d.SampleEvery)
-	if d.RecvBundle {
+	if !d.NoRecvBundle {
 		cc.recv_bundle = 1
 	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)

@@ -39,7 +39,7 @@ struct tl_config {
 	uint64_t close_timeout_ns;
 	uint64_t max_send_queue;
 	uint32_t sample_every;    /* stamp one receive completion in this many; 0: off */
-	/* Config.RecvBundle: open connections' multishot recvs are bundles
+	/* Config.NoRecvBundle (off): open connections' multishot recvs are bundles
 	 * (IORING_RECVSEND_BUNDLE: one completion over several buffers) when
 	 * the kernel has them (6.10+); 0: one buffer per completion. */
 	uint32_t recv_bundle;

@@ -11,7 +11,7 @@ import (
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Recv bundles (Config.RecvBundle): one multishot recv completion hands
+// Recv bundles (on by default; Config.NoRecvBundle turns them off): one multishot recv completion hands
 // over several receive slots, taken from the buffer ring in its order
 // (csrc/bufring.h). The integrity, in-place, cgo-call and kill-restart
 // tests have bundle rows (TestIntegrity/bundle*, TestTLSInPlace*/bundle*,
@@ -31,7 +31,7 @@ func TestRecvBundleCloseRace(t *testing.T) {
 	spec := streamSpec{n: scaled(200_000), size: 300}
 	for it := range 6 {
 		t.Run(fmt.Sprint(it), func(t *testing.T) {
-			p := newTestPool(t, Config{RecvBundle: true, BufSize: 4096, BufCount: 16}, hangGuard)
+			p := newTestPool(t, Config{BufSize: 4096, BufCount: 16}, hangGuard)
 			var conns []Conn
 			sts := map[Conn]*streamState{}
 			for range 3 {
@@ -65,7 +65,7 @@ func TestRecvBundleCloseRace(t *testing.T) {
 // runs through them again).
 func TestRecvBundleFloodSlowPump(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{RecvBundle: true, BufSize: 4096, BufCount: 16, EventRingSize: 1024, Loops: 1}, 3*hangGuard)
+	p := newTestPool(t, Config{BufSize: 4096, BufCount: 16, EventRingSize: 1024, Loops: 1}, 3*hangGuard)
 	for round, spec := range []streamSpec{{n: scaled(50_000), size: 300}, {n: scaled(5_000), size: 9000}} {
 		sts := map[Conn]*streamState{}
 		for range 4 {

@@ -26,13 +26,13 @@ import (
 // messages (the pump reads the ring with atomics; no cgo per message).
 // With Loops 2 and 3, one stream per loop (1M messages in all): draining
 // several event rings and sleeping on all of them adds no cgo call. The
-// bundle row receives with recv bundles (Config.RecvBundle).
+// nobundle row receives without recv bundles (Config.NoRecvBundle; bundles are the default).
 func TestHandoffCgoCalls(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
 	for _, loops := range []int{1, 2, 3, -1} {
 		name, cfg := fmt.Sprintf("loops%d", loops), Config{Loops: loops}
 		if loops < 0 {
-			loops, name, cfg = 1, "bundle", Config{Loops: 1, RecvBundle: true}
+			loops, name, cfg = 1, "nobundle", Config{Loops: 1, NoRecvBundle: true}
 		}
 		t.Run(name, func(t *testing.T) {
 			p := newTestPool(t, cfg, 3*hangGuard)

@@ -254,7 +254,7 @@ func TestReconnectKillRestart(t *testing.T) {
 			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data, Config{}) })
 		}
 		t.Run(name+"/Pump/loops2", func(t *testing.T) { testKillRestart(t, tlsOn, false, Config{Loops: 2}) })
-		t.Run(name+"/Pump/bundle", func(t *testing.T) { testKillRestart(t, tlsOn, false, Config{RecvBundle: true}) })
+		t.Run(name+"/Pump/nobundle", func(t *testing.T) { testKillRestart(t, tlsOn, false, Config{NoRecvBundle: true}) })
 	}
 }
 

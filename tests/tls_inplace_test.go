@@ -293,7 +293,7 @@ func TestTLSInPlaceMixed(t *testing.T) {
 	for _, chunk := range []int{0, 5000, -1} {
 		name, cfg := fmt.Sprintf("chunk%d", chunk), Config{}
 		if chunk < 0 { // recv bundles: records straddle the slots of one completion
-			name, chunk, cfg = "bundle-chunk5000", 5000, Config{RecvBundle: true, BufSize: 4096}
+			name, chunk, cfg = "nobundle-chunk5000", 5000, Config{NoRecvBundle: true, BufSize: 4096}
 		}
 		t.Run(name, func(t *testing.T) {
 			s := ipStream{msgs: msgs, chunk: chunk}
@@ -353,12 +353,12 @@ func TestTLSInPlaceCutMidFrame(t *testing.T) {
 // When the ring is full, its 16384 unconsumed events cannot all lie in 8
 // slots of 64 KiB, so a stall means the fallback ran, and only it copies
 // a whole 256-byte frame (TestTLSInPlace).
-// The bundle row receives with recv bundles (Config.RecvBundle): a
-// completion then hands over several receive slots, which the BIO reads
-// across.
+// The default row receives with recv bundles (a completion hands over
+// several receive slots, which the BIO reads across); the nobundle row
+// without them (Config.NoRecvBundle).
 func TestTLSInPlaceFloodSlowPump(t *testing.T) {
 	for _, bundle := range []bool{false, true} {
-		t.Run(map[bool]string{false: "default", true: "bundle"}[bundle], func(t *testing.T) {
+		t.Run(map[bool]string{false: "default", true: "nobundle"}[bundle], func(t *testing.T) {
 			testTLSInPlaceFloodSlowPump(t, bundle)
 		})
 	}
@@ -369,7 +369,7 @@ func testTLSInPlaceFloodSlowPump(t *testing.T, bundle bool) {
 	url := ipServer(t, s, 0)
 	// Loops 1: the slots are per loop (two loops would have 8 each for
 	// two connections, and never run out).
-	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1, RecvBundle: bundle}, 3*hangGuard)
+	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1, NoRecvBundle: bundle}, 3*hangGuard)
 	rs := runInPlace(t, p, url, 4, s, func() { time.Sleep(time.Millisecond) })
 	expectClean(t, rs, s)
 	st := p.Stats()
@@ -399,7 +399,7 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 	for _, cc := range []struct {
 		name string
 		cfg  Config
-	}{{"default", Config{}}, {"bundle", Config{RecvBundle: true}}} {
+	}{{"default", Config{}}, {"nobundle", Config{NoRecvBundle: true}}} {
 		for it := range 6 {
 			t.Run(fmt.Sprintf("%s/%d", cc.name, it), func(t *testing.T) {
 				p := newTestPool(t, cc.cfg, hangGuard)

@@ -105,10 +105,41 @@ func TestTLSIntegrity(t *testing.T) {
 		slow  time.Duration
 		check func(t *testing.T, s PoolStats)
 	}
+	// 512-byte slots: every 16 KiB record spans 32+ slots, and 4 slots
+	// cannot hold one record.
+	splitSpecs := []streamSpec{
+		{n: 100, size: 65536},
+		{n: 8, size: 1 << 20, text: true},
+		{n: 2000, size: 300, frag: 4, ping: true},
+		{n: scaled(50_000), size: 16},
+	}
 	cases := []poolCase{
 		{name: "default", cfg: Config{}, specs: allSpecs(true)},
 		{
 			name: "tinybufs", cfg: Config{BufSize: 4096, BufCount: 4},
+			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
+			check: func(t *testing.T, s PoolStats) {
+				// With recv bundles (the default) a bundle empties the
+				// ring and ends; without them (the nobundle rows) the
+				// recv runs out of buffers (-ENOBUFS).
+				if s.Rearms == 0 {
+					t.Errorf("tiny buffer ring: Rearms=0, want > 0")
+				}
+			},
+		},
+		{
+			// 512-byte slots: every 16 KiB record spans 32+ slots, and
+			// 4 slots cannot hold one record.
+			name: "splitrecords", cfg: Config{BufSize: 512, BufCount: 4},
+			specs: splitSpecs,
+			check: func(t *testing.T, s PoolStats) {
+				if s.Rearms == 0 {
+					t.Errorf("512-byte slots: Rearms=0, want > 0")
+				}
+			},
+		},
+		{
+			name: "nobundle-tinybufs", cfg: Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4},
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
 			check: func(t *testing.T, s PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
@@ -119,13 +150,8 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			// 512-byte slots: every 16 KiB record spans 32+ slots, and
 			// 4 slots cannot hold one record.
-			name: "splitrecords", cfg: Config{BufSize: 512, BufCount: 4},
-			specs: []streamSpec{
-				{n: 100, size: 65536},
-				{n: 8, size: 1 << 20, text: true},
-				{n: 2000, size: 300, frag: 4, ping: true},
-				{n: scaled(50_000), size: 16},
-			},
+			name: "nobundle-splitrecords", cfg: Config{NoRecvBundle: true, BufSize: 512, BufCount: 4},
+			specs: splitSpecs,
 			check: func(t *testing.T, s PoolStats) {
 				if s.NoBufs == 0 {
 					t.Errorf("512-byte slots: NoBufs=0, want > 0")

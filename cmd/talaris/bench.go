@@ -134,7 +134,7 @@ type talVariant struct {
 	noDirect   bool          // Config.NoDirectSend
 	bell       bool          // Config.ReplyDoorbell
 	loops      int           // Config.Loops (0: the default)
-	bundle     bool          // Config.RecvBundle
+	noBundle   bool          // Config.NoRecvBundle
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -183,8 +183,8 @@ var talVariants = []talVariant{
 	{name: "loops2", loops: 2},
 	{name: "loops3", loops: 3},
 	{name: "loops4", loops: 4},
-	// The default with recv bundles (Config.RecvBundle; issue 13 item 2).
-	{name: "bundle", bundle: true},
+	// The default without recv bundles (Config.NoRecvBundle; issue 13 item 2).
+	{name: "nobundle", noBundle: true},
 }
 
 // variantNames lists the variants for --help.
@@ -866,7 +866,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
 		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
-		RecvBundle: v.bundle}
+		NoRecvBundle: v.noBundle}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
