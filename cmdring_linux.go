@@ -213,7 +213,11 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	sh.sendMu.Lock()
 	if held, ok := c.takeDirect(len(b)); ok {
 		sh.sendMu.Unlock()
-		return c.sendDirect(op, b, held)
+		err := c.sendDirect(op, b, held)
+		if err == nil && p.replySpin != 0 {
+			p.noteSend(sh)
+		}
+		return err
 	}
 	defer sh.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
@@ -222,7 +226,20 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 		}
 		return err
 	}
-	return c.putChunksLocked(cmdSend, op, b)
+	err := c.putChunksLocked(cmdSend, op, b)
+	if err == nil && p.replySpin != 0 {
+		p.noteSend(sh)
+	}
+	return err
+}
+
+// noteSend stamps an accepted send for the reply spin (Config.ReplySpin):
+// the pump's (Pool.lastSend) and sh's loop's (tl_cmdring.sent_ns). Both
+// are hints read with relaxed loads; a lost race only shortens a spin.
+func (p *Pool) noteSend(sh *shard) {
+	now := nanotime()
+	p.lastSend.Store(now)
+	atomic.StoreUint64(sh.sentNs, uint64(now))
 }
 
 // endedErr is the error of a call refused by enter: the zero Conn's is

@@ -467,6 +467,10 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			spinFor = p.cfg.SpinTime
 		}
 	}
+	var replyUntil int64 // nanotime the reply spin ends (0: none)
+	if p.replySpin != 0 && p.cfg.ConsumerWait == WaitAdaptive {
+		replyUntil = p.replySpinUntil()
+	}
 	var start time.Time // when the ring was first found empty
 	var spinFrom time.Time
 	for {
@@ -474,11 +478,18 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			if p.closed.Load() {
 				return 0, ErrPoolClosed
 			}
+			var sent int64 // the send these events may answer (not one a callback makes)
+			if p.replySpin != 0 {
+				sent = p.lastSend.Load()
+			}
 			if n, saw := p.dispatchAll(fe, fd, fs); saw {
 				if n > 0 {
 					p.lastWait = 0 // events were waiting: traffic is dense
 					if !start.IsZero() {
 						p.lastWait = time.Since(start)
+					}
+					if sent != p.answered {
+						p.noteAnswer(sent)
 					}
 					return n, p.closedErr()
 				}
@@ -501,9 +512,19 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 				if start.IsZero() {
 					start = time.Now()
 					spinFrom = start
+					if replyUntil != 0 {
+						p.replySpins.Add(1)
+					}
 				}
 				if time.Since(spinFrom) >= spinFor {
-					break
+					if replyUntil == 0 || nanotime() >= replyUntil {
+						if replyUntil != 0 {
+							p.replyLate = true // the answer did not come in time
+							p.replyLates.Add(1)
+							replyUntil = 0
+						}
+						break
+					}
 				}
 				if i != 0 && p.cfg.ConsumerWait == WaitAdaptive {
 					// Let the loop thread run if it waits for this CPU
@@ -530,6 +551,30 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		}
 		p.sleep()
 	}
+}
+
+// replySpinUntil is when the pump's reply spin (Config.ReplySpin) ends:
+// ReplySpin after the latest send while that send is unanswered and
+// answers have been coming in time; 0 when there is nothing to spin for.
+// Spinning then spares the answer a wake-up of the pump (on a machine
+// whose idle CPUs halt, tens of microseconds); it yields as it goes, and
+// the loop spins for the answer's completion the same way (loop.c,
+// reply_spin).
+func (p *Pool) replySpinUntil() int64 {
+	ls := p.lastSend.Load()
+	if ls == 0 || ls == p.answered || p.replyLate {
+		return 0
+	}
+	return ls + p.replySpin
+}
+
+// noteAnswer runs when the pump delivers events after a send it has not
+// yet seen answered (sent, loaded before the callbacks ran, so a send they
+// make waits for its own answer): an answer within ReplySpin of its send
+// turns the reply spin (back) on, a later one leaves it off.
+func (p *Pool) noteAnswer(sent int64) {
+	p.answered = sent
+	p.replyLate = nanotime()-sent > p.replySpin
 }
 
 // sleepBell is sleep on the doorbell (Config.ReplyDoorbell), taken for

@@ -33,6 +33,10 @@ type PoolStats struct {
 	// counted in PumpSleeps); BellRings the wake-ups from them that a
 	// socket's data gave before the loop's publish (Config.ReplyDoorbell).
 	BellSleeps, BellRings uint64
+	// ReplySpins counts the pump's spins for the answer to a send
+	// (Config.ReplySpin); ReplyLate those that ended without one (each
+	// turns the reply spin off until an answer again comes in time).
+	ReplySpins, ReplyLate uint64
 }
 
 // NewPool starts a C loop thread configured by cfg.

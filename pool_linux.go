@@ -48,6 +48,7 @@ type shard struct {
 	cmdTail      *uint64
 	cmdHead      *uint64
 	loopSleeping *uint32
+	sentNs       *uint64 // tl_cmdring.sent_ns: the latest accepted send, for the loop's reply spin
 	efd          int
 	tail         uint64 // local copy of *cmdTail
 	headCache    uint64
@@ -129,6 +130,19 @@ type pool struct {
 	// (WaitAdaptive spins only while it is short); owned by the pumper.
 	lastWait time.Duration
 
+	// The reply spin (Config.ReplySpin; evring_linux.go, replySpinUntil):
+	// replySpin is ReplySpin in ns when either side waits adaptively (0:
+	// sends are not stamped). lastSend is the nanotime of the latest
+	// accepted send (any goroutine); answered is the lastSend the pump
+	// last delivered events after, replyLate that a pump's reply spin
+	// ended empty since an answer last came in time (both the pumper's).
+	replySpin  int64
+	lastSend   atomic.Int64
+	answered   int64
+	replyLate  bool
+	replySpins atomic.Uint64 // PoolStats.ReplySpins
+	replyLates atomic.Uint64 // PoolStats.ReplyLate
+
 	// The pump's doorbell (Config.ReplyDoorbell; evring_linux.go,
 	// sleepBell): bellEp is an epoll instance holding bellEfd (the
 	// eventfd every loop writes instead of the futex while the pump
@@ -183,6 +197,9 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.buf_count = C.uint32_t(d.BufCount)
 	cc.loop_wait = C.uint32_t(d.LoopWait)
 	cc.spin_ns = C.uint64_t(d.SpinTime)
+	if d.LoopWait == WaitAdaptive && d.ReplySpin > 0 {
+		cc.reply_spin_ns = C.uint64_t(d.ReplySpin)
+	}
 	cc.event_ring_size = C.uint32_t(d.EventRingSize)
 	cc.arena_size = C.uint64_t(d.ArenaSize)
 	cc.cmd_ring_size = C.uint64_t(d.CmdRingSize)
@@ -199,6 +216,9 @@ func newPool(cfg Config) (*Pool, error) {
 
 	p := &Pool{}
 	p.cfg = d
+	if d.ReplySpin > 0 && (d.LoopWait == WaitAdaptive || d.ConsumerWait == WaitAdaptive) {
+		p.replySpin = int64(d.ReplySpin)
+	}
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
 		p.rec = newMetricsRecorder()
@@ -314,6 +334,7 @@ func newShard(p *Pool, cc *C.struct_tl_config, base, n uint32) (*shard, error) {
 	sh.cmdSize = uint64(cmr.size)
 	sh.cmdTail = (*uint64)(unsafe.Pointer(&cmr.tail))
 	sh.cmdHead = (*uint64)(unsafe.Pointer(&cmr.head))
+	sh.sentNs = (*uint64)(unsafe.Pointer(&cmr.sent_ns))
 	sh.loopSleeping = (*uint32)(unsafe.Pointer(&cmr.loop_sleeping))
 	sh.efd = int(cmr.efd)
 	sh.spaceSeq = (*uint32)(unsafe.Pointer(&cmr.space_seq))
@@ -480,6 +501,8 @@ func (p *Pool) poolStats() PoolStats {
 		FairHolds:  uint64(s.fair_holds),
 		BellSleeps: p.bellSleeps.Load(),
 		BellRings:  p.bellRings.Load(),
+		ReplySpins: p.replySpins.Load(),
+		ReplyLate:  p.replyLates.Load(),
 	}
 }
 

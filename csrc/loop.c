@@ -425,7 +425,31 @@ static void shutdown_all(struct tl_loop *l)
 	}
 }
 
-/* adaptive_spin is TL_WAIT_ADAPTIVE's only spin. Right after the loop
+/* spin_look is one look of the adaptive spins (adaptive_spin,
+ * reply_spin): at a command or a stop request, or every 8th look at a
+ * completion (get: the ring defers task work, which only a syscall
+ * posts) or freed space, it returns 1 (work); otherwise it pauses and
+ * returns 0. The command ring is a load; completions cost a syscall under
+ * DEFER_TASKRUN, so they are looked at less often. The yield hands the
+ * CPU to a thread waiting to run on this one (a busy 2-CPU machine: the
+ * pump or the peer): spinning over it delayed the very answer spun for by
+ * the whole spin (measured: p50 + spin_ns). *i counts the looks. */
+static inline int spin_look(struct tl_loop *l, int get, unsigned *i)
+{
+	if (tl_cmdq_pending(&l->cmdq) || (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED)))
+		return 1;
+	if ((++*i & 7) == 0) {
+		if (get)
+			io_uring_get_events(&l->ring);
+		if (io_uring_cq_ready(&l->ring) || space_freed(l))
+			return 1;
+		sched_yield();
+	}
+	__builtin_ia32_pause();
+	return 0;
+}
+
+/* adaptive_spin is TL_WAIT_ADAPTIVE's spin for a command. Right after the loop
  * published events a command often follows at once: the pump's callback
  * answers a message (an order acknowledged, the next order sent). While the
  * last answer came within spin_ns of its publish, the loop spins until
@@ -446,25 +470,68 @@ static int adaptive_spin(struct tl_loop *l)
 	if (!l->pub_ns || l->reply_gap_ns > l->cfg.spin_ns)
 		return 0;
 	until = l->pub_ns + l->cfg.spin_ns;
-	while (tl_timer_now_ns() < until) {
-		if (tl_cmdq_pending(&l->cmdq) || (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED)))
+	while (tl_timer_now_ns() < until)
+		if (spin_look(l, get, &i))
 			return 1;
-		/* The command ring is a load; completions cost a syscall under
-		 * DEFER_TASKRUN, so look at them less often. The yield hands the
-		 * CPU to the pump when it waits to run on this one (a busy
-		 * 2-CPU machine): spinning over it delayed the very answer
-		 * spun for by the whole spin (measured: p50 + spin_ns). */
-		if ((++i & 7) == 0) {
-			if (get)
-				io_uring_get_events(&l->ring);
-			if (io_uring_cq_ready(&l->ring) || space_freed(l))
-				return 1;
-			sched_yield();
-		}
-		__builtin_ia32_pause();
-	}
 	l->reply_gap_ns = UINT64_MAX;
 	return 0;
+}
+
+/* reply_spin is TL_WAIT_ADAPTIVE's spin for the network, taken while
+ * Go's latest send (tl_cmdring.sent_ns) is unanswered and within
+ * cfg.reply_spin_ns: an order waits for its acknowledgement. On a machine
+ * whose idle CPUs halt, the answer's completion then finds the loop
+ * running instead of waking it (tens of microseconds per round trip).
+ * Right after a publish to an awake pump it also waits up to spin_ns for
+ * such a send: a callback answering a message sends directly, without a
+ * command the loop would see (adaptive_spin waits for commands). It stops
+ * at the first command, stop request or completion, and it yields as it
+ * goes: the peer on the same machine may need this CPU to answer. A spin
+ * for an answer that ends empty turns it off (reply_late) until an answer
+ * again comes within reply_spin_ns of its send (note_answer), so a pool
+ * that sends into silence does not spin on every send. Returns 1 when
+ * work turned up, 0 when the caller should block. */
+static int reply_spin(struct tl_loop *l)
+{
+	int get = !!(l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN));
+	uint64_t sent, until;
+	unsigned i = 0;
+
+	if (!l->cfg.reply_spin_ns || l->reply_late)
+		return 0;
+	sent = l->answered_ns;
+	until = l->pub_ns ? l->pub_ns + l->cfg.spin_ns : 0; /* waiting for a send */
+	for (;;) {
+		uint64_t s = __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED);
+
+		if (s != sent) { /* a send to answer: spin for the answer */
+			sent = s;
+			until = s + l->cfg.reply_spin_ns;
+		}
+		if (tl_timer_now_ns() >= until)
+			break;
+		if (spin_look(l, get, &i))
+			return 1;
+	}
+	if (sent != l->answered_ns)
+		l->reply_late = 1; /* that send's answer did not come in time */
+	return 0;
+}
+
+/* note_answer runs at a publish while the reply spin is configured: the
+ * events answer Go's latest send unless an earlier publish did. An answer
+ * within reply_spin_ns of its send turns the reply spin (back) on. One
+ * relaxed load per publish; the clock only once per send. */
+static inline void note_answer(struct tl_loop *l)
+{
+	uint64_t sent = __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED);
+
+	if (sent == l->answered_ns)
+		return;
+	uint64_t now = tl_timer_now_ns();
+
+	l->answered_ns = sent;
+	l->reply_late = now > sent && now - sent > l->cfg.reply_spin_ns;
 }
 
 static void loop_iteration_wait(struct tl_loop *l, int busy)
@@ -478,7 +545,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		io_uring_submit(&l->ring);
 		if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
 			io_uring_get_events(&l->ring);
-		if (io_uring_cq_ready(&l->ring) || adaptive_spin(l))
+		if (io_uring_cq_ready(&l->ring) || adaptive_spin(l) || reply_spin(l))
 			return;
 	} else if (busy || spin || l->cfg.loop_wait == TL_WAIT_SPIN_THEN_BLOCK || l->cfg.loop_wait == TL_WAIT_DEFAULT) {
 		io_uring_submit(&l->ring);
@@ -624,8 +691,11 @@ static void loop_run(struct tl_loop *l)
 			 * the pump is awake to send it. A pump this publish had to
 			 * wake needs a CPU first, maybe the one the loop would spin
 			 * on (measured: spinning then doubled the round trip). */
-			if (l->cfg.loop_wait == TL_WAIT_ADAPTIVE)
+			if (l->cfg.loop_wait == TL_WAIT_ADAPTIVE) {
 				l->pub_ns = __atomic_load_n(&l->evq.r->cons_sleeping, __ATOMIC_RELAXED) ? 0 : tl_timer_now_ns();
+				if (l->cfg.reply_spin_ns)
+					note_answer(l);
+			}
 		}
 		/* With nothing submitted and a clean CQ, a spinning loop still
 		 * needs the kernel to post deferred work: handled in wait. */

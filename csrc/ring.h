@@ -171,7 +171,11 @@ struct tl_cmdring {
 	uint8_t pad1[TL_LINE - 8];
 	uint32_t loop_sleeping; /* C sets 1 before blocking; Go writes the eventfd when set */
 	int32_t efd;            /* eventfd the loop has a read armed on */
-	uint8_t pad2[TL_LINE - 8];
+	/* Go stores CLOCK_MONOTONIC ns of its latest accepted send here
+	 * (relaxed: only the loop's reply spin reads it, as a hint), when
+	 * tl_config.reply_spin_ns is set. */
+	uint64_t sent_ns;
+	uint8_t pad2[TL_LINE - 16];
 	uint64_t size;          /* bytes, a power of two */
 	uint8_t *buf;
 	uint32_t space_seq;     /* futex word: C bumps it (and wakes) after a drain while prod_waiting */
@@ -264,6 +268,7 @@ TL_LAYOUT(tl_cmdring, tail, 0);
 TL_LAYOUT(tl_cmdring, head, TL_LINE);
 TL_LAYOUT(tl_cmdring, loop_sleeping, 2 * TL_LINE);
 TL_LAYOUT(tl_cmdring, efd, 2 * TL_LINE + 4);
+TL_LAYOUT(tl_cmdring, sent_ns, 2 * TL_LINE + 8);
 TL_LAYOUT(tl_cmdring, size, 3 * TL_LINE);
 TL_LAYOUT(tl_cmdring, buf, 3 * TL_LINE + 8);
 TL_LAYOUT(tl_cmdring, space_seq, 3 * TL_LINE + 16);

@@ -72,6 +72,9 @@ struct tl_loop {
 	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
 	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
 	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */
+	/* loop.c: the reply spin (cfg.reply_spin_ns) */
+	uint64_t answered_ns;     /* the tl_cmdring.sent_ns the last publish answered */
+	uint32_t reply_late;      /* a reply spin ended empty and no answer came in time since */
 	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
 	 * the connections again next iteration (the wait is 1 ms meanwhile) */
 	uint32_t tx_retry;

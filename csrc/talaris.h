@@ -51,6 +51,11 @@ struct tl_config {
 	uint32_t conn_max_events;
 	uint32_t pad_fair;
 	uint64_t conn_max_bytes;
+	/* Config.ReplySpin (TL_WAIT_ADAPTIVE only; 0: off): after Go sends
+	 * (tl_cmdring.sent_ns), the loop spins up to this long past the send
+	 * for the answer's completion instead of sleeping, while answers
+	 * have been coming within it. */
+	uint64_t reply_spin_ns;
 };
 
 /* tl_pool_stats mirrors talaris.PoolStats and the counters of
@@ -169,7 +174,7 @@ void tl_decoder_free(struct tl_loop *l);
 const char *tl_tls_backend(void);
 
 /* Layouts Go fills in or reads (see ring.h for the rings). */
-_Static_assert(sizeof(struct tl_config) == 136, "tl_config size");
+_Static_assert(sizeof(struct tl_config) == 144, "tl_config size");
 TL_LAYOUT(tl_config, sq_entries, 0);
 TL_LAYOUT(tl_config, ring_flags, 8);
 TL_LAYOUT(tl_config, sq_thread_cpu, 16);
@@ -188,6 +193,7 @@ TL_LAYOUT(tl_config, max_send_queue, 104);
 TL_LAYOUT(tl_config, sample_every, 112);
 TL_LAYOUT(tl_config, conn_max_events, 120);
 TL_LAYOUT(tl_config, conn_max_bytes, 128);
+TL_LAYOUT(tl_config, reply_spin_ns, 136);
 _Static_assert(sizeof(struct tl_pool_stats) == 112, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);

@@ -88,13 +88,7 @@ func TestReplyDoorbell(t *testing.T) {
 		{"bell/wss", Config{ReplyDoorbell: true}, secure, tlsOpts, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newTestPool(t, tc.cfg, hangGuard)
-			ctx, cancel := dialCtx(t)
-			defer cancel()
-			c, err := p.Dial(ctx, tc.url, tc.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, c := dialOpts(t, tc.cfg, tc.url, tc.opts)
 			const n = 100
 			if seen, err := pingPong(p, c, n); err != nil || seen != n {
 				t.Fatalf("%d/%d echoes: %v", seen, n, err)
@@ -114,10 +108,16 @@ func TestReplyDoorbell(t *testing.T) {
 // bellDial opens a pool of cfg (hang-guarded) and dials url on it.
 func bellDial(t *testing.T, cfg Config, url string) (*Pool, Conn) {
 	t.Helper()
+	return dialOpts(t, cfg, url, nil)
+}
+
+// dialOpts opens a pool of cfg (hang-guarded) and dials url on it with opts.
+func dialOpts(t *testing.T, cfg Config, url string, opts *DialOptions) (*Pool, Conn) {
+	t.Helper()
 	p := newTestPool(t, cfg, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	c, err := p.Dial(ctx, url, nil)
+	c, err := p.Dial(ctx, url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

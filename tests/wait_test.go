@@ -29,6 +29,10 @@ var waitConfigs = []struct {
 	{"default", Config{}},
 	// The default with the reply doorbell (the pump sleeps in epoll on the socket after a direct send).
 	{"bell", Config{ReplyDoorbell: true}},
+	// The default without the reply spin, and with one long enough to
+	// stay on for the whole test (Config.ReplySpin).
+	{"noreplyspin", Config{ReplySpin: -1}},
+	{"replyspin-10ms", Config{ReplySpin: 10 * time.Millisecond}},
 	{"adaptive", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive}},
 	// A long SpinTime keeps both adaptive spins on for the whole test.
 	{"adaptive-1ms", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive, SpinTime: time.Millisecond}},
