@@ -34,11 +34,13 @@ const (
 	// awake, for the command a callback may send in answer (an order
 	// acknowledged, the next order), while the previous answer came
 	// within SpinTime; so such a send finds the loop awake and needs no
-	// eventfd write. It never spins waiting for the network. Both spins
+	// eventfd write. It spins waiting for the network only for the
+	// answer to a send (Config.ReplySpin). Both spins
 	// yield the CPU (sched_yield) as they go, so on a busy machine they do
 	// not hold off the thread they wait for. An idle Pool, or one that
 	// only reads a feed slower than one message per SpinTime, does not
-	// spin at all.
+	// spin at all. After a send, both sides spin up to ReplySpin for
+	// its answer while answers come that fast (Config.ReplySpin).
 	WaitAdaptive
 )
 

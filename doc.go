@@ -51,7 +51,10 @@
 // pump while events have been arriving within Config.SpinTime of each
 // other, the loop for the answer a callback sends to what it just
 // delivered while such answers have come within SpinTime; a send made
-// then needs no wake-up of the loop. An idle Pool sleeps on both sides.
+// then needs no wake-up of the loop. After a send, both spin up to
+// Config.ReplySpin (300us) for its answer while answers come that fast,
+// so an order's acknowledgement finds them awake. An idle Pool sleeps on
+// both sides.
 // WaitSpin never sleeps (one core each), WaitBlock never spins.
 //
 // # Memory lifetime
