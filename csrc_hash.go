@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x8a3adc28ac7646ec
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xdc13109bdd3987fa
 import "C"
 
-const csrcHash = "8a3adc28ac7646ec"
+const csrcHash = "dc13109bdd3987fa"

@@ -500,7 +500,8 @@ static int reply_spin(struct tl_loop *l)
 	if (!l->cfg.reply_spin_ns || l->reply_late)
 		return 0;
 	sent = l->answered_ns;
-	until = l->pub_ns ? l->pub_ns + l->cfg.spin_ns : 0; /* waiting for a send */
+	/* waiting for a send, while sends have been following publishes */
+	until = l->pub_ns && l->send_follows ? l->pub_ns + TL_PRESEND(&l->cfg) : 0;
 	for (;;) {
 		uint64_t s = __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED);
 
@@ -515,23 +516,32 @@ static int reply_spin(struct tl_loop *l)
 	}
 	if (sent != l->answered_ns)
 		l->reply_late = 1; /* that send's answer did not come in time */
+	else
+		l->send_follows = 0; /* no send came after the publish */
 	return 0;
 }
 
 /* note_answer runs at a publish while the reply spin is configured: the
  * events answer Go's latest send unless an earlier publish did. An answer
- * within reply_spin_ns of its send turns the reply spin (back) on. One
- * relaxed load per publish; the clock only once per send. */
-static inline void note_answer(struct tl_loop *l)
+ * within reply_spin_ns of its send turns the reply spin (back) on; a send
+ * that came within TL_PRESEND of the publish before it (a callback or the
+ * pump's caller answering what it was given) turns the wait for such a
+ * send on. One relaxed load per publish; the clock only once per send. */
+static inline void note_answer(struct tl_loop *l, uint64_t pub_ns)
 {
 	uint64_t sent = __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED);
+	uint64_t now;
 
-	if (sent == l->answered_ns)
+	if (sent == l->answered_ns) {
+		l->last_pub_ns = pub_ns;
 		return;
-	uint64_t now = tl_timer_now_ns();
-
+	}
+	now = pub_ns ? pub_ns : tl_timer_now_ns();
 	l->answered_ns = sent;
 	l->reply_late = now > sent && now - sent > l->cfg.reply_spin_ns;
+	if (l->last_pub_ns && sent > l->last_pub_ns)
+		l->send_follows = sent - l->last_pub_ns <= TL_PRESEND(&l->cfg);
+	l->last_pub_ns = pub_ns;
 }
 
 static void loop_iteration_wait(struct tl_loop *l, int busy)
@@ -694,7 +704,7 @@ static void loop_run(struct tl_loop *l)
 			if (l->cfg.loop_wait == TL_WAIT_ADAPTIVE) {
 				l->pub_ns = __atomic_load_n(&l->evq.r->cons_sleeping, __ATOMIC_RELAXED) ? 0 : tl_timer_now_ns();
 				if (l->cfg.reply_spin_ns)
-					note_answer(l);
+					note_answer(l, l->pub_ns);
 			}
 		}
 		/* With nothing submitted and a clean CQ, a spinning loop still

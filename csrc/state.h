@@ -75,6 +75,8 @@ struct tl_loop {
 	/* loop.c: the reply spin (cfg.reply_spin_ns) */
 	uint64_t answered_ns;     /* the tl_cmdring.sent_ns the last publish answered */
 	uint32_t reply_late;      /* a reply spin ended empty and no answer came in time since */
+	uint32_t send_follows;    /* the last send came within TL_PRESEND(cfg) of the publish before it */
+	uint64_t last_pub_ns;     /* the last publish to an awake pump (0: it slept) */
 	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
 	 * the connections again next iteration (the wait is 1 ms meanwhile) */
 	uint32_t tx_retry;

@@ -58,6 +58,11 @@ struct tl_config {
 	uint64_t reply_spin_ns;
 };
 
+/* TL_PRESEND is how long the loop's reply spin waits, after a publish to
+ * an awake pump, for a send answering it (while sends have been coming
+ * that soon): a third of the reply spin. */
+#define TL_PRESEND(cfg) ((cfg)->reply_spin_ns / 3)
+
 /* tl_pool_stats mirrors talaris.PoolStats and the counters of
  * talaris.Metrics (C writes with relaxed atomics; pump_sleeps is Go's).
  * msgs and bytes are counted loop-locally per message and stored here once
