@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xf1e85c0ecff2f67e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x7033238cf05471c1
 import "C"
 
-const csrcHash = "f1e85c0ecff2f67e"
+const csrcHash = "7033238cf05471c1"

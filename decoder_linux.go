@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
@@ -16,6 +17,11 @@ type decoder struct {
 	l    *C.struct_tl_loop
 	ev   evConsumer // pool nil: ev.err is the sticky error
 	used C.size_t   // out-parameter of tl_decoder_feed; a field so it does not escape per call
+	// pin keeps the caller's buffer in place while events point into it:
+	// tl_decoder_feed delivers whole frames in place (no arena copy), so
+	// the event ring (C memory) holds pointers into b until decode has
+	// consumed them, which cgo allows only for pinned memory.
+	pin runtime.Pinner
 }
 
 func newDecoder(maxMessage, ringSize, arenaSize uint64) (*Decoder, error) {
@@ -34,6 +40,11 @@ func (d *Decoder) decode(b []byte, fn DataFunc) (int, error) {
 		return 0, ErrClosed
 	}
 	n := 0
+	if len(b) > 0 && d.ev.err == nil {
+		// Every event of this call is consumed below, before the unpin.
+		d.pin.Pin(&b[0])
+		defer d.pin.Unpin()
+	}
 	for d.ev.err == nil {
 		var p *C.uint8_t
 		if len(b) > 0 {
