@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x7033238cf05471c1
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6b1515b128038986
 import "C"
 
-const csrcHash = "7033238cf05471c1"
+const csrcHash = "6b1515b128038986"

@@ -1022,6 +1022,42 @@ int tl_conn_flush_pending(struct tl_loop *l, struct tl_conn *c)
 	return flush_pending(l, c);
 }
 
+/* burst_frames appends the whole small data frames at p[off..n) to run r
+ * (copy: into the arena, else in place) up to the first frame that is
+ * anything else or does not fit (see feed_burst), and returns the offset
+ * after the last one appended. copy is a constant at each call (inlined),
+ * so each mode gets its own loop. */
+static inline __attribute__((always_inline)) size_t burst_frames(struct tl_evq_run *r, const uint8_t *p, size_t n,
+								  size_t off, uint64_t maxmsg, uint64_t max_bytes,
+								  int copy)
+{
+	while (n - off >= 2) {
+		unsigned b0 = p[off], b1 = p[off + 1];
+		size_t hl = 2, len = b1;
+		const uint8_t *pl;
+
+		/* FIN, no RSV, text or binary; unmasked with a 7- or 16-bit
+		 * length (b1 <= 126: the mask bit is clear). */
+		if ((b0 != 0x81 && b0 != 0x82) || b1 > 126)
+			break;
+		if (b1 == 126) {
+			if (n - off < 4)
+				break;
+			len = (size_t)p[off + 2] << 8 | p[off + 3];
+			hl = 4;
+		}
+		if (len > n - off - hl || len > maxmsg || r->bytes + len > max_bytes)
+			break;
+		pl = p + off + hl;
+		if (b0 == 0x81 && !text_valid(pl, len))
+			break; /* tl_conn_feed fails it (1007) */
+		if (tl_evq_run_add(r, b0 == 0x81 ? TL_EV_TEXT : TL_EV_BINARY, pl, len, copy) < 0)
+			break;
+		off += hl + len;
+	}
+	return off;
+}
+
 /* feed_burst publishes the whole small data frames at p[off..n) one after
  * another in one pass, the common shape of a feed (many short
  * unfragmented messages per receive): each header is decoded from two
@@ -1060,30 +1096,10 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 		}
 	}
 	tl_evq_run_begin(q, &r, c->slot, c->gen, !inplace, max_ev);
-	while (n - off >= 2) {
-		unsigned b0 = p[off], b1 = p[off + 1];
-		size_t hl = 2, len = b1;
-		const uint8_t *pl;
-
-		/* FIN, no RSV, text or binary; unmasked with a 7- or 16-bit
-		 * length (b1 <= 126: the mask bit is clear). */
-		if ((b0 != 0x81 && b0 != 0x82) || b1 > 126)
-			break;
-		if (b1 == 126) {
-			if (n - off < 4)
-				break;
-			len = (size_t)p[off + 2] << 8 | p[off + 3];
-			hl = 4;
-		}
-		if (len > n - off - hl || len > maxmsg || r.bytes + len > max_bytes)
-			break;
-		pl = p + off + hl;
-		if (b0 == 0x81 && !text_valid(pl, len))
-			break; /* tl_conn_feed fails it (1007) */
-		if (tl_evq_run_add(&r, b0 == 0x81 ? TL_EV_TEXT : TL_EV_BINARY, pl, len) < 0)
-			break;
-		off += hl + len;
-	}
+	/* Two copies of the loop, each with its mode a constant: the in-place
+	 * one (receive slots, the Decoder's buffer) carries no arena state. */
+	off = inplace ? burst_frames(&r, p, n, off, maxmsg, max_bytes, 0)
+		      : burst_frames(&r, p, n, off, maxmsg, max_bytes, 1);
 	uint64_t k = r.tail - q->tail;
 	if (k) {
 		struct tl_conn_pub *pub = &l->pub[c->slot];
