@@ -149,3 +149,46 @@ func TestDecoderInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderCloseInCallback: a callback that closes its Decoder (the
+// event ring it is read from goes when Decode returns, not under it), one
+// that calls Decode again (refused), and Close after the stream ended
+// with a close frame.
+func TestDecoderCloseInCallback(t *testing.T) {
+	stream, _ := decodeStream(5000)
+	d, err := NewDecoder(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	var inner error
+	_, err = d.Decode(stream, func(_ Conn, _ Opcode, p []byte) {
+		got++
+		if got == 1 {
+			_, inner = d.Decode(stream[:10], func(Conn, Opcode, []byte) { t.Error("message from a nested Decode") })
+		}
+		if got == 10 {
+			d.Close()
+		}
+	})
+	if !errors.Is(err, ErrClosed) || got < 10 || got == 5000 {
+		t.Fatalf("Decode returned %v after %d messages; want ErrClosed after 10 and before the end", err, got)
+	}
+	if inner == nil {
+		t.Fatal("Decode from its own callback was accepted")
+	}
+	if _, err := d.Decode(stream, func(Conn, Opcode, []byte) { t.Error("message after Close") }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Decode after Close: %v", err)
+	}
+	d.Close() // again: nothing left to free
+
+	d, _ = NewDecoder(1 << 16)
+	wire := ws.AppendFrame(ws.AppendFrame(nil, true, ws.OpText, []byte("a")), true, ws.OpClose, ws.ClosePayload(1000, ""))
+	if _, err := d.Decode(wire, func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after a close frame: %v", err)
+	}
+	d.Close()
+	if _, err := d.Decode(wire, func(Conn, Opcode, []byte) { t.Error("message after Close") }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Decode after Close: %v", err)
+	}
+}
