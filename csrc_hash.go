@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xdc13109bdd3987fa
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xc1e77421d724ca98
 import "C"
 
-const csrcHash = "dc13109bdd3987fa"
+const csrcHash = "c1e77421d724ca98"

@@ -160,8 +160,11 @@ func (r *evConsumer) dataRun(i, stop uint64, fd DataFunc) int {
 		// i&mask < len(r.events) (mask = len-1, a power of two): the
 		// record is read without the bounds check an index would cost.
 		e := (*C.struct_tl_event)(unsafe.Add(evs, uintptr(i&mask)*unsafe.Sizeof(C.struct_tl_event{})))
-		kind := uint8(e.kind)
-		if kind-C.TL_EV_TEXT > C.TL_EV_BINARY-C.TL_EV_TEXT || e.flags != 0 {
+		// kind and flags together (adjacent bytes: the compiler makes it
+		// one load on little-endian targets): anything but text or binary
+		// without flags is out of range.
+		kf := (uint16(e.kind) | uint16(e.flags)<<8) - C.TL_EV_TEXT
+		if kf > C.TL_EV_BINARY-C.TL_EV_TEXT {
 			n += r.one(i, nil, fd, nil)
 			continue
 		}
@@ -171,12 +174,20 @@ func (r *evConsumer) dataRun(i, stop uint64, fd DataFunc) int {
 		}
 		var payload []byte
 		if e.len != 0 {
-			payload = unsafe.Slice((*byte)(unsafe.Pointer(e.ptr)), int(e.len))
+			// The loop's pointer and length, as a slice without
+			// unsafe.Slice's overflow and nil checks (neither can fail).
+			payload = *(*[]byte)(unsafe.Pointer(&sliceHeader{unsafe.Pointer(e.ptr), int(e.len), int(e.len)}))
 		}
-		fd(c, Opcode(kind-C.TL_EV_TEXT)+OpText, payload)
+		fd(c, Opcode(kf)+OpText, payload)
 		n++
 	}
 	return n
+}
+
+// sliceHeader is a []byte's layout (dataRun builds payloads with it).
+type sliceHeader struct {
+	data     unsafe.Pointer
+	len, cap int
 }
 
 // one hands event i to fd (data messages only), fe (every event) or fs

@@ -525,17 +525,26 @@ static inline __attribute__((always_inline)) int conn_emit(struct tl_loop *l, st
 	return tl_evq_append(&l->evq, m, p, n);
 }
 
+/* conn_inplace says whether a whole frame of the current run may be
+ * delivered in place: the run is a main-group or plaintext slot
+ * (tl_slots_inplace), or the caller's own buffer (TL_CUR_CALLER). */
+static inline int conn_inplace(const struct tl_loop *l, const struct tl_conn *c)
+{
+	return c->cur_q == TL_CUR_CALLER || (c->cur_q >= 0 && tl_slots_inplace(&l->slots, (uint32_t)c->cur_q));
+}
+
 /* conn_emit_inplace publishes a data message whose payload stays where it
- * is, in the slot c->cur_q (a whole frame inside one slot): no arena copy.
- * The slot is recycled only after Go has passed the event
- * (tl_slots_release). */
+ * is (conn_inplace: a whole frame inside the current run): no arena copy.
+ * A slot is recycled only after Go has passed the event
+ * (tl_slots_release); a caller's buffer outlives the events by contract. */
 static inline __attribute__((always_inline)) int conn_emit_inplace(struct tl_loop *l, struct tl_conn *c, int kind,
 								   const uint8_t *p, size_t n)
 {
 	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .kind = (uint8_t)kind};
 	if (tl_evq_append_ref(&l->evq, m, p, n) < 0)
 		return -1;
-	l->slots.ref[c->cur_q] = l->evq.tail;
+	if (c->cur_q >= 0)
+		l->slots.ref[c->cur_q] = l->evq.tail;
 	return 0;
 }
 
@@ -790,8 +799,7 @@ static inline int publish_frame(struct tl_loop *l, struct tl_conn *c, int op, co
 
 	if (conn_held(l, c, n))
 		return TL_FEED_STALL; /* over its share of the ring: wait for the pump */
-	r = c->cur_q >= 0 && tl_slots_inplace(&l->slots, (uint32_t)c->cur_q) ? conn_emit_inplace(l, c, kind, p, n)
-								     : conn_emit(l, c, kind, p, n, 0, 0, 0, 0);
+	r = conn_inplace(l, c) ? conn_emit_inplace(l, c, kind, p, n) : conn_emit(l, c, kind, p, n, 0, 0, 0, 0);
 	if (r < 0)
 		return ring_full(l);
 	count_in(l, c, n);
@@ -1014,6 +1022,42 @@ int tl_conn_flush_pending(struct tl_loop *l, struct tl_conn *c)
 	return flush_pending(l, c);
 }
 
+/* burst_frames appends the whole small data frames at p[off..n) to run r
+ * (copy: into the arena, else in place) up to the first frame that is
+ * anything else or does not fit (see feed_burst), and returns the offset
+ * after the last one appended. copy is a constant at each call (inlined),
+ * so each mode gets its own loop. */
+static inline __attribute__((always_inline)) size_t burst_frames(struct tl_evq_run *r, const uint8_t *p, size_t n,
+								  size_t off, uint64_t maxmsg, uint64_t max_bytes,
+								  int copy)
+{
+	while (n - off >= 2) {
+		unsigned b0 = p[off], b1 = p[off + 1];
+		size_t hl = 2, len = b1;
+		const uint8_t *pl;
+
+		/* FIN, no RSV, text or binary; unmasked with a 7- or 16-bit
+		 * length (b1 <= 126: the mask bit is clear). */
+		if ((b0 != 0x81 && b0 != 0x82) || b1 > 126)
+			break;
+		if (b1 == 126) {
+			if (n - off < 4)
+				break;
+			len = (size_t)p[off + 2] << 8 | p[off + 3];
+			hl = 4;
+		}
+		if (len > n - off - hl || len > maxmsg || r->bytes + len > max_bytes)
+			break;
+		pl = p + off + hl;
+		if (b0 == 0x81 && !text_valid(pl, len))
+			break; /* tl_conn_feed fails it (1007) */
+		if (tl_evq_run_add(r, b0 == 0x81 ? TL_EV_TEXT : TL_EV_BINARY, pl, len, copy) < 0)
+			break;
+		off += hl + len;
+	}
+	return off;
+}
+
 /* feed_burst publishes the whole small data frames at p[off..n) one after
  * another in one pass, the common shape of a feed (many short
  * unfragmented messages per receive): each header is decoded from two
@@ -1033,7 +1077,7 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 	struct tl_evq *q = &l->evq;
 	struct tl_evq_run r;
 	uint64_t max_ev = UINT64_MAX, max_bytes = UINT64_MAX, maxmsg = l->cfg.max_message;
-	int inplace = c->cur_q >= 0 && tl_slots_inplace(&l->slots, (uint32_t)c->cur_q);
+	int inplace = conn_inplace(l, c);
 
 	if (q->counting) {
 		/* conn_held's test, for the whole burst: under the share on the
@@ -1052,30 +1096,10 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 		}
 	}
 	tl_evq_run_begin(q, &r, c->slot, c->gen, !inplace, max_ev);
-	while (n - off >= 2) {
-		unsigned b0 = p[off], b1 = p[off + 1];
-		size_t hl = 2, len = b1;
-		const uint8_t *pl;
-
-		/* FIN, no RSV, text or binary; unmasked with a 7- or 16-bit
-		 * length (b1 <= 126: the mask bit is clear). */
-		if ((b0 != 0x81 && b0 != 0x82) || b1 > 126)
-			break;
-		if (b1 == 126) {
-			if (n - off < 4)
-				break;
-			len = (size_t)p[off + 2] << 8 | p[off + 3];
-			hl = 4;
-		}
-		if (len > n - off - hl || len > maxmsg || r.bytes + len > max_bytes)
-			break;
-		pl = p + off + hl;
-		if (b0 == 0x81 && !text_valid(pl, len))
-			break; /* tl_conn_feed fails it (1007) */
-		if (tl_evq_run_add(&r, b0 == 0x81 ? TL_EV_TEXT : TL_EV_BINARY, pl, len) < 0)
-			break;
-		off += hl + len;
-	}
+	/* Two copies of the loop, each with its mode a constant: the in-place
+	 * one (receive slots, the Decoder's buffer) carries no arena state. */
+	off = inplace ? burst_frames(&r, p, n, off, maxmsg, max_bytes, 0)
+		      : burst_frames(&r, p, n, off, maxmsg, max_bytes, 1);
 	uint64_t k = r.tail - q->tail;
 	if (k) {
 		struct tl_conn_pub *pub = &l->pub[c->slot];
@@ -1084,7 +1108,7 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 		q->msgs += k;
 		q->bytes += r.bytes;
 		tl_evq_run_end(q, &r);
-		if (inplace)
+		if (inplace && c->cur_q >= 0)
 			l->slots.ref[c->cur_q] = q->tail;
 		c->msgs_in += k;
 		c->bytes_in += r.bytes;

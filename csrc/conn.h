@@ -160,7 +160,8 @@ struct tl_conn {
 	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
 
 	struct tl_rxq rxq;    /* received slots not yet consumed */
-	int32_t cur_q;        /* slot the parser is reading now (payloads may stay in it), -1 if none */
+	int32_t cur_q;        /* slot the parser is reading now (payloads may stay in it), -1 if none,
+			       * TL_CUR_CALLER for a caller's buffer (tl_decoder_feed) */
 
 	/* upgrade */
 	struct tl_dial *dial;
@@ -312,11 +313,19 @@ void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c);
  * response. Returns 0, or -1 after failing c. */
 int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
 
+/* TL_CUR_CALLER as c->cur_q says the run is the caller's own buffer and
+ * stays valid until the consumer has passed every event appended during
+ * the feed (talaris.Decoder: Go consumes them all before Decode returns).
+ * Whole data frames are then delivered in place, pointing into it, as from
+ * a receive slot but with no slot reference to keep. */
+#define TL_CUR_CALLER (-2)
+
 /* tl_conn_feed parses server bytes p[0..n) (upgrade response, then frames)
  * and publishes events; *used says how many bytes it took. Returns a
  * TL_FEED_* code; TL_FEED_OK means every byte was used, except that with
  * c->rx_hold set a partial frame may be left at the end (see rx_hold). p
- * is not retained unless an event points into the slot c->cur_q. */
+ * is not retained unless an event points into the slot c->cur_q (or into
+ * p itself when c->cur_q is TL_CUR_CALLER). */
 int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used);
 
 /* tl_conn_flush_pending retries what c's last feed could not publish (the

@@ -29,7 +29,11 @@ int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used)
 	*used = 0;
 	if (c->state != TL_ST_OPEN)
 		return -2;
+	/* In place: whole frames' events point into p, which the Go side
+	 * keeps (pinned) until it has consumed every event of this call. */
+	c->cur_q = TL_CUR_CALLER;
 	r = tl_conn_feed(l, c, p, n, used);
+	c->cur_q = -1;
 	tl_life_after(l, c); /* a close frame ends the memory connection */
 	l->evq.r->tail = l->evq.tail; /* same thread: no publish protocol needed */
 	l->evq.published = l->evq.tail;

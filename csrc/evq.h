@@ -271,17 +271,18 @@ static inline __attribute__((always_inline)) void tl_evq_run_begin(struct tl_evq
 }
 
 /* tl_evq_run_add appends a data event (kind TL_EV_TEXT or TL_EV_BINARY,
- * payload p[0..n)) to the run. Returns 0, or -1 when the run is out of
- * room (nothing written). */
+ * payload p[0..n)) to the run; copy must say what tl_evq_run_begin was
+ * told (a constant at the call: the other mode's code folds away).
+ * Returns 0, or -1 when the run is out of room (nothing written). */
 static inline __attribute__((always_inline)) int tl_evq_run_add(struct tl_evq_run *r, uint8_t kind, const uint8_t *p,
-								 size_t n)
+								 size_t n, int copy)
 {
 	uint64_t idx = r->tail & r->mask;
 	struct tl_event ev;
 
 	if (r->tail == r->end)
 		return -1;
-	if (r->arena) {
+	if (copy) {
 		uint64_t need = (n + 7) & ~(uint64_t)7;
 		uint8_t *dst;
 		if (need > r->wend - r->w)

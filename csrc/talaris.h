@@ -169,7 +169,10 @@ struct tl_loop *tl_decoder_new(uint64_t max_message, uint32_t ring_size, uint64_
 /* tl_decoder_feed parses server bytes p[0..n) into the event ring and
  * returns 0 (all used), -1 (ring or arena full: consume events, advance the
  * ring head, call again with the rest) or -2 (the stream failed; the final
- * event says why). *used counts bytes consumed. p is not retained. */
+ * event says why). *used counts bytes consumed. Whole data frames are
+ * delivered in place: their events point into p, so p must stay valid
+ * (and, from Go, pinned) until the caller has consumed every event this
+ * call appended; nothing else of p is retained. */
 int tl_decoder_feed(struct tl_loop *l, const uint8_t *p, size_t n, size_t *used);
 
 /* tl_decoder_free releases a decoder. */

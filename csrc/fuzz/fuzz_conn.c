@@ -7,7 +7,11 @@
  * text message valid UTF-8; sanitizers catch the rest. The same input fed
  * again one byte per run (no hold) must give the same events: a one-byte
  * run never takes the parser's burst of whole small frames (feed_burst)
- * nor its whole-frame path, so this compares them with reassembly. */
+ * nor its whole-frame path, so this compares them with reassembly. With
+ * bit 7 of the first byte set the first pass feeds each run as the
+ * Decoder does (c->cur_q TL_CUR_CALLER: whole frames delivered in place)
+ * from a scratch copy overwritten after each drain, so an event left
+ * pointing into an earlier run changes the hash. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,26 @@ static struct tl_loop *L;
  * check and by reassembly), hashed in order */
 static uint64_t evhash;
 static uint32_t evcount;
+
+/* caller mode (see the top): the scratch run and its length */
+static int caller;
+static uint8_t scratch[1 << 20];
+static size_t scratch_n;
+
+/* feed is tl_conn_feed of p[0..n), in caller mode from the scratch. */
+static int feed(struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
+{
+	int r;
+
+	if (!caller || n > sizeof(scratch))
+		return tl_conn_feed(L, c, p, n, used);
+	memcpy(scratch, p, n);
+	scratch_n = n;
+	c->cur_q = TL_CUR_CALLER;
+	r = tl_conn_feed(L, c, scratch, n, used);
+	c->cur_q = -1;
+	return r;
+}
 
 static void note(const struct tl_event *e)
 {
@@ -54,6 +78,9 @@ static void drain(struct tl_loop *l, int *final)
 			*final = 1;
 	}
 	__atomic_store_n(&r->head, tail, __ATOMIC_RELEASE);
+	/* consumed: a caller's run may be reused now */
+	memset(scratch, 0xa5, scratch_n);
+	scratch_n = 0;
 }
 
 /* pass feeds data in runs of run bytes (hold: as the TLS transport) to a
@@ -81,7 +108,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* first byte: run length (1..64) used to cut the rest; bit 6: hold
 	 * frames of up to 512 bytes as the TLS transport does */
 	evhash = 0, evcount = 0;
+	caller = data[0] >> 7;
 	pass(data + 1, size - 1, (size_t)(data[0] & 63) + 1, data[0] & 64 ? 512 : 0);
+	caller = 0;
 	h = evhash, n = evcount;
 	evhash = 0, evcount = 0;
 	pass(data + 1, size - 1, 1, 0);
@@ -105,7 +134,7 @@ static void pass(const uint8_t *data, size_t size, size_t run, size_t hold)
 		if (!reoffer)
 			c->rx_held_ok = 0; /* as the TLS transport: a run not starting with the held frame */
 		reoffer = 0;
-		int r = tl_conn_feed(L, c, data + off, n, &used);
+		int r = feed(c, data + off, n, &used);
 		c->rx_hold = 0;
 		tl_life_after(L, c); /* what the parser asked of the loop (a close: teardown) */
 		if (used > n)
@@ -127,7 +156,7 @@ static void pass(const uint8_t *data, size_t size, size_t run, size_t hold)
 			/* stalled with nothing consumed: the ring was drained above,
 			 * so the next call must make progress */
 			c->rx_hold = hold;
-			r = tl_conn_feed(L, c, data + off, n, &used);
+			r = feed(c, data + off, n, &used);
 			c->rx_hold = 0;
 			tl_life_after(L, c);
 			drain(L, &final);

@@ -90,12 +90,20 @@ static void end(struct tl_loop *l, struct tl_conn *c, struct evlog *g)
 	c->out[0].len = c->out[1].len = 0;
 }
 
+/* caller_mode makes feed_cut feed each run as the Decoder does
+ * (tl_decoder_feed): from a scratch copy, with c->cur_q TL_CUR_CALLER, so
+ * whole frames are delivered in place, pointing into the scratch; after
+ * each drain the scratch is overwritten, so an event that kept a pointer
+ * into an earlier run would log the wrong bytes. */
+static int caller_mode;
+
 /* feed_cut feeds wire[0..n) to a fresh memory connection in runs whose
  * lengths come from cut (cut(i) for the i-th run), draining after each
  * call; a stalled call (ring or arena full) is drained and the rest of
  * its run offered again. Returns the log. */
 static struct evlog feed_cut(struct tl_loop *l, const uint8_t *wire, size_t n, size_t (*cut)(unsigned))
 {
+	static uint8_t scratch[1 << 21];
 	static uint32_t gen;
 	struct tl_conn *c = &l->conns[0];
 	struct evlog g = {0};
@@ -108,9 +116,20 @@ static struct evlog feed_cut(struct tl_loop *l, const uint8_t *wire, size_t n, s
 		size_t run = cut(i++), k = n - off < run ? n - off : run;
 		for (int spins = 0; k; spins++) {
 			size_t used = 0;
-			int r = tl_conn_feed(l, c, wire + off, k, &used);
+			int r;
+			if (caller_mode) {
+				CHECK(k <= sizeof(scratch));
+				memcpy(scratch, wire + off, k);
+				c->cur_q = TL_CUR_CALLER;
+				r = tl_conn_feed(l, c, scratch, k, &used);
+				c->cur_q = -1;
+			} else {
+				r = tl_conn_feed(l, c, wire + off, k, &used);
+			}
 			tl_life_after(l, c);
 			drain(l, &g);
+			if (caller_mode)
+				memset(scratch, 0xa5, k);
 			CHECK(used <= k);
 			off += used;
 			k -= used;
@@ -145,18 +164,31 @@ static size_t cut_random(unsigned i)
 }
 
 
-/* same feeds wire whole, in random cuts and byte by byte, and checks the
- * three logs are equal; returns the whole-run log (caller frees). */
+/* same feeds wire whole, in random cuts and byte by byte, each copied
+ * into the arena and in place from the caller's buffer (caller_mode), and
+ * checks the six logs are equal; returns the whole-run log (caller
+ * frees). */
 static struct evlog same(struct tl_loop *l, const uint8_t *wire, size_t n, const char *what)
 {
 	struct evlog a = feed_cut(l, wire, n, cut_whole);
 	struct evlog b = feed_cut(l, wire, n, cut_random);
 	struct evlog c = feed_cut(l, wire, n, cut_one);
+	struct evlog in[3];
+	caller_mode = 1;
+	in[0] = feed_cut(l, wire, n, cut_whole);
+	in[1] = feed_cut(l, wire, n, cut_random);
+	in[2] = feed_cut(l, wire, n, cut_one);
+	caller_mode = 0;
 	CHECK_CTX(what);
 	CHECK_ROW_EQ(a.events, c.events);
 	CHECK_ROW_EQ(b.events, c.events);
 	CHECK_ROW(a.n == c.n && memcmp(a.p, c.p, a.n) == 0);
 	CHECK_ROW(b.n == c.n && memcmp(b.p, c.p, b.n) == 0);
+	for (int i = 0; i < 3; i++) {
+		CHECK_ROW_EQ(in[i].events, c.events);
+		CHECK_ROW(in[i].n == c.n && memcmp(in[i].p, c.p, c.n) == 0);
+		free(in[i].p);
+	}
 	free(b.p);
 	free(c.p);
 	return a;
