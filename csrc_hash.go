@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xf1e85c0ecff2f67e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xf5d4bdbc9a881892
 import "C"
 
-const csrcHash = "f1e85c0ecff2f67e"
+const csrcHash = "f5d4bdbc9a881892"
