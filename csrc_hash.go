@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xf5d4bdbc9a881892
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x872082cb7e9621da
 import "C"
 
-const csrcHash = "f5d4bdbc9a881892"
+const csrcHash = "872082cb7e9621da"
