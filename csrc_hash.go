@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x872082cb7e9621da
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3765bc97e49d67dd
 import "C"
 
-const csrcHash = "872082cb7e9621da"
+const csrcHash = "3765bc97e49d67dd"
