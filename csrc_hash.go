@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc1e77421d724ca98
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6ab9ebd78768ad54
 import "C"
 
-const csrcHash = "c1e77421d724ca98"
+const csrcHash = "6ab9ebd78768ad54"

@@ -72,9 +72,9 @@ void tl_bufring_free(struct tl_bufring *b, struct io_uring *ring)
 	memset(b, 0, sizeof(*b));
 }
 
-uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t n)
+uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t *n)
 {
-	uint32_t p = b->head;
+	uint32_t p = b->head, k = 0;
 
 	/* The unclaimed position holding bid (each id is in the ring once). */
 	while (p != b->tail && (b->taken[p & b->mask] || b->bids[p & b->mask] != bid))
@@ -88,17 +88,21 @@ uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t n)
 #endif
 		b->ooo++;
 		b->in_use++;
-		return UINT32_MAX;
+		*n = 0;
+		return p;
 	}
-	if (p != b->head)
+	/* Unclaimed positions only: a position another claim took is that
+	 * completion's buffer, and counting it twice would keep ntaken from
+	 * ever returning to 0 (and hand its slot out twice). */
+	while (k < *n && p + k != b->tail && !b->taken[(p + k) & b->mask]) {
+		b->taken[(p + k) & b->mask] = 1;
+		k++;
+	}
+	if (p != b->head || k != *n)
 		b->ooo++;
-	if (n > b->tail - p)
-		n = b->tail - p; /* (a completion cannot name more than the ring held) */
-	for (uint32_t i = 0; i < n; i++) {
-		b->taken[(p + i) & b->mask] = 1;
-		b->ntaken++;
-	}
-	b->in_use += n;
+	*n = k;
+	b->ntaken += k;
+	b->in_use += k;
 	while (b->head != b->tail && b->taken[b->head & b->mask]) {
 		b->taken[b->head & b->mask] = 0;
 		b->ntaken--;

@@ -57,22 +57,27 @@ static inline uint8_t *tl_bufring_slot(const struct tl_bufring *b, uint32_t bid)
 /* tl_bufring_claim_slow is tl_bufring_claim off its fast path: a claim
  * that does not start at head, or one after such a claim (never expected,
  * see above). Marks the claimed positions taken, moves head past the taken
- * ones and returns bid's position; UINT32_MAX when bid is in no unclaimed
- * position (then only bid itself is counted as ours). */
-uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t n);
+ * ones and returns bid's position, *n cut to the positions claimed: the
+ * claim ends at the ring's tail or at a position an earlier claim took (a
+ * completion can name neither; what it says beyond is lost, counted in
+ * ooo). *n = 0 when bid is in no unclaimed position (then only bid itself
+ * is counted as ours). */
+uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t *n);
 
-/* tl_bufring_claim notes that a completion handed us n buffers, bid first
- * and the others the n - 1 ring entries after it, and returns bid's
- * position (UINT32_MAX: see tl_bufring_claim_slow). The caller reads the
- * ids (tl_bufring_bid_at(pos + i)) before it recycles any buffer: a
- * recycle may reuse the entries of claimed positions. */
-static inline uint32_t tl_bufring_claim(struct tl_bufring *b, uint32_t bid, uint32_t n)
+/* tl_bufring_claim notes that a completion handed us *n buffers, bid first
+ * and the others the *n - 1 ring entries after it, and returns bid's
+ * position (positions are 32-bit counters that wrap: every value is one).
+ * *n is left as it is, or cut by tl_bufring_claim_slow (0: bid in no
+ * position). The caller reads the ids (tl_bufring_bid_at(pos + i)) before
+ * it recycles any buffer: a recycle may reuse the entries of claimed
+ * positions. */
+static inline uint32_t tl_bufring_claim(struct tl_bufring *b, uint32_t bid, uint32_t *n)
 {
 	uint32_t p = b->head;
 
-	if (__builtin_expect(b->bids[p & b->mask] == bid && b->tail - p >= n && !b->ntaken, 1)) {
-		b->head = p + n;
-		b->in_use += n;
+	if (__builtin_expect(b->bids[p & b->mask] == bid && b->tail - p >= *n && !b->ntaken, 1)) {
+		b->head = p + *n;
+		b->in_use += *n;
 		return p;
 	}
 	return tl_bufring_claim_slow(b, bid, n);

@@ -146,6 +146,7 @@ struct tl_conn {
 	uint8_t is_tls;
 	uint8_t rx;           /* TL_RX_*: the receive side, changed only by tl_rx_step (rx.c) */
 	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
+	uint8_t rx_cap;       /* the recv in the kernel carries the bundle cap (sqe->len): its -EINVAL is the kernel refusing the cap */
 	uint8_t send_inflight;
 	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
 	uint8_t connect_inflight;

@@ -635,14 +635,59 @@ static void run_handed_back(struct tl_loop *l)
 	}
 }
 
-static void loop_run(struct tl_loop *l)
+/* reap handles every completion in the CQ. Returns 1 when there was one. */
+static int reap(struct tl_loop *l)
 {
 	struct io_uring_cqe *cqes[TL_CQE_BATCH];
+	unsigned n;
+	int any = 0;
+
+	while ((n = io_uring_peek_batch_cqe(&l->ring, cqes, TL_CQE_BATCH)) > 0) {
+		for (unsigned i = 0; i < n; i++)
+			handle_cqe(l, cqes[i]);
+		io_uring_cq_advance(&l->ring, n);
+		STAT_ADD(l, cqes, n);
+		any = 1;
+	}
+	return any;
+}
+
+/* run_timers fires the due timers (tl_tick_run) once the earliest is due.
+ * With a heartbeat armed it first takes the clock (l->hb_seen_ns) and then
+ * collects what the kernel completed for us since (io_uring_get_events,
+ * reap): a read timeout counts a peer's silence only up to that look at
+ * the completions (hb_due, tick.c), never over time the loop thread did
+ * not run - preempted on a saturated machine, stopped in a signal
+ * handler - while the peer's data waited in the kernel (with
+ * DEFER_TASKRUN nothing completes until the loop enters the kernel). One
+ * enter per due timer pass; nothing per message. Returns 1 when
+ * completions were handled. */
+static int run_timers(struct tl_loop *l)
+{
+	uint64_t now;
+	int got = 0;
+
+	if (!tl_tick_armed(l))
+		return 0;
+	now = tl_timer_now_ns();
+	if (now < l->next_timer_ns)
+		return 0;
+	if (l->hb_timed) {
+		l->hb_seen_ns = now;
+		if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
+			io_uring_get_events(&l->ring);
+		l->now_ns = now = tl_timer_now_ns(); /* receives reaped now are stamped with it: none after now */
+		got = reap(l);
+	}
+	tl_tick_run(l, now);
+	return got;
+}
+
+static void loop_run(struct tl_loop *l)
+{
 	int busy = 0;
 
 	for (;;) {
-		unsigned n;
-
 		/* Receive fairness needs per-connection counts only while two
 		 * connections (with a socket) could share the ring; a lone one
 		 * costs nothing per event (tl_evq_set_counting). */
@@ -662,13 +707,8 @@ static void loop_run(struct tl_loop *l)
 		busy = 0;
 		if (l->hb_timed) /* the clock receives are stamped with */
 			l->now_ns = tl_timer_now_ns();
-		while ((n = io_uring_peek_batch_cqe(&l->ring, cqes, TL_CQE_BATCH)) > 0) {
-			for (unsigned i = 0; i < n; i++)
-				handle_cqe(l, cqes[i]);
-			io_uring_cq_advance(&l->ring, n);
-			STAT_ADD(l, cqes, n);
+		if (reap(l))
 			busy = 1;
-		}
 		if (tl_cmdq_drain(l)) {
 			busy = 1;
 			if (l->pub_ns) { /* adaptive wait: how fast the answer came */
@@ -693,7 +733,8 @@ static void loop_run(struct tl_loop *l)
 			if (l->rx_want || sweep || l->tx_retry)
 				run_rearms(l, sweep);
 		}
-		tl_tick_run(l);
+		if (run_timers(l))
+			busy = 1;
 		tl_slots_commit(&l->slots);
 		if (l->evq.tail != l->evq.published) {
 			tl_evq_publish(&l->evq);

@@ -95,6 +95,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 			return;
 		}
 		c->rx_hs = c->state < TL_ST_OPEN;
+		c->rx_cap = 0;
 		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
 		/* A bundle fills as many buffers as the socket has bytes for, in
@@ -103,16 +104,20 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		if (l->recv_bundle && !c->rx_hs) {
 			sqe->ioprio |= IORING_RECVSEND_BUNDLE;
 			sqe->len = l->bundle_len;
+			c->rx_cap = l->bundle_len != 0;
 		}
 		sqe->buf_group = c->rx_hs ? TL_HS_BGID : TL_BGID;
 		io_uring_sqe_set_data64(sqe, tl_rx_ud(c));
 		rx_set(l, c, TL_RX_ARMED);
 		return;
 	case RX_END:
-		if (res == -EINVAL && l->bundle_len && !c->rx_hs) {
+		if (res == -EINVAL && c->rx_cap) {
 			/* A kernel with bundles but no per-recv cap for multishot
 			 * recvs (before Linux 6.1x) refuses sqe->len: arm without
-			 * it from now on. */
+			 * it from now on. Per recv, not per loop: every recv armed
+			 * with the cap before the first refusal came back is
+			 * refused the same way (several connections opening in
+			 * one iteration), and is no connection loss either. */
 			l->bundle_len = 0;
 			res = -ECANCELED; /* re-armed like a regroup */
 		}

@@ -175,9 +175,9 @@ static inline uint32_t tl_slots_take(struct tl_slots *s, int hs, uint32_t bid, i
 	struct tl_bufring *g = hs ? &s->hs : &s->main;
 	uint32_t base = hs ? s->main.count : 0, left = res > 0 ? (uint32_t)res : 0;
 	uint32_t cnt = left > g->size ? (left + g->size - 1) / g->size : 1;
-	uint32_t pos = tl_bufring_claim(g, bid, cnt), prev = 0;
+	uint32_t pos = tl_bufring_claim(g, bid, &cnt), prev = 0;
 
-	if (pos == UINT32_MAX)
+	if (cnt == 0)
 		cnt = 1; /* only bid is known (never expected: tl_bufring_claim_slow) */
 	for (uint32_t i = 0; i < cnt; i++) {
 		uint32_t q = base + (i ? tl_bufring_bid_at(g, pos + i) : bid);

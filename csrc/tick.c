@@ -17,10 +17,16 @@
 
 /* hb_due runs c's heartbeat at now: fail it when nothing arrived for the
  * read timeout, send a ping when nothing arrived (and no ping left) for
- * the ping interval, then re-arm for the next check. */
+ * the ping interval, then re-arm for the next check. The read timeout
+ * measures the silence up to l->hb_seen_ns, the loop's last look at its
+ * completions (run_timers, loop.c), not up to now: if the loop thread did
+ * not run (a saturated machine, a stop), the peer's data may be waiting
+ * in the kernel, and the check is left to the next iteration, which looks
+ * first. A peer silent for the read timeout before that look is silent. */
 static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now)
 {
 	const struct tl_dial *d = c->dial;
+	uint64_t seen = l->hb_seen_ns;
 
 	if (c->state != TL_ST_OPEN || c->dying || !d) {
 		tl_timer_hb_clear(l, c); /* closing or ended: the close timeout rules */
@@ -28,7 +34,7 @@ static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now)
 	}
 	if (c->stalled || c->rx == TL_RX_PAUSING || c->rx == TL_RX_PAUSED || c->rx == TL_RX_WANT)
 		c->last_rx_ns = now; /* we stopped reading (back-pressure), not the peer */
-	if (d->read_timeout_ns && now - c->last_rx_ns >= d->read_timeout_ns) {
+	if (d->read_timeout_ns && seen > c->last_rx_ns && seen - c->last_rx_ns >= d->read_timeout_ns) {
 		tl_timer_hb_clear(l, c);
 		tl_life_fail(l, c, TL_E_READ_TIMEOUT, 0, 1006, "no data, ping, pong or close from the peer");
 		return;
@@ -99,13 +105,10 @@ static uint64_t conn_timers(struct tl_loop *l, struct tl_conn *c, uint64_t now)
 
 /* tl_tick_run scans the connections for due timers, only when the
  * earliest one is due (see Timers in loop.h). */
-void tl_tick_run(struct tl_loop *l)
+void tl_tick_run(struct tl_loop *l, uint64_t now)
 {
-	uint64_t now, next = 0;
-	if (!tl_tick_armed(l))
-		return;
-	now = tl_timer_now_ns();
-	if (now < l->next_timer_ns)
+	uint64_t next = 0;
+	if (!tl_tick_armed(l) || now < l->next_timer_ns)
 		return;
 	l->next_timer_ns = 0; /* timers armed during the scan lower it again */
 	for (uint32_t i = 0; i < l->cfg.max_conns && tl_tick_armed(l); i++) {

@@ -7,9 +7,11 @@
 /* tl_tick_armed says some connection has a timer of any kind armed. */
 static inline int tl_tick_armed(const struct tl_loop *l) { return l->timed || l->hb_timed; }
 
-/* tl_tick_run fires every due timer when the earliest armed one is due
- * (else it only compares l->next_timer_ns with the clock), and recomputes
- * l->next_timer_ns. Once per loop iteration. */
-void tl_tick_run(struct tl_loop *l);
+/* tl_tick_run fires every due timer at now (the clock, read by the
+ * caller) when the earliest armed one is due (else it only compares
+ * l->next_timer_ns with now), and recomputes l->next_timer_ns. Once per
+ * loop iteration; a read timeout counts silence up to l->hb_seen_ns
+ * (state.h), which the caller sets at or before now. */
+void tl_tick_run(struct tl_loop *l, uint64_t now);
 
 #endif

@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -100,33 +99,35 @@ func (w *freezeWatch) Running(d time.Duration) time.Duration {
 }
 
 // TestFreezeWatch: the watch sees no freeze over a plain sleep, and sees
-// one of the process's own: a child shell sends SIGCONT 400 ms after the
-// test stops the whole process with SIGSTOP (the child is started first,
-// so the stop always ends).
+// one of the process's own: a child shell stops the whole process with
+// SIGSTOP and continues it with SIGCONT 400 ms later. The child sends both,
+// in that order, so the stop always ends. (When the test sent SIGSTOP
+// itself, racing a child's timed SIGCONT, a stop that came late - the
+// test goroutine not run for 400 ms on a loaded machine - was never
+// continued: the process stayed stopped, beyond any timeout. A SIGCONT
+// that lands while a multithreaded process is still stopping can even
+// leave it stopped later: seen with a child sending SIGCONT every 50 ms
+// around a self-sent SIGSTOP, in 4 of 6 go test runs.)
 func TestFreezeWatch(t *testing.T) {
 	w := watchFreezes(t)
 	time.Sleep(200 * time.Millisecond)
 	if _, worst := w.Frozen(); worst >= 400*time.Millisecond {
 		t.Logf("frozen %v over a 200 ms sleep (a loaded box)", worst)
 	}
-	wake := exec.Command("sh", "-c", "sleep 0.4; kill -CONT "+strconv.Itoa(os.Getpid()))
-	if err := wake.Start(); err != nil {
-		t.Fatal(err)
-	}
+	pid := strconv.Itoa(os.Getpid())
 	t0 := time.Now()
-	if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+	if err := exec.Command("sh", "-c", "kill -STOP "+pid+"; sleep 0.4; kill -CONT "+pid).Run(); err != nil {
 		t.Fatal(err)
 	}
-	wake.Wait()
-	stopped := time.Since(t0)
+	stopped := time.Since(t0)  // the child's whole run: the stop and a little more
 	time.Sleep(3 * freezeTick) // the watch's next tick
 	total, worst := w.Frozen()
-	t.Logf("stopped %v: the watch saw %v (longest %v)", stopped, total, worst)
+	t.Logf("stopped within %v: the watch saw %v (longest %v)", stopped, total, worst)
 	if worst < 300*time.Millisecond {
-		t.Errorf("the process was stopped %v; the watch's longest freeze is %v", stopped, worst)
+		t.Errorf("the process was stopped for 400 ms; the watch's longest freeze is %v", worst)
 	}
 	if run := w.Running(stopped); run > stopped-300*time.Millisecond {
-		t.Errorf("the process was stopped %v; the watch says it ran %v of it", stopped, run)
+		t.Errorf("the process was stopped for 400 ms of %v; the watch says it ran %v of it", stopped, run)
 	}
 	w.Stop()
 	w.Stop() // idempotent

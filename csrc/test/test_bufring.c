@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../bufring.h"
+#include "../slots.h"
 #include "../uring.h"
 #include "check.h"
 
@@ -41,6 +42,15 @@ static void ring_ids(const struct tl_bufring *b, const uint32_t *held, uint32_t 
 	CHECK_EQ(b->in_use, nheld + b->nparked);
 }
 
+/* claim is tl_bufring_claim of n buffers that the ring holds unclaimed:
+ * none of them is cut. */
+static uint32_t claim(struct tl_bufring *b, uint32_t bid, uint32_t n)
+{
+	uint32_t k = n, p = tl_bufring_claim(b, bid, &k);
+	CHECK_EQ(k, n);
+	return p;
+}
+
 /* test_order: claims in ring order, slots recycled out of order, then a
  * claim that skips a position (the kernel never does; the ring must stay
  * exact anyway), parking while the skipped position holds head back. */
@@ -54,7 +64,7 @@ static void test_order(void)
 	CHECK_EQ(tl_bufring_init(&b, &ring, 3, 64, 8), 0);
 	ring_ids(&b, NULL, 0);
 	/* a bundle of 3 from the start: ids 0, 1, 2 */
-	p = tl_bufring_claim(&b, 0, 3);
+	p = claim(&b, 0, 3);
 	CHECK_EQ(p, 0);
 	CHECK_EQ(tl_bufring_bid_at(&b, p + 1), 1);
 	CHECK_EQ(tl_bufring_bid_at(&b, p + 2), 2);
@@ -65,9 +75,9 @@ static void test_order(void)
 	tl_bufring_recycle(&b, 0);
 	tl_bufring_commit(&b);
 	ring_ids(&b, held, 1);
-	CHECK_EQ(tl_bufring_claim(&b, 3, 1), 3);
+	CHECK_EQ(claim(&b, 3, 1), 3);
 	/* out of order: positions 5 and 6 (ids 5, 6) before position 4 */
-	p = tl_bufring_claim(&b, 5, 2);
+	p = claim(&b, 5, 2);
 	CHECK_EQ(p, 5);
 	CHECK_EQ(b.ooo, 1);
 	CHECK_EQ(b.head, 4);
@@ -83,20 +93,109 @@ static void test_order(void)
 	tl_bufring_commit(&b);
 	CHECK_EQ(b.nparked, 2); /* still no free entry */
 	/* position 4 is claimed: head passes 4, 5, 6; the parked ids go in */
-	CHECK_EQ(tl_bufring_claim(&b, 4, 1), 4);
+	CHECK_EQ(claim(&b, 4, 1), 4);
 	CHECK_EQ(b.head, 7);
 	CHECK_EQ(b.ntaken, 0);
 	tl_bufring_commit(&b);
 	CHECK_EQ(b.nparked, 0);
 	ring_ids(&b, (uint32_t[]){4}, 1);
 	/* in order again: positions 7, 8, 9 are ids 7, 1, 0 */
-	p = tl_bufring_claim(&b, 7, 3);
+	p = claim(&b, 7, 3);
 	CHECK_EQ(p, 7);
 	CHECK_EQ(tl_bufring_bid_at(&b, p + 1), 1);
 	CHECK_EQ(tl_bufring_bid_at(&b, p + 2), 0);
 	CHECK_EQ(b.ooo, 1);
 	ring_ids(&b, (uint32_t[]){4, 7, 1, 0}, 4);
 	tl_bufring_free(&b, &ring);
+	io_uring_queue_exit(&ring);
+}
+
+/* test_overlap: an out-of-order claim that runs into positions an earlier
+ * claim took (the kernel never sends one) is cut there: no buffer is
+ * handed out twice, ntaken returns to 0 once head passes them and the
+ * fast path is back. (Before: the overlap was counted twice, ntaken never
+ * reached 0 and every later claim took the slow path.) */
+static void test_overlap(void)
+{
+	struct io_uring ring;
+	struct tl_bufring b;
+	uint32_t k, p;
+
+	CHECK_EQ(io_uring_queue_init(8, &ring, 0), 0);
+	CHECK_EQ(tl_bufring_init(&b, &ring, 3, 64, 8), 0);
+	CHECK_EQ(claim(&b, 2, 2), 2); /* positions 2, 3 first */
+	k = 4;                        /* then 4 from position 0: 0, 1 only */
+	p = tl_bufring_claim(&b, 0, &k);
+	CHECK_EQ(p, 0);
+	CHECK_EQ(k, 2);
+	CHECK_EQ(b.head, 4);
+	CHECK_EQ(b.ntaken, 0);
+	ring_ids(&b, (uint32_t[]){0, 1, 2, 3}, 4);
+	k = 3; /* a claim past the ring's tail: cut at the tail */
+	p = tl_bufring_claim(&b, 4, &k);
+	CHECK_EQ(p, 4);
+	CHECK_EQ(k, 3);
+	k = 5;
+	p = tl_bufring_claim(&b, 7, &k);
+	CHECK_EQ(p, 7);
+	CHECK_EQ(k, 1);
+	CHECK_EQ(b.ooo, 3);
+	CHECK_EQ(b.ntaken, 0);
+	ring_ids(&b, (uint32_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 8);
+	for (uint32_t i = 0; i < 8; i++)
+		tl_bufring_recycle(&b, i);
+	tl_bufring_commit(&b);
+	CHECK_EQ(claim(&b, 0, 2), 8); /* the fast path again */
+	CHECK_EQ(b.ooo, 3);
+	tl_bufring_free(&b, &ring);
+	io_uring_queue_exit(&ring);
+}
+
+/* test_wrap: positions are 32-bit counters that wrap (every 2^32 buffers:
+ * hours at full rate); a bundle that starts at position 0xffffffff is a
+ * bundle like any other, and tl_slots_take links all its buffers. (Before:
+ * that position doubled as the "no position" answer, so only the first
+ * buffer was taken: the rest of the bundle's bytes were lost and its
+ * other slots never came back.) */
+static void test_wrap(void)
+{
+	struct io_uring ring;
+	struct tl_slots s;
+	uint32_t last, n, q, want[3];
+
+	CHECK_EQ(io_uring_queue_init(8, &ring, 0), 0);
+	CHECK_EQ(tl_slots_alloc(&s, 16), 0);
+	CHECK_EQ(tl_slots_register(&s, &ring, 64, 16), 0);
+	/* Shift the positions by a multiple of the ring's size: the entries
+	 * stay where they are. */
+	s.main.head += 0xfffffff0u;
+	s.main.tail += 0xfffffff0u;
+	for (int i = 0; i < 15; i++) {
+		q = tl_slots_take(&s, 0, tl_bufring_bid_at(&s.main, s.main.head), 64, &last, &n);
+		CHECK_EQ(n, 1);
+		tl_slots_recycle_chain(&s, q);
+		tl_slots_commit(&s);
+	}
+	CHECK_EQ(s.main.head, 0xffffffffu);
+	for (uint32_t i = 0; i < 3; i++)
+		want[i] = tl_bufring_bid_at(&s.main, s.main.head + i);
+	q = tl_slots_take(&s, 0, want[0], 2 * 64 + 10, &last, &n);
+	CHECK_EQ(n, 3);
+	CHECK_EQ(q, want[0]);
+	CHECK_EQ(s.len[q], 64);
+	CHECK_EQ((uint32_t)s.next[q], want[1]);
+	CHECK_EQ(s.len[want[1]], 64);
+	CHECK_EQ((uint32_t)s.next[want[1]], want[2]);
+	CHECK_EQ(s.len[want[2]], 10);
+	CHECK_EQ(s.next[want[2]], -1);
+	CHECK_EQ(last, want[2]);
+	CHECK_EQ(s.main.head, 2);
+	CHECK_EQ(s.main.in_use, 3);
+	CHECK_EQ(s.main.ooo, 0);
+	tl_slots_recycle_chain(&s, q);
+	tl_slots_commit(&s);
+	CHECK_EQ(s.main.in_use, 0);
+	tl_slots_free(&s, &ring);
 	io_uring_queue_exit(&ring);
 }
 
@@ -185,8 +284,7 @@ static void test_bundle_kernel(void)
 			uint32_t bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT, left = (uint32_t)cqe->res;
 			uint32_t n = (left + KB_SIZE - 1) / KB_SIZE;
 			CHECK(cqe->res > 0);
-			uint32_t p = tl_bufring_claim(&b, bid, n);
-			CHECK(p != UINT32_MAX);
+			uint32_t p = claim(&b, bid, n);
 			if (n > maxn)
 				maxn = n;
 			for (uint32_t i = 0; i < n; i++) {
@@ -240,6 +338,8 @@ static void test_bundle_kernel(void)
 int main(void)
 {
 	test_order();
+	test_overlap();
+	test_wrap();
 	test_bundle_kernel();
 	printf("test_bufring: %lu checks passed\n", check_passed);
 	return 0;

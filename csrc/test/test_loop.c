@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../http.h"
@@ -99,12 +101,15 @@ static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload,
  * with and without recv bundles). */
 static uint32_t recv_bundle;
 
+/* ring_flags is the next loops' tl_config.ring_flags (0: none). */
+static uint32_t ring_flags;
+
 /* start_cfg starts a loop with the harness's configuration: close_timeout_ns
  * bounds each close handshake (the tests' default is 200 ms). */
 static void start_cfg(struct harness *h, uint32_t ev_size, uint32_t sample_every, uint64_t close_timeout_ns)
 {
 	struct tl_config cfg = {
-		.sq_entries = 64, .cq_entries = 256, .ring_flags = 0, .sq_thread_cpu = -1,
+		.sq_entries = 64, .cq_entries = 256, .ring_flags = ring_flags, .sq_thread_cpu = -1,
 		.buf_size = 4096, .buf_count = 16, .loop_cpu = -1, .loop_wait = 1,
 		.event_ring_size = ev_size, .arena_size = 1 << 22, .cmd_ring_size = 1 << 16,
 		.max_conns = 8, .max_message = 1 << 20, .handshake_timeout_ns = 5000000000ull,
@@ -304,21 +309,73 @@ struct server {
 	int refuse; /* answer 429 with Retry-After and a body, then close */
 };
 
-static void *serve(void *arg)
+/* accept_request accepts one connection on lfd and reads its upgrade
+ * request into req (NUL-terminated). Returns the socket. */
+static int accept_request(int lfd, char *req, size_t cap)
 {
-	struct server *s = arg;
-	char req[4096], resp[512], acc[TL_WS_ACCEPT_LEN + 1];
 	size_t got = 0;
-	int fd = accept(s->lfd, NULL, NULL);
+	int fd = accept(lfd, NULL, NULL);
 	CHECK(fd >= 0);
-	while (got < sizeof(req) - 1) {
-		ssize_t r = read(fd, req + got, sizeof(req) - 1 - got);
+	while (got < cap - 1) {
+		ssize_t r = read(fd, req + got, cap - 1 - got);
 		CHECK(r > 0);
 		got += (size_t)r;
 		req[got] = 0;
 		if (strstr(req, "\r\n\r\n"))
 			break;
 	}
+	return fd;
+}
+
+/* upgrade_resp writes the 101 answering req to out; returns its length. */
+static size_t upgrade_resp(const char *req, uint8_t *out, size_t cap)
+{
+	char acc[TL_WS_ACCEPT_LEN + 1];
+	const char *k = strcasestr(req, "Sec-WebSocket-Key: ");
+	CHECK(k != NULL);
+	k += strlen("Sec-WebSocket-Key: ");
+	tl_ws_accept(k, TL_WS_KEY_LEN, acc);
+	int rl = snprintf((char *)out, cap,
+			  "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+			  "Sec-WebSocket-Accept: %s\r\n\r\n",
+			  acc);
+	CHECK(rl > 0 && (size_t)rl < cap);
+	return (size_t)rl;
+}
+
+/* listen_local listens on an ephemeral loopback port: *a gets the address. */
+static int listen_local(struct sockaddr_in *a)
+{
+	socklen_t al = sizeof(*a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)a, sizeof(*a)) == 0);
+	CHECK(listen(fd, 4) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)a, &al) == 0);
+	return fd;
+}
+
+/* local_dial fills p for ws://127.0.0.1/ at a. */
+static void local_dial(struct tl_dial_params *p, const struct sockaddr_in *a)
+{
+	memset(p, 0, sizeof(*p));
+	memcpy(&p->addr, a, sizeof(*a));
+	p->addr_len = sizeof(*a);
+	p->host = "127.0.0.1";
+	p->host_len = 9;
+	p->path = "/";
+	p->path_len = 1;
+}
+
+static void *serve(void *arg)
+{
+	struct server *s = arg;
+	char req[4096];
+	int fd = accept_request(s->lfd, req, sizeof(req));
 	if (s->refuse) {
 		static const char no[] = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\n"
 					 "Content-Length: 9\r\n\r\nslow down";
@@ -326,18 +383,9 @@ static void *serve(void *arg)
 		close(fd);
 		return NULL;
 	}
-	char *k = strcasestr(req, "Sec-WebSocket-Key: ");
-	CHECK(k != NULL);
-	k += strlen("Sec-WebSocket-Key: ");
-	tl_ws_accept(k, TL_WS_KEY_LEN, acc);
-	int rl = snprintf(resp, sizeof(resp),
-			  "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-			  "Sec-WebSocket-Accept: %s\r\n\r\n",
-			  acc);
 	/* 101 and the first frames in one write */
 	static uint8_t out[1 << 20];
-	size_t n = (size_t)rl;
-	memcpy(out, resp, n);
+	size_t n = upgrade_resp(req, out, 512);
 	for (int i = 0; i < s->frames; i++) {
 		uint8_t v[100];
 		memset(v, (uint8_t)i, sizeof(v));
@@ -445,26 +493,15 @@ static void test_refused_upgrade(void)
 	struct harness h;
 	struct tl_event ev;
 	struct server s = {.refuse = 1};
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t al = sizeof(a);
+	struct sockaddr_in a;
 	pthread_t th;
 	static uint8_t pl[256];
 	static char head[TL_FAIL_HEAD_MAX];
 
-	s.lfd = socket(AF_INET, SOCK_STREAM, 0);
-	CHECK(s.lfd >= 0);
-	CHECK(bind(s.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	CHECK(listen(s.lfd, 4) == 0);
-	CHECK(getsockname(s.lfd, (struct sockaddr *)&a, &al) == 0);
+	s.lfd = listen_local(&a);
 	start(&h, 1024);
 	struct tl_dial_params p;
-	memset(&p, 0, sizeof(p));
-	memcpy(&p.addr, &a, sizeof(a));
-	p.addr_len = sizeof(a);
-	p.host = "127.0.0.1";
-	p.host_len = 9;
-	p.path = "/";
-	p.path_len = 1;
+	local_dial(&p, &a);
 	for (uint32_t gen = 1; gen <= 2; gen++) {
 		CHECK(pthread_create(&th, NULL, serve, &s) == 0);
 		CHECK(tl_dial_prepare(h.l, 3, &p) == 0);
@@ -605,31 +642,14 @@ static int read_full(int fd, uint8_t *p, size_t n)
 static void *serve_sink(void *arg)
 {
 	struct sink *s = arg;
-	char req[4096], resp[512], acc[TL_WS_ACCEPT_LEN + 1];
-	size_t got = 0;
-	int fd = accept(s->lfd, NULL, NULL);
+	char req[4096];
+	uint8_t resp[512];
+	int fd = accept_request(s->lfd, req, sizeof(req));
 	static uint8_t msg[1 << 16], want[1 << 16];
-	size_t mlen = 0;
+	size_t mlen = 0, rl = upgrade_resp(req, resp, sizeof(resp));
 	int in_msg = 0;
 
-	CHECK(fd >= 0);
-	while (got < sizeof(req) - 1) {
-		ssize_t r = read(fd, req + got, sizeof(req) - 1 - got);
-		CHECK(r > 0);
-		got += (size_t)r;
-		req[got] = 0;
-		if (strstr(req, "\r\n\r\n"))
-			break;
-	}
-	char *k = strcasestr(req, "Sec-WebSocket-Key: ");
-	CHECK(k != NULL);
-	k += strlen("Sec-WebSocket-Key: ");
-	tl_ws_accept(k, TL_WS_KEY_LEN, acc);
-	int rl = snprintf(resp, sizeof(resp),
-			  "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-			  "Sec-WebSocket-Accept: %s\r\n\r\n",
-			  acc);
-	CHECK(write(fd, resp, (size_t)rl) == rl);
+	CHECK(write(fd, resp, rl) == (ssize_t)rl);
 	while (!__atomic_load_n(&s->go, __ATOMIC_ACQUIRE))
 		usleep(1000);
 	for (;;) {
@@ -769,6 +789,119 @@ static void test_send_queue(void)
 	tl_loop_free(h.l);
 }
 
+/* ---- heartbeat: a stalled loop thread is not a silent peer ---- */
+
+#define HB_PINGS 30
+#define HB_PING_GAP_MS 50
+
+/* serve_pinger upgrades, sends HB_PINGS pings HB_PING_GAP_MS apart (a
+ * peer that is alive), then stays connected and silent until the client
+ * ends the connection (its read timeout), reading what it sends. */
+static void *serve_pinger(void *arg)
+{
+	struct server *s = arg;
+	char req[4096];
+	uint8_t out[512], in[4096];
+	int fd = accept_request(s->lfd, req, sizeof(req));
+	size_t n = upgrade_resp(req, out, sizeof(out));
+
+	CHECK(write(fd, out, n) == (ssize_t)n);
+	for (int i = 0; i < HB_PINGS; i++) {
+		uint8_t id = (uint8_t)i;
+		usleep(HB_PING_GAP_MS * 1000);
+		n = frame(out, 1, TL_OP_PING, &id, 1);
+		CHECK(write(fd, out, n) == (ssize_t)n);
+	}
+	while (read(fd, in, sizeof(in)) > 0) /* pongs, until the client's FIN */
+		;
+	close(fd);
+	return NULL;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* stall_handler stops the thread it runs on for 1 s: the loop thread,
+ * signalled by test_heartbeat_stall. Async-signal-safe (nanosleep). */
+static void stall_handler(int sig)
+{
+	struct timespec left = {.tv_sec = 1};
+	(void)sig;
+	while (nanosleep(&left, &left) < 0 && errno == EINTR)
+		;
+}
+
+/* test_heartbeat_stall: a read timeout of 300 ms on a peer that pings
+ * every 50 ms. The loop thread is stopped for 1 s twice (a signal handler
+ * that sleeps on it: the loop does not run, as on a saturated machine)
+ * while the peer goes on pinging; its pings wait in the kernel (with
+ * DEFER_TASKRUN nothing completes until the loop enters it again). The
+ * connection must stay open - every ping arrives - and once the peer
+ * really goes silent, the read timeout must still end it: no sooner than
+ * 300 ms after the last ping, and not much later. */
+static void test_heartbeat_stall(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	struct server s = {0};
+	struct sockaddr_in a;
+	struct sigaction sa;
+	pthread_t th;
+	uint8_t pl[256];
+	int pings = 0, stalls = 0;
+	uint64_t last_ping = 0, t_open;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = stall_handler;
+	CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+	s.lfd = listen_local(&a);
+	CHECK(pthread_create(&th, NULL, serve_pinger, &s) == 0);
+
+	ring_flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN; /* the Pool's default */
+	start(&h, 1024);
+	ring_flags = 0;
+	struct tl_dial_params p;
+	local_dial(&p, &a);
+	p.read_timeout_ns = 300000000ull;
+	CHECK(tl_dial_prepare(h.l, 1, &p) == 0);
+	push(&h, TL_CMD_DIAL, 0, 0, 1, 4, NULL, 0);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+	t_open = mono_ms();
+	for (;;) {
+		/* Stall the loop 1 s after 150 ms and again after 900 ms. */
+		uint64_t t = mono_ms() - t_open;
+		if ((stalls == 0 && t >= 150) || (stalls == 1 && t >= 900)) {
+			CHECK(pthread_kill(h.l->thread, SIGUSR1) == 0);
+			stalls++;
+		}
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		if (ev.kind == TL_EV_PING) {
+			CHECK(ev.len == 1 && pl[0] == (uint8_t)pings);
+			pings++;
+			last_ping = mono_ms();
+			continue;
+		}
+		break;
+	}
+	uint64_t quiet = mono_ms() - last_ping;
+	printf("test_heartbeat_stall: %d pings over %d loop stalls of 1 s, then the read timeout after %llu ms\n",
+	       pings, stalls, (unsigned long long)quiet);
+	CHECK_EQ(pings, HB_PINGS); /* not ended while the loop, not the peer, was stopped */
+	CHECK_EQ(stalls, 2);
+	CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_READ_TIMEOUT && (ev.flags & TL_EVF_FINAL));
+	CHECK(quiet >= 250);       /* (the pump's own clock reads lag the loop's a little) */
+	pthread_join(th, NULL);
+	close(s.lfd);
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+	sa.sa_handler = SIG_DFL;
+	CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+}
+
 int main(void)
 {
 	test_memory_stream();
@@ -785,6 +918,7 @@ int main(void)
 	test_sampling();
 	test_refused_upgrade();
 	test_dial_during_stop();
+	test_heartbeat_stall();
 	printf("test_loop: %lu checks passed\n", check_passed);
 	return 0;
 }
