@@ -64,7 +64,7 @@ test: layers $(TEST_BINS)
 
 test-build: $(TEST_BINS)
 
-$(BUILD)/test/%: csrc/test/%.c $(CORE_SRCS) $(CORE_HDRS) csrc/test/check.h csrc/test/frames.h
+$(BUILD)/test/%: csrc/test/%.c $(CORE_SRCS) $(CORE_HDRS) csrc/test/check.h csrc/test/frames.h csrc/test/config.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) -o $@ $< $(CORE_SRCS) $(LDLIBS)
 

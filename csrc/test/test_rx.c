@@ -8,6 +8,7 @@
 #include "../loop.h"
 #include "../rx.h"
 #include "check.h"
+#include "config.h"
 
 /* test_cap_refused: a kernel with recv bundles that refuses a per-recv cap
  * on multishot recvs ends each recv armed with one with -EINVAL at once.
@@ -19,12 +20,7 @@
  * without the cap that ends with -EINVAL is an error as before. */
 static void test_cap_refused(void)
 {
-	struct tl_config cfg = {
-		.sq_entries = 8, .cq_entries = 16, .sq_thread_cpu = -1, .buf_size = 4096, .buf_count = 64,
-		.loop_cpu = -1, .event_ring_size = 1024, .arena_size = 1 << 20, .cmd_ring_size = 4096,
-		.max_conns = 3, .max_message = 1 << 18, .handshake_timeout_ns = 1, .close_timeout_ns = 1,
-		.max_send_queue = 1 << 20,
-	};
+	struct tl_config cfg = test_config(3, 1024);
 	struct tl_loop *l = tl_loop_new_detached(&cfg);
 
 	CHECK(l != NULL);

@@ -11,6 +11,7 @@
 #include "../loop.h"
 #include "../ws.h"
 #include "check.h"
+#include "config.h"
 
 /* test_pt_pool: every plaintext slot is handed out once, lies inside the
  * pool, is deferred while ref says an unconsumed event points into it,
@@ -115,12 +116,7 @@ static struct tl_event *next_data(struct tl_loop *l, uint64_t *pos)
  * fragments and control frames take the usual paths. */
 static void test_hold(void)
 {
-	struct tl_config cfg = {
-		.sq_entries = 8, .cq_entries = 16, .sq_thread_cpu = -1, .buf_size = 4096, .buf_count = 64,
-		.loop_cpu = -1, .event_ring_size = 1024, .arena_size = 1 << 20, .cmd_ring_size = 4096,
-		.max_conns = 1, .max_message = 1 << 18, .handshake_timeout_ns = 1, .close_timeout_ns = 1,
-		.max_send_queue = 1 << 20,
-	};
+	struct tl_config cfg = test_config(1, 1024);
 	struct tl_loop *l = tl_loop_new_detached(&cfg);
 	uint8_t pay[3000], buf[8192];
 	size_t len = 0, used;
@@ -205,12 +201,7 @@ static void test_hold(void)
  * is delivered in place. */
 static void test_hold_text(void)
 {
-	struct tl_config cfg = {
-		.sq_entries = 8, .cq_entries = 16, .sq_thread_cpu = -1, .buf_size = 4096, .buf_count = 64,
-		.loop_cpu = -1, .event_ring_size = 64, .arena_size = 1 << 20, .cmd_ring_size = 4096,
-		.max_conns = 1, .max_message = 1 << 18, .handshake_timeout_ns = 1, .close_timeout_ns = 1,
-		.max_send_queue = 1 << 20,
-	};
+	struct tl_config cfg = test_config(1, 64);
 	struct tl_loop *l = tl_loop_new_detached(&cfg);
 	struct tl_conn *c;
 	uint8_t txt[1000];
