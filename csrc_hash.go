@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6ab9ebd78768ad54
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x0e1a83e0a39fd2d6
 import "C"
 
-const csrcHash = "6ab9ebd78768ad54"
+const csrcHash = "0e1a83e0a39fd2d6"

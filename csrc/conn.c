@@ -533,6 +533,15 @@ static inline int conn_inplace(const struct tl_loop *l, const struct tl_conn *c)
 	return c->cur_q == TL_CUR_CALLER || (c->cur_q >= 0 && tl_slots_inplace(&l->slots, (uint32_t)c->cur_q));
 }
 
+/* conn_keep_slot keeps the receive slot the input lies in (c->cur_q, if
+ * any) out of the kernel until Go has passed the event just appended (the
+ * evq's tail): payloads delivered in place point into it. */
+static inline void conn_keep_slot(struct tl_loop *l, const struct tl_conn *c)
+{
+	if (c->cur_q >= 0)
+		l->slots.ref[c->cur_q] = l->evq.tail;
+}
+
 /* conn_emit_inplace publishes a data message whose payload stays where it
  * is (conn_inplace: a whole frame inside the current run): no arena copy.
  * A slot is recycled only after Go has passed the event
@@ -543,8 +552,7 @@ static inline __attribute__((always_inline)) int conn_emit_inplace(struct tl_loo
 	struct tl_evmeta m = {.slot = c->slot, .gen = c->gen, .kind = (uint8_t)kind};
 	if (tl_evq_append_ref(&l->evq, m, p, n) < 0)
 		return -1;
-	if (c->cur_q >= 0)
-		l->slots.ref[c->cur_q] = l->evq.tail;
+	conn_keep_slot(l, c);
 	return 0;
 }
 
@@ -752,17 +760,25 @@ static int fail_proto(struct tl_loop *l, struct tl_conn *c, int err, uint16_t co
 	return TL_FEED_DEAD;
 }
 
-/* count_in mirrors a delivered message into the public counters and hands
- * it a pending sample's stamps. */
-static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
+/* count_in_n mirrors k delivered messages of bytes payload bytes into the
+ * connection's public counters and the pool's (stored to the shared stats
+ * once per batch, by the publish: count before it). */
+static inline void count_in_n(struct tl_loop *l, struct tl_conn *c, uint64_t k, uint64_t bytes)
 {
 	struct tl_conn_pub *pub = &l->pub[c->slot];
-	c->msgs_in++;
-	c->bytes_in += n;
+	c->msgs_in += k;
+	c->bytes_in += bytes;
 	__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
 	__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
-	l->evq.msgs++; /* pool-wide, stored to the shared stats once per batch */
-	l->evq.bytes += n;
+	l->evq.msgs += k;
+	l->evq.bytes += bytes;
+}
+
+/* count_in counts one delivered message (count_in_n) and hands it a
+ * pending sample's stamps. */
+static inline void count_in(struct tl_loop *l, struct tl_conn *c, size_t n)
+{
+	count_in_n(l, c, 1, n);
 	tl_sample_msg(l, c);
 }
 
@@ -1100,20 +1116,13 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 	 * one (receive slots, the Decoder's buffer) carries no arena state. */
 	off = inplace ? burst_frames(&r, p, n, off, maxmsg, max_bytes, 0)
 		      : burst_frames(&r, p, n, off, maxmsg, max_bytes, 1);
-	uint64_t k = r.tail - q->tail;
-	if (k) {
-		struct tl_conn_pub *pub = &l->pub[c->slot];
+	if (r.tail != q->tail) {
 		/* Counted before tl_evq_run_end: an early publish there stores
 		 * the pool's counters with the tail. */
-		q->msgs += k;
-		q->bytes += r.bytes;
+		count_in_n(l, c, r.tail - q->tail, r.bytes);
 		tl_evq_run_end(q, &r);
-		if (inplace && c->cur_q >= 0)
-			l->slots.ref[c->cur_q] = q->tail;
-		c->msgs_in += k;
-		c->bytes_in += r.bytes;
-		__atomic_store_n(&pub->msgs_in, c->msgs_in, __ATOMIC_RELAXED);
-		__atomic_store_n(&pub->bytes_in, c->bytes_in, __ATOMIC_RELAXED);
+		if (inplace)
+			conn_keep_slot(l, c);
 	}
 	return off;
 }

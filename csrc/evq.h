@@ -310,14 +310,12 @@ static inline __attribute__((always_inline)) int tl_evq_run_add(struct tl_evq_ru
 
 /* tl_evq_run_end commits the run's events to q (they are published with
  * the next tl_evq_publish, or now when the batch reached
- * TL_EVQ_EARLY_PUBLISH: count them in q->msgs and q->bytes before) and
- * returns how many there were. */
-static inline __attribute__((always_inline)) uint64_t tl_evq_run_end(struct tl_evq *q, struct tl_evq_run *r)
+ * TL_EVQ_EARLY_PUBLISH: count them in q->msgs and q->bytes before). The
+ * caller calls it only for a run that appended events. */
+static inline __attribute__((always_inline)) void tl_evq_run_end(struct tl_evq *q, struct tl_evq_run *r)
 {
 	uint64_t k = r->tail - q->tail;
 
-	if (!k)
-		return 0;
 	if (q->counting) {
 		q->own_events[r->slot] += (uint32_t)k;
 		q->own_bytes[r->slot] += r->bytes;
@@ -326,7 +324,6 @@ static inline __attribute__((always_inline)) uint64_t tl_evq_run_end(struct tl_e
 	q->wpos = r->w;
 	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
 		tl_evq_publish(q);
-	return k;
 }
 
 /* tl_evq_append_ref appends an event whose payload p[0..n) stays where it

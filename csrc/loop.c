@@ -425,21 +425,28 @@ static void shutdown_all(struct tl_loop *l)
 	}
 }
 
+/* loop_defers says the ring posts completions only when the loop enters
+ * the kernel (DEFER_TASKRUN or COOP_TASKRUN): a loop that looks without
+ * sleeping must call io_uring_get_events first. */
+static inline int loop_defers(const struct tl_loop *l)
+{
+	return !!(l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN));
+}
+
 /* spin_look is one look of the adaptive spins (adaptive_spin,
  * reply_spin): at a command or a stop request, or every 8th look at a
- * completion (get: the ring defers task work, which only a syscall
- * posts) or freed space, it returns 1 (work); otherwise it pauses and
- * returns 0. The command ring is a load; completions cost a syscall under
+ * completion or freed space, it returns 1 (work); otherwise it pauses
+ * and returns 0. The command ring is a load; completions cost a syscall under
  * DEFER_TASKRUN, so they are looked at less often. The yield hands the
  * CPU to a thread waiting to run on this one (a busy 2-CPU machine: the
  * pump or the peer): spinning over it delayed the very answer spun for by
  * the whole spin (measured: p50 + spin_ns). *i counts the looks. */
-static inline int spin_look(struct tl_loop *l, int get, unsigned *i)
+static inline int spin_look(struct tl_loop *l, unsigned *i)
 {
 	if (tl_cmdq_pending(&l->cmdq) || (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_RELAXED)))
 		return 1;
 	if ((++*i & 7) == 0) {
-		if (get)
+		if (loop_defers(l))
 			io_uring_get_events(&l->ring);
 		if (io_uring_cq_ready(&l->ring) || space_freed(l))
 			return 1;
@@ -463,7 +470,6 @@ static inline int spin_look(struct tl_loop *l, int get, unsigned *i)
  * turned up, 0 when the caller should block. */
 static int adaptive_spin(struct tl_loop *l)
 {
-	int get = !!(l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN));
 	uint64_t until;
 	unsigned i = 0;
 
@@ -471,7 +477,7 @@ static int adaptive_spin(struct tl_loop *l)
 		return 0;
 	until = l->pub_ns + l->cfg.spin_ns;
 	while (tl_timer_now_ns() < until)
-		if (spin_look(l, get, &i))
+		if (spin_look(l, &i))
 			return 1;
 	l->reply_gap_ns = UINT64_MAX;
 	return 0;
@@ -493,7 +499,6 @@ static int adaptive_spin(struct tl_loop *l)
  * work turned up, 0 when the caller should block. */
 static int reply_spin(struct tl_loop *l)
 {
-	int get = !!(l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN));
 	uint64_t sent, until;
 	unsigned i = 0;
 
@@ -511,7 +516,7 @@ static int reply_spin(struct tl_loop *l)
 		}
 		if (tl_timer_now_ns() >= until)
 			break;
-		if (spin_look(l, get, &i))
+		if (spin_look(l, &i))
 			return 1;
 	}
 	if (sent != l->answered_ns)
@@ -553,20 +558,20 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 
 	if (l->cfg.loop_wait == TL_WAIT_ADAPTIVE && !busy) {
 		io_uring_submit(&l->ring);
-		if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
+		if (loop_defers(l))
 			io_uring_get_events(&l->ring);
 		if (io_uring_cq_ready(&l->ring) || adaptive_spin(l) || reply_spin(l))
 			return;
 	} else if (busy || spin || l->cfg.loop_wait == TL_WAIT_SPIN_THEN_BLOCK || l->cfg.loop_wait == TL_WAIT_DEFAULT) {
 		io_uring_submit(&l->ring);
-		if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
+		if (loop_defers(l))
 			io_uring_get_events(&l->ring);
 		if (io_uring_cq_ready(&l->ring) || busy || spin)
 			return;
 		/* spin-then-block: spin on the CQ and the command ring a while */
 		uint64_t until = tl_timer_now_ns() + l->cfg.spin_ns;
 		while (tl_timer_now_ns() < until) {
-			if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
+			if (loop_defers(l))
 				io_uring_get_events(&l->ring);
 			if (io_uring_cq_ready(&l->ring) || tl_cmdq_pending(&l->cmdq) || space_freed(l))
 				return;
@@ -653,7 +658,7 @@ static int reap(struct tl_loop *l)
 }
 
 /* run_timers fires the due timers (tl_tick_run) once the earliest is due.
- * With a heartbeat armed it first takes the clock (l->hb_seen_ns) and then
+ * With a heartbeat armed it first takes the clock (seen) and then
  * collects what the kernel completed for us since (io_uring_get_events,
  * reap): a read timeout counts a peer's silence only up to that look at
  * the completions (hb_due, tick.c), never over time the loop thread did
@@ -664,22 +669,21 @@ static int reap(struct tl_loop *l)
  * completions were handled. */
 static int run_timers(struct tl_loop *l)
 {
-	uint64_t now;
+	uint64_t now, seen;
 	int got = 0;
 
 	if (!tl_tick_armed(l))
 		return 0;
-	now = tl_timer_now_ns();
+	now = seen = tl_timer_now_ns();
 	if (now < l->next_timer_ns)
 		return 0;
 	if (l->hb_timed) {
-		l->hb_seen_ns = now;
-		if (l->cfg.ring_flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN))
+		if (loop_defers(l))
 			io_uring_get_events(&l->ring);
 		l->now_ns = now = tl_timer_now_ns(); /* receives reaped now are stamped with it: none after now */
 		got = reap(l);
 	}
-	tl_tick_run(l, now);
+	tl_tick_run(l, now, seen);
 	return got;
 }
 

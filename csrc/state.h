@@ -69,7 +69,6 @@ struct tl_loop {
 	/* timers (see "Timers" below) */
 	uint32_t hb_timed;      /* connections with a heartbeat check (tl_conn.hb_ns) */
 	uint64_t now_ns;        /* clock cached once per loop iteration while hb_timed */
-	uint64_t hb_seen_ns;    /* clock just before the loop's last look at its completions in run_timers (loop.c): read timeouts count silence up to it */
 	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
 	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
 	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */

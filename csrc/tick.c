@@ -18,15 +18,14 @@
 /* hb_due runs c's heartbeat at now: fail it when nothing arrived for the
  * read timeout, send a ping when nothing arrived (and no ping left) for
  * the ping interval, then re-arm for the next check. The read timeout
- * measures the silence up to l->hb_seen_ns, the loop's last look at its
+ * measures the silence up to seen, the loop's last look at its
  * completions (run_timers, loop.c), not up to now: if the loop thread did
  * not run (a saturated machine, a stop), the peer's data may be waiting
  * in the kernel, and the check is left to the next iteration, which looks
  * first. A peer silent for the read timeout before that look is silent. */
-static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now)
+static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now, uint64_t seen)
 {
 	const struct tl_dial *d = c->dial;
-	uint64_t seen = l->hb_seen_ns;
 
 	if (c->state != TL_ST_OPEN || c->dying || !d) {
 		tl_timer_hb_clear(l, c); /* closing or ended: the close timeout rules */
@@ -89,13 +88,13 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 
 /* conn_timers fires c's due timers and returns its earliest armed one
  * (0: none). */
-static uint64_t conn_timers(struct tl_loop *l, struct tl_conn *c, uint64_t now)
+static uint64_t conn_timers(struct tl_loop *l, struct tl_conn *c, uint64_t now, uint64_t seen)
 {
 	uint64_t next = 0;
 	if (c->deadline_ns && c->deadline_ns <= now)
 		on_deadline(l, c);
 	if (c->hb_ns && c->hb_ns <= now)
-		hb_due(l, c, now);
+		hb_due(l, c, now, seen);
 	if (c->deadline_ns)
 		next = c->deadline_ns;
 	if (c->hb_ns && (!next || c->hb_ns < next))
@@ -105,7 +104,7 @@ static uint64_t conn_timers(struct tl_loop *l, struct tl_conn *c, uint64_t now)
 
 /* tl_tick_run scans the connections for due timers, only when the
  * earliest one is due (see Timers in loop.h). */
-void tl_tick_run(struct tl_loop *l, uint64_t now)
+void tl_tick_run(struct tl_loop *l, uint64_t now, uint64_t seen)
 {
 	uint64_t next = 0;
 	if (!tl_tick_armed(l) || now < l->next_timer_ns)
@@ -116,7 +115,7 @@ void tl_tick_run(struct tl_loop *l, uint64_t now)
 		uint64_t t;
 		if (!c->deadline_ns && !c->hb_ns)
 			continue;
-		t = conn_timers(l, c, now);
+		t = conn_timers(l, c, now, seen);
 		if (t && (next == 0 || t < next))
 			next = t;
 	}

@@ -10,8 +10,9 @@ static inline int tl_tick_armed(const struct tl_loop *l) { return l->timed || l-
 /* tl_tick_run fires every due timer at now (the clock, read by the
  * caller) when the earliest armed one is due (else it only compares
  * l->next_timer_ns with now), and recomputes l->next_timer_ns. Once per
- * loop iteration; a read timeout counts silence up to l->hb_seen_ns
- * (state.h), which the caller sets at or before now. */
-void tl_tick_run(struct tl_loop *l, uint64_t now);
+ * loop iteration; a read timeout counts silence up to seen, the clock
+ * just before the caller's last look at its completions (at or before
+ * now). */
+void tl_tick_run(struct tl_loop *l, uint64_t now, uint64_t seen);
 
 #endif
