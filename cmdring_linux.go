@@ -213,11 +213,7 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	sh.sendMu.Lock()
 	if held, ok := c.takeDirect(len(b)); ok {
 		sh.sendMu.Unlock()
-		err := c.sendDirect(op, b, held)
-		if err == nil && p.replySpin != 0 {
-			p.noteSend(sh)
-		}
-		return err
+		return c.sendDirect(op, b, held) // stamps for the reply spin itself
 	}
 	defer sh.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
@@ -228,7 +224,7 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	}
 	err := c.putChunksLocked(cmdSend, op, b)
 	if err == nil && p.replySpin != 0 {
-		p.noteSend(sh)
+		p.noteSend(sh, nanotime())
 	}
 	return err
 }
@@ -236,8 +232,7 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 // noteSend stamps an accepted send for the reply spin (Config.ReplySpin):
 // the pump's (Pool.lastSend) and sh's loop's (tl_cmdring.sent_ns). Both
 // are hints read with relaxed loads; a lost race only shortens a spin.
-func (p *Pool) noteSend(sh *shard) {
-	now := nanotime()
+func (p *Pool) noteSend(sh *shard, now int64) {
 	p.lastSend.Store(now)
 	atomic.StoreUint64(sh.sentNs, uint64(now))
 }

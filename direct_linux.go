@@ -126,8 +126,13 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 		}
 		off += int(w)
 	}
+	var now int64 // one clock read for both stamps
+	if p.replySpin != 0 {
+		now = nanotime()
+		p.noteSend(p.shardOf[c.slot], now)
+	}
 	if p.bellEp >= 0 {
-		p.ringBellOn(d, fd, held)
+		p.ringBellOn(d, fd, held, now)
 	}
 	d.sends.Add(1)
 	d.bytes.Add(uint64(len(b)))
@@ -141,14 +146,17 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 }
 
 // ringBellOn notes a direct send for the pump's doorbell (evring_linux.go,
-// sleepBell): its time, and the socket added to the doorbell's epoll set
+// sleepBell): its time (now, or the clock when 0), and the socket added to the doorbell's epoll set
 // when it is not there yet (once per socket: one epoll_ctl). We still
 // hold the socket, so fd is open and ours; its close removes it from the
 // set, and a later socket on the same number has another epoch (or the
 // slot was reset, clearing bellKey). Edge-triggered: each arrival of data
 // is one wake-up, whoever reads it (the loop does).
-func (p *Pool) ringBellOn(d *directSlot, fd uintptr, held uint32) {
-	p.lastDirect.Store(nanotime())
+func (p *Pool) ringBellOn(d *directSlot, fd uintptr, held uint32, now int64) {
+	if now == 0 {
+		now = nanotime()
+	}
+	p.lastDirect.Store(now)
 	key := uint64(fd) | uint64(held>>ownEpochShift)<<32 | 1<<63
 	if d.bellKey.Load() == key {
 		return

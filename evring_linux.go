@@ -479,7 +479,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		}
 	}
 	var replyUntil int64 // nanotime the reply spin ends (0: none)
-	if p.replySpin != 0 && p.cfg.ConsumerWait == WaitAdaptive {
+	if p.pumpReply {
 		replyUntil = p.replySpinUntil()
 	}
 	var start time.Time // when the ring was first found empty
@@ -490,7 +490,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 				return 0, ErrPoolClosed
 			}
 			var sent int64 // the send these events may answer (not one a callback makes)
-			if p.replySpin != 0 {
+			if p.pumpReply {
 				sent = p.lastSend.Load()
 			}
 			if n, saw := p.dispatchAll(fe, fd, fs); saw {

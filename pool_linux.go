@@ -137,6 +137,7 @@ type pool struct {
 	// last delivered events after, replyLate that a pump's reply spin
 	// ended empty since an answer last came in time (both the pumper's).
 	replySpin  int64
+	pumpReply  bool // replySpin != 0 and the pump waits adaptively: it takes the spin
 	lastSend   atomic.Int64
 	answered   int64
 	replyLate  bool
@@ -218,6 +219,7 @@ func newPool(cfg Config) (*Pool, error) {
 	p.cfg = d
 	if d.ReplySpin > 0 && (d.LoopWait == WaitAdaptive || d.ConsumerWait == WaitAdaptive) {
 		p.replySpin = int64(d.ReplySpin)
+		p.pumpReply = d.ConsumerWait == WaitAdaptive
 	}
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
