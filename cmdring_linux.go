@@ -222,11 +222,10 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 		}
 		return err
 	}
-	err := c.putChunksLocked(cmdSend, op, b)
-	if err == nil && p.replySpin != 0 {
-		p.noteSend(sh, nanotime())
+	if p.replySpin != 0 {
+		p.noteSend(sh, nanotime()) // before the loop can send it (sendDirect says why)
 	}
-	return err
+	return c.putChunksLocked(cmdSend, op, b)
 }
 
 // noteSend stamps an accepted send for the reply spin (Config.ReplySpin):

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x0e1a83e0a39fd2d6
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd50caeb5858b1baf
 import "C"
 
-const csrcHash = "0e1a83e0a39fd2d6"
+const csrcHash = "d50caeb5858b1baf"

@@ -111,6 +111,16 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 		return err
 	}
 	fd := uintptr(atomic.LoadInt32((*int32)(unsafe.Pointer(&p.pub[c.slot].tx_fd))))
+	// Stamped before the bytes go: an answer can come back before a
+	// stamp taken after them, and the pump would then spin for it in vain.
+	var now int64 // one clock read for both stamps
+	if p.replySpin != 0 {
+		now = nanotime()
+		p.noteSend(p.shardOf[c.slot], now)
+	}
+	if p.bellEp >= 0 {
+		p.ringBellOn(d, fd, held, now)
+	}
 	off := 0
 	for off < n {
 		w, _, errno := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&buf[off])), uintptr(n-off),
@@ -125,14 +135,6 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 			break
 		}
 		off += int(w)
-	}
-	var now int64 // one clock read for both stamps
-	if p.replySpin != 0 {
-		now = nanotime()
-		p.noteSend(p.shardOf[c.slot], now)
-	}
-	if p.bellEp >= 0 {
-		p.ringBellOn(d, fd, held, now)
 	}
 	d.sends.Add(1)
 	d.bytes.Add(uint64(len(b)))

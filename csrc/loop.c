@@ -501,12 +501,14 @@ static int reply_spin(struct tl_loop *l)
 {
 	uint64_t sent, until;
 	unsigned i = 0;
+	int waited;
 
 	if (!l->cfg.reply_spin_ns || l->reply_late)
 		return 0;
 	sent = l->answered_ns;
 	/* waiting for a send, while sends have been following publishes */
 	until = l->pub_ns && l->send_follows ? l->pub_ns + TL_PRESEND(&l->cfg) : 0;
+	waited = until != 0;
 	for (;;) {
 		uint64_t s = __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED);
 
@@ -521,7 +523,7 @@ static int reply_spin(struct tl_loop *l)
 	}
 	if (sent != l->answered_ns)
 		l->reply_late = 1; /* that send's answer did not come in time */
-	else
+	else if (waited)
 		l->send_follows = 0; /* no send came after the publish */
 	return 0;
 }
