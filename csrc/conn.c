@@ -566,6 +566,23 @@ static inline int fair_pressed(const struct tl_loop *l)
 	       q->wpos - q->rpos >= l->fair_press_bytes;
 }
 
+/* fair_skip_set exempts c, heavy with nobody to protect (fair_pressed
+ * false), from the share check (conn_held, feed_burst) until the ring
+ * could come under pressure - the pressure bounds from the head as last
+ * read: the head only moves on, so that is early, never late - or until
+ * fair_tick recounts the light connections: the only ways fair_pressed
+ * can turn true (fair_light grows only in that recount, which clears
+ * every skip). Without it a flood past its share would take conn_held_slow,
+ * and end its burst, per message; a quarter share of events at a time (as
+ * before) still cut a 16-connection ws flood's bursts into 64-event
+ * pieces, each with a frame through the general parser and this call
+ * (docs/ARCHITECTURE.md, "Receive fairness"). */
+static inline void fair_skip_set(const struct tl_loop *l, struct tl_conn *c)
+{
+	c->fair_skip = l->evq.head_cache + l->fair_press_events;
+	c->fair_skip_w = l->evq.rpos + l->fair_press_bytes;
+}
+
 /* conn_held_slow is conn_held once the cached counts (which only
  * overstate) say c is at its share. Found there exactly, c becomes heavy for
  * this epoch and the next; it is held only while another connection is
@@ -590,15 +607,12 @@ static __attribute__((noinline)) int conn_held_slow(struct tl_loop *l, struct tl
 			l->fair_light--; /* counted light at the last recount */
 		c->fair_light = 0;
 		c->fair_heavy = l->fair_epoch;
-		if (!fair_pressed(l)) /* (after c left the light count) */
+		if (!fair_pressed(l)) { /* (after c left the light count) */
+			fair_skip_set(l, c);
 			return 0;
+		}
 	} else if (!fair_pressed(l)) {
-		/* (the cached head only overstates the pressure) Not looked at
-		 * again for a quarter share of events: a flood past its share
-		 * with nobody to protect would otherwise take this call per
-		 * message. A light connection or pressure arriving meanwhile
-		 * finds c held that many events late at most. */
-		c->fair_skip = q->tail + (me / 4 ? me / 4 : 1);
+		fair_skip_set(l, c);
 		return 0;
 	} else if (!tl_evq_owner_over(q, c->slot, n, me, mb)) {
 		return 0;
@@ -648,7 +662,7 @@ static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, st
 						     q->own_bytes[c->slot] + n <= l->cfg.conn_max_bytes,
 					     1))
 		return 0;
-	if (q->tail < c->fair_skip)
+	if (q->tail < c->fair_skip && q->wpos < c->fair_skip_w)
 		return 0; /* heavy with nobody to protect (conn_held_slow) */
 	return conn_held_slow(l, c, n);
 }
@@ -1092,7 +1106,7 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 {
 	struct tl_evq *q = &l->evq;
 	struct tl_evq_run r;
-	uint64_t max_ev = UINT64_MAX, max_bytes = UINT64_MAX, maxmsg = l->cfg.max_message;
+	uint64_t max_ev = UINT64_MAX, max_bytes = UINT64_MAX, maxmsg = l->cfg.max_message, skip_w = UINT64_MAX;
 	int inplace = conn_inplace(l, c);
 
 	if (q->counting) {
@@ -1102,8 +1116,9 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 		 * goes through conn_held itself. */
 		uint32_t me = l->cfg.conn_max_events, oe = q->own_events[c->slot];
 		uint64_t mb = l->cfg.conn_max_bytes, ob = q->own_bytes[c->slot];
-		if (q->tail < c->fair_skip) {
+		if (q->tail < c->fair_skip && q->wpos < c->fair_skip_w) {
 			max_ev = c->fair_skip - q->tail;
+			skip_w = c->fair_skip_w;
 		} else {
 			if (oe >= me || ob >= mb)
 				return off;
@@ -1112,6 +1127,8 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 		}
 	}
 	tl_evq_run_begin(q, &r, c->slot, c->gen, !inplace, max_ev);
+	if (r.wend > skip_w)
+		r.wend = skip_w; /* copy mode: a skip ends where the arena would come under pressure */
 	/* Two copies of the loop, each with its mode a constant: the in-place
 	 * one (receive slots, the Decoder's buffer) carries no arena state. */
 	off = inplace ? burst_frames(&r, p, n, off, maxmsg, max_bytes, 0)

@@ -244,7 +244,11 @@ struct tl_conn {
 	 * never): c is heavy in that epoch and the next, else light */
 	uint32_t fair_heavy;
 	uint8_t fair_light;   /* counted in the loop's fair_light at its last recount */
-	uint64_t fair_skip;   /* heavy, nobody to protect: no share check until the ring's tail passes this */
+	/* heavy, nobody to protect: no share check while the ring's tail is
+	 * below fair_skip and the arena's write position below fair_skip_w
+	 * (where the ring would come under pressure, conn_held_slow), or
+	 * until fair_tick recounts the light connections (it clears both) */
+	uint64_t fair_skip, fair_skip_w;
 	/* Set by a transport that can keep its run contiguous (TLS
 	 * plaintext slots) for one tl_conn_feed: a whole data frame of at most
 	 * this many bytes (header included) that is not all in the run yet is

@@ -35,7 +35,8 @@ int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_
 	q->owners = owners ? owners : 1;
 	q->own_events = calloc(q->owners, sizeof(uint32_t));
 	q->own_bytes = calloc(q->owners, sizeof(uint64_t));
-	if (!q->r || !q->arena_end || !q->arena || !q->own_events || !q->own_bytes)
+	q->runs = calloc(size, sizeof(*q->runs)); /* (pages touched only while counting) */
+	if (!q->r || !q->arena_end || !q->arena || !q->own_events || !q->own_bytes || !q->runs)
 		return -ENOMEM;
 	q->r->ev = evq_map(sizeof(struct tl_event) * size);
 	if (!q->r->ev)
@@ -70,6 +71,7 @@ void tl_evq_free(struct tl_evq *q)
 	free(q->stamp_pend);
 	free(q->own_events);
 	free(q->own_bytes);
+	free(q->runs);
 	memset(q, 0, sizeof(*q));
 }
 
@@ -117,6 +119,37 @@ void tl_evq_publish(struct tl_evq *q)
 	}
 }
 
+/* own_credit takes the events between head_cache and head (Go passed
+ * them) off their owners' counts: a run passed whole in one step; the run
+ * the head stops inside by reading its passed records' lengths (each
+ * record at most once: the run then starts at head). Every event is
+ * credited here before its ring entry can be written again (the producer
+ * reuses an entry only after a refresh has seen the head pass it), so the
+ * counts stay exact. The records are our own writes (Go only reads
+ * them). */
+static void own_credit(struct tl_evq *q, uint64_t head)
+{
+	uint64_t pos = q->head_cache;
+
+	while (pos != head) {
+		struct tl_evq_orun *r = &q->runs[q->run_head & q->mask];
+		if (r->end <= head) {
+			q->own_events[r->slot] -= (uint32_t)(r->end - pos);
+			q->own_bytes[r->slot] -= r->bytes;
+			pos = r->end;
+			q->run_head++;
+		} else {
+			uint64_t b = 0;
+			for (uint64_t i = pos; i != head; i++)
+				b += q->events[i & q->mask].len;
+			q->own_events[r->slot] -= (uint32_t)(head - pos);
+			q->own_bytes[r->slot] -= b;
+			r->bytes -= b;
+			pos = head;
+		}
+	}
+}
+
 int tl_evq_refresh(struct tl_evq *q)
 {
 	/* Acquire: Go's reads of the events (and their payloads) before its
@@ -125,16 +158,8 @@ int tl_evq_refresh(struct tl_evq *q)
 
 	if (head == q->head_cache)
 		return 0;
-	/* Credit each passed event to its owner. Every event is walked once,
-	 * here, before its ring entry can be written again (the producer
-	 * reuses an entry only after this refresh has seen the head pass it),
-	 * so the per-owner counts stay exact. The records are our own writes
-	 * (Go only reads them). */
-	for (uint64_t i = q->head_cache; q->counting && i != head; i++) {
-		const struct tl_event *e = &q->events[i & q->mask];
-		q->own_events[e->slot]--;
-		q->own_bytes[e->slot] -= e->len;
-	}
+	if (q->counting)
+		own_credit(q, head);
 	q->head_cache = head;
 	if (head == q->tail)
 		q->rpos = q->wpos;
@@ -152,10 +177,14 @@ void tl_evq_set_counting(struct tl_evq *q, int on)
 	tl_evq_refresh(q); /* (not counting: no walk) */
 	memset(q->own_events, 0, q->owners * sizeof(uint32_t));
 	memset(q->own_bytes, 0, q->owners * sizeof(uint64_t));
-	for (uint64_t i = q->head_cache; i != q->tail; i++) {
-		const struct tl_event *e = &q->events[i & q->mask];
-		q->own_events[e->slot]++;
-		q->own_bytes[e->slot] += e->len;
+	q->run_head = q->run_tail = 0;
+	{
+		/* The pending events, counted and logged as if appended now. */
+		uint64_t tail = q->tail;
+		for (q->tail = q->head_cache; q->tail != tail; q->tail++) {
+			const struct tl_event *e = &q->events[q->tail & q->mask];
+			tl_evq_own_add(q, e->slot, 1, e->len);
+		}
 	}
 	q->counting = 1;
 }

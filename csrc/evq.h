@@ -62,8 +62,43 @@ struct tl_evq {
 	uint32_t *own_events;
 	uint64_t *own_bytes;
 	uint32_t owners;         /* entries in own_events/own_bytes (every slot < owners) */
-	uint8_t counting;        /* own_* kept (tl_evq_set_counting); else stale and unused */
+	uint8_t counting;        /* own_* and runs kept (tl_evq_set_counting); else stale and unused */
+	/* The pending events as runs of one owner, oldest first (a ring of
+	 * size entries: every run holds at least one pending event), so
+	 * tl_evq_refresh credits a passed run in one step instead of reading
+	 * every record back (measured: that walk was 4-6 % of the loop thread
+	 * at 16 ws connections). The oldest run starts at head_cache; its
+	 * bytes are what is still pending of it. Loop-private. */
+	struct tl_evq_orun *runs;
+	uint64_t run_head, run_tail;
 };
+
+/* tl_evq_orun is one run of consecutive pending events of one owner. */
+struct tl_evq_orun {
+	uint64_t end;   /* ring position after the run's last event */
+	uint64_t bytes; /* payload bytes of its pending events */
+	uint32_t slot;
+};
+
+/* tl_evq_own_add counts k more events (bytes payload bytes) of owner
+ * slot, appended at the tail (q->tail is still the position of the
+ * first of them): the owner's counts and the run log (the last run grows
+ * when it is the same owner's). Counting must be on. */
+static inline __attribute__((always_inline)) void tl_evq_own_add(struct tl_evq *q, uint32_t slot, uint64_t k,
+								  uint64_t bytes)
+{
+	struct tl_evq_orun *r = &q->runs[(q->run_tail - 1) & q->mask];
+
+	q->own_events[slot] += (uint32_t)k;
+	q->own_bytes[slot] += bytes;
+	if (q->run_tail == q->run_head || r->slot != slot) {
+		r = &q->runs[q->run_tail++ & q->mask];
+		r->slot = slot;
+		r->bytes = 0;
+	}
+	r->end = q->tail + k;
+	r->bytes += bytes;
+}
 
 /* tl_evq_init maps an event ring of size events and an arena of arena_size
  * bytes (both powers of two), populated up front, and with stamped set the
@@ -140,10 +175,8 @@ static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, s
 	ev.aux = m.aux;
 	q->events[idx] = ev;
 	q->arena_end[idx] = arena_end;
-	if (q->counting) {
-		q->own_events[m.slot]++;
-		q->own_bytes[m.slot] += n;
-	}
+	if (q->counting)
+		tl_evq_own_add(q, m.slot, 1, n);
 	q->tail = tail + 1;
 	if (__builtin_expect(tail + 1 - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
 		tl_evq_publish(q);
@@ -316,10 +349,8 @@ static inline __attribute__((always_inline)) void tl_evq_run_end(struct tl_evq *
 {
 	uint64_t k = r->tail - q->tail;
 
-	if (q->counting) {
-		q->own_events[r->slot] += (uint32_t)k;
-		q->own_bytes[r->slot] += r->bytes;
-	}
+	if (q->counting)
+		tl_evq_own_add(q, r->slot, k, r->bytes);
 	q->tail = r->tail;
 	q->wpos = r->w;
 	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))

@@ -254,6 +254,7 @@ static void fair_tick(struct tl_loop *l)
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
 		c->fair_light = 0;
+		c->fair_skip = c->fair_skip_w = 0; /* a skip lasts until a recount at most (conn_held_slow) */
 		/* A connection with input of its own waiting (stalled, held,
 		 * its recv paused or starved of slots) is not light: it is a
 		 * flood the loop holds back, not a message about to arrive. */

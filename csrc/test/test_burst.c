@@ -427,10 +427,74 @@ static void test_share(void)
 	tl_loop_free(l);
 }
 
+/* test_owner_runs: the per-owner counts kept through the run log
+ * (tl_evq_own_add, tl_evq_refresh) equal a recount of the pending records
+ * after every step of a random mix of single appends, runs of one owner
+ * (tl_evq_run), head moves landing anywhere (inside runs too: the partial
+ * credit) and counting turned off and on, over a 64-event ring that
+ * wraps many times. */
+static void test_owner_runs(void)
+{
+	struct tl_evq q;
+	struct tl_pool_stats st;
+	uint32_t cnt[4];
+	uint64_t byt[4];
+	uint64_t seed = 88172645463325252ull;
+	static const uint8_t pl[64];
+
+	memset(&st, 0, sizeof(st));
+	CHECK_EQ(tl_evq_init(&q, 64, 4096, &st, 0, 4), 0);
+	tl_evq_set_counting(&q, 1);
+	for (int step = 0; step < 200000; step++) {
+		uint64_t r;
+		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+		r = seed;
+		uint32_t slot = (uint32_t)(r % 4), op = (uint32_t)((r >> 8) % 16);
+		size_t n = (size_t)((r >> 16) % 65);
+		if (op < 6) { /* one event */
+			struct tl_evmeta m = {.slot = slot, .gen = 1, .kind = TL_EV_BINARY};
+			if (q.tail - q.head_cache < q.size)
+				CHECK_EQ(tl_evq_append_ref(&q, m, pl, n), 0);
+		} else if (op < 10) { /* a run of up to 9 */
+			struct tl_evq_run run;
+			uint64_t k = (r >> 24) % 10;
+			tl_evq_run_begin(&q, &run, slot, 1, 0, k);
+			for (uint64_t i = 0; i < k; i++)
+				if (tl_evq_run_add(&run, TL_EV_BINARY, pl, (n + i) % 65, 0) < 0)
+					break;
+			if (run.tail != q.tail)
+				tl_evq_run_end(&q, &run);
+		} else if (op < 15) { /* Go passes some of what was published */
+			tl_evq_publish(&q);
+			uint64_t pend = q.tail - q.head_cache;
+			uint64_t adv = pend ? (r >> 24) % (pend + 1) : 0;
+			__atomic_store_n(&q.r->head, q.head_cache + adv, __ATOMIC_RELEASE);
+			tl_evq_refresh(&q);
+		} else {
+			tl_evq_set_counting(&q, (r >> 24) & 1);
+		}
+		if (!q.counting)
+			continue;
+		memset(cnt, 0, sizeof(cnt));
+		memset(byt, 0, sizeof(byt));
+		for (uint64_t i = q.head_cache; i != q.tail; i++) {
+			cnt[q.events[i & q.mask].slot]++;
+			byt[q.events[i & q.mask].slot] += q.events[i & q.mask].len;
+		}
+		for (int o = 0; o < 4; o++) {
+			CHECK_EQ(q.own_events[o], cnt[o]);
+			CHECK_EQ(q.own_bytes[o], byt[o]);
+		}
+		CHECK(q.run_tail - q.run_head <= q.tail - q.head_cache);
+	}
+	tl_evq_free(&q);
+}
+
 int main(void)
 {
 	test_equivalence();
 	test_room();
 	test_share();
+	test_owner_runs();
 	CHECK_DONE("test_burst");
 }
