@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x75cb1987b0bd52d7
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x71dc82cca13d5ebc
 import "C"
 
-const csrcHash = "75cb1987b0bd52d7"
+const csrcHash = "71dc82cca13d5ebc"
