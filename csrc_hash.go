@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc587357cbff2da80
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6e3dd90911db926c
 import "C"
 
-const csrcHash = "c587357cbff2da80"
+const csrcHash = "6e3dd90911db926c"

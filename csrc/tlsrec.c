@@ -213,6 +213,7 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 				if (rc == TL_REC_AGAIN && p[0] == 1)
 					rc = TL_REC_KEYREQ; /* update_requested: ours must follow */
 				r->hs_have = 0;
+				r->hs_left = 0;
 				return rc;
 			}
 			if (r->hs_type != TLREC_HS_NEW_SESSION_TICKET)
