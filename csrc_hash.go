@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6e3dd90911db926c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa691d7866e5b3bc1
 import "C"
 
-const csrcHash = "6e3dd90911db926c"
+const csrcHash = "a691d7866e5b3bc1"

@@ -58,15 +58,13 @@ struct tl_tls {
 	int shutdown_sent; /* our close_notify is queued */
 	/* Our own record layer (tlsrec.h). rec_want: the config allows it and
 	 * the keylog callback keeps the server's secret; rec_track: the
-	 * handshake is done, the suite fits, and the slot BIO counts the
-	 * application records the library reads (trk_*) until it hands over;
-	 * rec_on: tl_tlsrec_open reads every record from then on; rec_end:
-	 * it reported close_notify or an error, nothing more is read. */
+	 * handshake is done, the suite fits, and rec follows every record the
+	 * library reads through the slot BIO (tl_tlsrec_shadow, into scratch)
+	 * until it hands over; rec_on: tl_tlsrec_open reads every record from
+	 * then on; rec_end: it reported close_notify or an error, nothing
+	 * more is read. */
 	uint8_t rec_want, rec_track, rec_on, rec_end;
-	uint8_t trk_hdr[5], trk_have;
-	uint16_t suite;
-	uint32_t trk_left;      /* body bytes of the record the library is reading */
-	uint64_t trk_recs;      /* whole records the library read after the handshake */
+	uint8_t *scratch;
 	struct tl_tlsrec rec;
 };
 
@@ -93,35 +91,7 @@ static inline void err_clear(void)
 
 /* ---- the slot BIO ---- */
 
-/* track_records follows the record headers in the n ciphertext bytes the
- * library just read (p), after the handshake: both libraries read a
- * record's header, then exactly its body (no read-ahead), so the count of
- * whole records is the sequence number our record layer starts from. */
-static void track_records(struct tl_tls *t, const uint8_t *p, size_t n)
-{
-	while (n > 0) {
-		if (t->trk_have < 5) {
-			t->trk_hdr[t->trk_have++] = *p++;
-			n--;
-			if (t->trk_have == 5) {
-				t->trk_left = (uint32_t)t->trk_hdr[3] << 8 | t->trk_hdr[4];
-				if (t->trk_left == 0) {
-					t->trk_have = 0;
-					t->trk_recs++;
-				}
-			}
-			continue;
-		}
-		size_t k = n < t->trk_left ? n : t->trk_left;
-		p += k;
-		n -= k;
-		t->trk_left -= (uint32_t)k;
-		if (t->trk_left == 0) {
-			t->trk_have = 0;
-			t->trk_recs++;
-		}
-	}
-}
+static void rec_stop(struct tl_tls *t);
 
 static int slot_bio_read(BIO *b, char *out, int outl)
 {
@@ -139,8 +109,8 @@ static int slot_bio_read(BIO *b, char *out, int outl)
 		if (n > (size_t)(outl - got))
 			n = (size_t)(outl - got);
 		memcpy(out + got, p, n);
-		if (t->rec_track)
-			track_records(t, p, n);
+		if (t->rec_track && tl_tlsrec_shadow(&t->rec, p, n, t->scratch) < 0)
+			rec_stop(t); /* the library reports what it makes of it */
 		got += (int)n;
 		/* Ciphertext is copied out, so the slot goes back at once. */
 		tl_rxq_consume(&l->slots, &c->rxq, n, l->evq.head_cache);
@@ -479,7 +449,7 @@ void tl_tls_free(struct tl_conn *c)
 	if (!t)
 		return;
 	rxp_drop(t->l, t);
-	tl_tlsrec_free(&t->rec);
+	rec_stop(t);
 	tl_tlsv_conn_free(t->l, c, t->ssl);
 	SSL_free(t->ssl);
 	SSL_CTX_free(t->own_ctx);
@@ -637,56 +607,60 @@ static int looks_like_tls(struct tl_loop *l, struct tl_conn *c, char *peek, size
 	return 0;
 }
 
+/* rec_stop keeps the connection on SSL_read for good: the secret and
+ * keys are wiped. */
+static void rec_stop(struct tl_tls *t)
+{
+	t->rec_track = 0;
+	tl_tlsrec_free(&t->rec);
+	free(t->scratch);
+	t->scratch = NULL;
+}
+
 /* rec_setup decides, once the handshake is done, whether our record
  * layer may take the connection over: TLS 1.3 with an AES-GCM suite, the
  * server's secret captured, and nothing of the server's stream buffered
- * in the library (SSL_has_pending: both read exactly one record at a
- * time, so the server's Finished was the last record it read). Anything
- * else (TLS 1.2, ChaCha20) stays on SSL_read, and the secret is wiped.
- * The library keeps reading until the first application data (rec_try):
+ * in the library (SSL_has_pending; neither library reads ahead in TLS, so
+ * the server's Finished was the last record it read and the next byte in
+ * the slots starts the first record under the application keys).
+ * Anything else (TLS 1.2, ChaCha20) stays on SSL_read, the secret wiped.
+ * The library keeps reading until its first application data (rec_try):
  * the NewSessionTickets servers send first go to it, so session
- * resumption works as before. */
+ * resumption works as before; meanwhile rec follows each record it reads
+ * (tl_tlsrec_shadow), so it knows the sequence number and any KeyUpdate. */
 static void rec_setup(struct tl_tls *t)
 {
 	const SSL_CIPHER *ci = SSL_get_current_cipher(t->ssl);
 	uint16_t id = ci ? SSL_CIPHER_get_protocol_id(ci) : 0;
 
-	if (t->rec_want && SSL_version(t->ssl) == TLS1_3_VERSION && t->rec.secret_len &&
-	    (id == TL_TLS_AES_128_GCM_SHA256 || id == TL_TLS_AES_256_GCM_SHA384) && !SSL_has_pending(t->ssl)) {
-		t->suite = id;
-		t->rec_track = 1;
-	} else {
-		tl_tlsrec_free(&t->rec);
-	}
+	t->rec_track = t->rec_want && SSL_version(t->ssl) == TLS1_3_VERSION && !SSL_has_pending(t->ssl) &&
+		       (t->scratch = malloc(TL_REC_SCRATCH)) != NULL && tl_tlsrec_start(&t->rec, id, 0) == 0;
 	t->rec_want = 0;
+	if (!t->rec_track)
+		rec_stop(t);
 }
 
 /* rec_try hands the connection to our record layer after SSL_read
- * returned application data, if the library stands between two records:
- * its last read ended a record (the BIO's count) and it holds nothing
- * (SSL_has_pending). The sequence number is the count of records it read
- * since the handshake; BoringSSL's own (SSL_get_read_sequence) must agree,
- * which also catches a KeyUpdate it processed (its count restarts; the
- * secret we hold would be the old one). OpenSSL 3 has no such call: a
- * KeyUpdate before the first application record (no server does that)
- * would make our first record fail its tag, a TLS error, never wrong data.
- * Not at a boundary yet: tried again after the next SSL_read. */
+ * returned application data, once the library stands between two
+ * records: rec, which followed every byte it read, is at a record
+ * boundary, and the library holds nothing (SSL_has_pending). BoringSSL's
+ * own sequence number (SSL_get_read_sequence) must agree with rec's;
+ * OpenSSL 3 has no such call. Not at a boundary yet: tried again after
+ * the next SSL_read. */
 static void rec_try(struct tl_tls *t)
 {
-	if (t->trk_have || SSL_has_pending(t->ssl))
+	if (!tl_tlsrec_boundary(&t->rec) || SSL_has_pending(t->ssl))
 		return;
 #ifdef OPENSSL_IS_BORINGSSL
-	if (SSL_get_read_sequence(t->ssl) != t->trk_recs) {
-		t->rec_track = 0;
-		tl_tlsrec_free(&t->rec);
+	if (SSL_get_read_sequence(t->ssl) != t->rec.seq) {
+		rec_stop(t);
 		return;
 	}
 #endif
 	t->rec_track = 0;
-	if (tl_tlsrec_start(&t->rec, t->suite, t->trk_recs) == 0)
-		t->rec_on = 1;
-	else
-		tl_tlsrec_free(&t->rec);
+	t->rec_on = 1;
+	free(t->scratch);
+	t->scratch = NULL;
 }
 
 static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)

@@ -312,7 +312,6 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 		return rec_fail(r, "bad record MAC (decryption failed)");
 	r->hdr_have = 0;
 	r->seq++;
-	r->opened++;
 	for (i = r->ct_len; i > 0; i--) {
 		size_t at = i - 1;
 		type = at < r->room ? r->dst[at] : r->tail[at - r->room];
@@ -347,47 +346,75 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 	}
 }
 
+/* rec_step feeds up to avail ciphertext bytes at p to the record being
+ * opened: header, ciphertext (decrypted at dst, room bytes, fixed at the
+ * header), tag. *used is how many it took. Returns TL_REC_MORE when it took
+ * them all without ending a record, else what the record was (rec_finish)
+ * or TL_REC_ERR. */
+static int rec_step(struct tl_tlsrec *r, const uint8_t *p, size_t avail, size_t *used, uint8_t *dst, size_t room,
+		    size_t *n)
+{
+	size_t k;
+
+	*used = 0;
+	while (avail > 0) {
+		if (r->hdr_have < TLREC_HDR) {
+			k = TLREC_HDR - r->hdr_have;
+			k = k < avail ? k : avail;
+			memcpy(r->hdr + r->hdr_have, p, k);
+			r->hdr_have = (uint8_t)(r->hdr_have + k);
+			*used += k;
+			if (r->hdr_have == TLREC_HDR && rec_begin_record(r, dst, room) != TL_REC_AGAIN)
+				return TL_REC_ERR;
+		} else if (r->ct_have < r->ct_len) {
+			k = r->ct_len - r->ct_have;
+			k = k < avail ? k : avail;
+			if (rec_decrypt(r, p, k) < 0)
+				return rec_fail(r, "decryption failed");
+			*used += k;
+		} else {
+			k = TLREC_TAG - r->tag_have;
+			k = k < avail ? k : avail;
+			memcpy(r->tag + r->tag_have, p, k);
+			r->tag_have = (uint8_t)(r->tag_have + k);
+			*used += k;
+			if (r->tag_have == TLREC_TAG)
+				return rec_finish(r, n);
+		}
+		p += k;
+		avail -= k;
+	}
+	return TL_REC_MORE;
+}
+
 int tl_tlsrec_open(struct tl_tlsrec *r, struct tl_slots *s, struct tl_rxq *q, uint64_t ev_head, uint8_t *dst,
 		   size_t room, size_t *n)
 {
 	const uint8_t *p;
-	size_t avail, k;
+	size_t avail, used;
+	int rc;
 
 	for (;;) {
 		if (tl_rxq_peek(s, q, &p, &avail) < 0)
 			return TL_REC_MORE;
-		if (avail == 0) {
-			tl_rxq_consume(s, q, 0, ev_head); /* an empty slot: drop it */
-			continue;
-		}
-		if (r->hdr_have < TLREC_HDR) {
-			k = TLREC_HDR - r->hdr_have;
-			if (k > avail)
-				k = avail;
-			memcpy(r->hdr + r->hdr_have, p, k);
-			r->hdr_have = (uint8_t)(r->hdr_have + k);
-			tl_rxq_consume(s, q, k, ev_head);
-			if (r->hdr_have == TLREC_HDR && rec_begin_record(r, dst, room) != TL_REC_AGAIN)
-				return TL_REC_ERR;
-			continue;
-		}
-		if (r->ct_have < r->ct_len) {
-			k = r->ct_len - r->ct_have;
-			if (k > avail)
-				k = avail;
-			if (rec_decrypt(r, p, k) < 0)
-				return rec_fail(r, "decryption failed");
-			/* The ciphertext is decrypted out of the slot: it can go back. */
-			tl_rxq_consume(s, q, k, ev_head);
-			continue;
-		}
-		k = TLREC_TAG - r->tag_have;
-		if (k > avail)
-			k = avail;
-		memcpy(r->tag + r->tag_have, p, k);
-		r->tag_have = (uint8_t)(r->tag_have + k);
-		tl_rxq_consume(s, q, k, ev_head);
-		if (r->tag_have == TLREC_TAG)
-			return rec_finish(r, n);
+		rc = rec_step(r, p, avail, &used, dst, room, n);
+		/* The ciphertext is decrypted out of the slot: it can go back (an
+		 * empty slot, used 0, leaves the queue too). */
+		tl_rxq_consume(s, q, used, ev_head);
+		if (rc != TL_REC_MORE)
+			return rc;
 	}
+}
+
+int tl_tlsrec_shadow(struct tl_tlsrec *r, const uint8_t *p, size_t n, uint8_t *scratch)
+{
+	while (n > 0) {
+		size_t used, m;
+		int rc = rec_step(r, p, n, &used, scratch, TL_REC_SCRATCH, &m);
+		p += used;
+		n -= used;
+		if (rc == TL_REC_ERR || rc == TL_REC_EOF)
+			return -1;
+	}
+	return 0;
 }

@@ -63,7 +63,6 @@ struct tl_tlsrec {
 	uint8_t hs_have;
 	uint32_t hs_left;      /* body bytes of the current message still to come */
 	uint8_t hs_type;
-	uint64_t opened;       /* records opened and verified (all types) */
 	char err[96];
 };
 
@@ -75,7 +74,7 @@ int tl_tlsrec_keylog(struct tl_tlsrec *r, const char *line);
 
 /* tl_tlsrec_start keys r for suite (TL_TLS_AES_*) from the secret
  * tl_tlsrec_keylog took, with seq the number of application records the
- * library already read under it. Returns 0, or -1 (unsupported suite, no
+ * library already read under it (0 right after the handshake). Returns 0, or -1 (unsupported suite, no
  * or mismatched secret, out of memory: r stays unused, the caller keeps
  * the library's path). */
 int tl_tlsrec_start(struct tl_tlsrec *r, uint16_t suite, uint64_t seq);
@@ -96,6 +95,22 @@ static inline int tl_tlsrec_midrecord(const struct tl_tlsrec *r) { return r->hdr
  * not be used again. */
 int tl_tlsrec_open(struct tl_tlsrec *r, struct tl_slots *s, struct tl_rxq *q, uint64_t ev_head, uint8_t *dst,
 		   size_t room, size_t *n);
+
+/* TL_REC_SCRATCH is the size of tl_tlsrec_shadow's scratch buffer (plus
+ * TL_REC_TAIL: the records' room). */
+#define TL_REC_SCRATCH (1u << 14)
+
+/* tl_tlsrec_shadow follows the n ciphertext bytes at p that the library
+ * is reading (before tls.c hands the connection over), opening each record
+ * into scratch (TL_REC_SCRATCH bytes), so that r stays in step with the
+ * library: same sequence number, same keys after a KeyUpdate, the same
+ * position in the stream. Returns 0, or -1 when r cannot follow (a record
+ * it cannot open, close_notify, an alert): r must not take over then. */
+int tl_tlsrec_shadow(struct tl_tlsrec *r, const uint8_t *p, size_t n, uint8_t *scratch);
+
+/* tl_tlsrec_boundary says whether r stands between two records (nothing
+ * of the next one read yet). */
+static inline int tl_tlsrec_boundary(const struct tl_tlsrec *r) { return r->hdr_have == 0; }
 
 /* tl_tlsrec_free wipes r's keys and secret and frees its cipher context.
  * Safe on a zeroed or already freed r. */

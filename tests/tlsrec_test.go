@@ -4,6 +4,7 @@ package talaris_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -407,5 +408,60 @@ func TestTLSRecordCloseRace(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTLSRecordKeyUpdateFirst: s_server sends a KeyUpdate with
+// update_requested (K) before its first application data (the 101). The
+// library reads it (the hand-over waits for the first application data),
+// our record layer follows it (tl_tlsrec_shadow) and takes over under the
+// new keys: every message after it arrives, opened by us, and the library
+// answered with our KeyUpdate.
+func TestTLSRecordKeyUpdateFirst(t *testing.T) {
+	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"} {
+		t.Run(suite, func(t *testing.T) {
+			s := startSServer(t, "-tls1_3", "-ciphersuites", suite)
+			p := newTestPool(t, Config{}, hangGuard)
+			go func() {
+				m, _, err := s.find(wsKeyRe, 0)
+				if err == nil {
+					_, _, err = s.find(regexp.MustCompile(`\r\n\r\n`), 0)
+				}
+				if err == nil {
+					off := s.outLen()
+					time.Sleep(20 * time.Millisecond)
+					_, err = io.WriteString(s.stdin, "K\n")
+					if err == nil {
+						_, _, err = s.find(sentKeyUpdate, off)
+					}
+				}
+				if err != nil {
+					t.Errorf("%v", err) // the Dial below fails with a timeout
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+				s.writeNoFatal([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+					ws.AcceptKey(string(m[1])) + "\r\n\r\n"))
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
+			defer cancel()
+			c, err := p.Dial(ctx, "wss://127.0.0.1:"+s.port+"/feed", tlsOpts)
+			if err != nil {
+				t.Fatalf("Dial s_server: %v", err)
+			}
+			s.waitFor(rcvdKeyUpdate, 0)
+			const size = 24
+			chk := wstest.NewChecker(size)
+			for i := range 3 {
+				s.write(sFrames(i*100, 100, size))
+				if f := pumpCount(t, p, c, chk, (i+1)*100); f != nil {
+					t.Fatalf("connection ended after %d messages: %+v", chk.Count(), *f)
+				}
+			}
+			if n := p.Stats().TLSRecords; n == 0 {
+				t.Error("TLSRecords = 0: our record layer did not take over after the KeyUpdate")
+			}
+			c.Close(1000, "")
+		})
 	}
 }
