@@ -4,7 +4,6 @@ package talaris_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -422,33 +421,16 @@ func TestTLSRecordKeyUpdateFirst(t *testing.T) {
 		t.Run(suite, func(t *testing.T) {
 			s := startSServer(t, "-tls1_3", "-ciphersuites", suite)
 			p := newTestPool(t, Config{}, hangGuard)
-			go func() {
-				m, _, err := s.find(wsKeyRe, 0)
-				if err == nil {
-					_, _, err = s.find(regexp.MustCompile(`\r\n\r\n`), 0)
-				}
-				if err == nil {
-					off := s.outLen()
-					time.Sleep(20 * time.Millisecond)
-					_, err = io.WriteString(s.stdin, "K\n")
-					if err == nil {
-						_, _, err = s.find(sentKeyUpdate, off)
-					}
-				}
-				if err != nil {
-					t.Errorf("%v", err) // the Dial below fails with a timeout
-					return
-				}
+			c := sServerSessionThen(t, p, s, tlsOpts, func() error {
+				off := s.outLen()
 				time.Sleep(20 * time.Millisecond)
-				s.writeNoFatal([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-					ws.AcceptKey(string(m[1])) + "\r\n\r\n"))
-			}()
-			ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
-			defer cancel()
-			c, err := p.Dial(ctx, "wss://127.0.0.1:"+s.port+"/feed", tlsOpts)
-			if err != nil {
-				t.Fatalf("Dial s_server: %v", err)
-			}
+				if _, err := io.WriteString(s.stdin, "K\n"); err != nil {
+					return err
+				}
+				_, _, err := s.find(sentKeyUpdate, off)
+				time.Sleep(20 * time.Millisecond)
+				return err
+			})
 			s.waitFor(rcvdKeyUpdate, 0)
 			const size = 24
 			chk := wstest.NewChecker(size)
