@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa691d7866e5b3bc1
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3bc177f7eca2ff4d
 import "C"
 
-const csrcHash = "a691d7866e5b3bc1"
+const csrcHash = "3bc177f7eca2ff4d"

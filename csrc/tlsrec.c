@@ -65,7 +65,7 @@ int tl_tlsrec_keylog(struct tl_tlsrec *r, const char *line)
 	return 1;
 }
 
-/* expand_label is HKDF-Expand-Label(secret, label, "", len) (7.1) for len at
+/* rec_expand_label is HKDF-Expand-Label(secret, label, "", len) (7.1) for len at
  * most one hash block, which every use here is (key 16/32, iv 12, the next
  * secret one hash length): T(1) = HMAC(secret, HkdfLabel || 0x01).
  * Returns 0 or -1. */
@@ -94,7 +94,7 @@ static int rec_expand_label(const struct tl_tlsrec *r, const uint8_t *secret, co
 	return ok ? 0 : -1;
 }
 
-/* set_keys derives the key and iv of r->secret (7.3) and keys the
+/* rec_set_keys derives the key and iv of r->secret (7.3) and keys the
  * cipher context with the key. Returns 0 or -1. */
 static int rec_set_keys(struct tl_tlsrec *r)
 {
@@ -167,7 +167,7 @@ static int rec_fail(struct tl_tlsrec *r, const char *what)
 	return TL_REC_ERR;
 }
 
-/* key_update moves to the next server secret (7.2): the old one, its key
+/* rec_key_update moves to the next server secret (7.2): the old one, its key
  * and iv are gone, the sequence starts again at 0. */
 static int rec_key_update(struct tl_tlsrec *r)
 {
@@ -185,7 +185,7 @@ static int rec_key_update(struct tl_tlsrec *r)
 	return TL_REC_AGAIN;
 }
 
-/* handshake walks the post-handshake messages in one verified handshake
+/* rec_handshake walks the post-handshake messages in one verified handshake
  * record (p, n) as a stream continued from the last one: NewSessionTicket
  * is skipped (resumption tickets arrive while the library still reads,
  * see tls.c), KeyUpdate rekeys, anything else (a post-handshake
@@ -231,7 +231,7 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 	return rc;
 }
 
-/* begin_record checks the header just read and sets the cipher up for the
+/* rec_begin_record checks the header just read and sets the cipher up for the
  * record: nonce = iv XOR the 64-bit sequence number, left-padded (5.3);
  * the additional data is the header (5.2). */
 static int rec_begin_record(struct tl_tlsrec *r, uint8_t *dst, size_t room)
@@ -273,7 +273,7 @@ static int rec_begin_record(struct tl_tlsrec *r, uint8_t *dst, size_t room)
 	return TL_REC_AGAIN;
 }
 
-/* decrypt runs the cipher over k ciphertext bytes at p into the record's
+/* rec_decrypt runs the cipher over k ciphertext bytes at p into the record's
  * plaintext (dst, then tail past room). GCM is a stream: one update per
  * piece, whatever the piece boundaries. */
 static int rec_decrypt(struct tl_tlsrec *r, const uint8_t *p, size_t k)
@@ -287,7 +287,7 @@ static int rec_decrypt(struct tl_tlsrec *r, const uint8_t *p, size_t k)
 			if (n > r->room - at)
 				n = r->room - at;
 		} else {
-			out = r->tail + (at - r->room); /* begin_record checked it fits */
+			out = r->tail + (at - r->room); /* rec_begin_record checked it fits */
 		}
 		if (EVP_DecryptUpdate(r->ctx, out, &outl, p, (int)n) != 1 || (size_t)outl != n)
 			return -1;
@@ -298,7 +298,7 @@ static int rec_decrypt(struct tl_tlsrec *r, const uint8_t *p, size_t k)
 	return 0;
 }
 
-/* finish verifies the tag and reports the verified record by its inner
+/* rec_finish verifies the tag and reports the verified record by its inner
  * content type (5.4: the last non-zero byte; zeros after it are padding). */
 static int rec_finish(struct tl_tlsrec *r, size_t *n)
 {
