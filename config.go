@@ -195,6 +195,18 @@ type Config struct {
 	// buffer. Nothing changes in what is delivered or in what order;
 	// docs/ARCHITECTURE.md ("Recv bundles") has the measurements.
 	NoRecvBundle bool
+	// NoTLSRecordLayer turns off talaris' own TLS record layer. By
+	// default, on a TLS 1.3 connection with an AES-128-GCM or AES-256-GCM
+	// suite, once the library has read the first application data (and
+	// the session tickets before it), the loop opens the server's records
+	// itself with the library's AES-GCM, straight from the receive
+	// buffers into the plaintext buffers the parser reads: no copy into
+	// and out of the library's record buffer. KeyUpdate, session tickets
+	// and alerts are handled as the library would. TLS 1.2 and other
+	// suites always use the library's SSL_read. PoolStats.TLSRecords
+	// counts the records it opened; docs/ARCHITECTURE.md ("TLS") has
+	// the measurements.
+	NoTLSRecordLayer bool
 	// ReplyDoorbell turns on the pump's reply doorbell (off by default:
 	// not yet measured to win; docs/ARCHITECTURE.md, "Wait strategies").
 	// With it (and ConsumerWait WaitAdaptive, direct sends on), a pump

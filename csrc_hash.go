@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x71dc82cca13d5ebc
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xc3f48885489f9a84
 import "C"
 
-const csrcHash = "71dc82cca13d5ebc"
+const csrcHash = "c3f48885489f9a84"

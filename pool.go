@@ -29,6 +29,7 @@ type PoolStats struct {
 	PumpSleeps uint64 // times Pump slept waiting for events
 	Reconnects uint64 // successful re-opens by reconnect policies, all connections
 	FairHolds  uint64 // times a connection was held at its share of the ring (Config.MaxConnPendingEvents/Bytes; also counted in Stalls)
+	TLSRecords uint64 // TLS application-data records opened by talaris' own record layer, not the library's SSL_read (Config.NoTLSRecordLayer)
 	// BellSleeps counts the pump's sleeps on its reply doorbell (also
 	// counted in PumpSleeps); BellRings the wake-ups from them that a
 	// socket's data gave before the loop's publish (Config.ReplyDoorbell).

@@ -212,6 +212,9 @@ func newPool(cfg Config) (*Pool, error) {
 	if !d.NoRecvBundle {
 		cc.recv_bundle = 1
 	}
+	if !d.NoTLSRecordLayer {
+		cc.tls_record_layer = 1
+	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
 	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 
@@ -501,6 +504,7 @@ func (p *Pool) poolStats() PoolStats {
 		PumpSleeps: uint64(s.pump_sleeps),
 		Reconnects: uint64(s.reconnects),
 		FairHolds:  uint64(s.fair_holds),
+		TLSRecords: uint64(s.tls_records),
 		BellSleeps: p.bellSleeps.Load(),
 		BellRings:  p.bellRings.Load(),
 		ReplySpins: p.replySpins.Load(),

@@ -21,4 +21,5 @@
 #include "csrc/conn.c"
 #include "csrc/plain.c"
 #include "csrc/tls_verify.c"
+#include "csrc/tlsrec.c"
 #include "csrc/tls.c"

@@ -56,6 +56,11 @@ struct tl_config {
 	 * for the answer's completion instead of sleeping, while answers
 	 * have been coming within it. */
 	uint64_t reply_spin_ns;
+	/* Config.NoTLSRecordLayer (off): TLS 1.3 AES-GCM connections' records
+	 * are opened by our own record layer (tlsrec.h) once the library has
+	 * read the first application data; 0: SSL_read throughout. */
+	uint32_t tls_record_layer;
+	uint32_t pad_tls;
 };
 
 /* TL_PRESEND is how long the loop's reply spin waits, after a publish to
@@ -74,6 +79,7 @@ struct tl_pool_stats {
 	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
 	uint64_t sendq_full;   /* reads held back because a connection's own replies (pongs, close) passed max_send_queue */
 	uint64_t fair_holds;   /* connections held at their conn_max_events / conn_max_bytes (also counted in stalls) */
+	uint64_t tls_records;  /* TLS application-data records opened by our record layer (tlsrec.h), not SSL_read */
 };
 
 struct tl_loop;
@@ -182,7 +188,7 @@ void tl_decoder_free(struct tl_loop *l);
 const char *tl_tls_backend(void);
 
 /* Layouts Go fills in or reads (see ring.h for the rings). */
-_Static_assert(sizeof(struct tl_config) == 144, "tl_config size");
+_Static_assert(sizeof(struct tl_config) == 152, "tl_config size");
 TL_LAYOUT(tl_config, sq_entries, 0);
 TL_LAYOUT(tl_config, ring_flags, 8);
 TL_LAYOUT(tl_config, sq_thread_cpu, 16);
@@ -202,13 +208,15 @@ TL_LAYOUT(tl_config, sample_every, 112);
 TL_LAYOUT(tl_config, conn_max_events, 120);
 TL_LAYOUT(tl_config, conn_max_bytes, 128);
 TL_LAYOUT(tl_config, reply_spin_ns, 136);
-_Static_assert(sizeof(struct tl_pool_stats) == 112, "tl_pool_stats size");
+TL_LAYOUT(tl_config, tls_record_layer, 144);
+_Static_assert(sizeof(struct tl_pool_stats) == 120, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
 TL_LAYOUT(tl_pool_stats, reconnects, 64);
 TL_LAYOUT(tl_pool_stats, msgs, 72);
 TL_LAYOUT(tl_pool_stats, sendq_full, 96);
 TL_LAYOUT(tl_pool_stats, fair_holds, 104);
+TL_LAYOUT(tl_pool_stats, tls_records, 112);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);

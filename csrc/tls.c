@@ -17,6 +17,7 @@
 #include "state.h"
 #include "tls.h"
 #include "tls_verify.h"
+#include "tlsrec.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -55,6 +56,16 @@ struct tl_tls {
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext since the last flush check */
 	int shutdown_sent; /* our close_notify is queued */
+	/* Our own record layer (tlsrec.h). rec_want: the config allows it and
+	 * the keylog callback keeps the server's secret; rec_track: the
+	 * handshake is done, the suite fits, and rec follows every record the
+	 * library reads through the slot BIO (tl_tlsrec_shadow, into scratch)
+	 * until it hands over; rec_on: tl_tlsrec_open reads every record from
+	 * then on; rec_end: it reported close_notify or an error, nothing
+	 * more is read. */
+	uint8_t rec_want, rec_track, rec_on, rec_end;
+	uint8_t *scratch;
+	struct tl_tlsrec rec;
 };
 
 const char *tl_tls_backend(void)
@@ -80,6 +91,8 @@ static inline void err_clear(void)
 
 /* ---- the slot BIO ---- */
 
+static void rec_stop(struct tl_tls *t);
+
 static int slot_bio_read(BIO *b, char *out, int outl)
 {
 	struct tl_tls *t = BIO_get_data(b);
@@ -96,6 +109,8 @@ static int slot_bio_read(BIO *b, char *out, int outl)
 		if (n > (size_t)(outl - got))
 			n = (size_t)(outl - got);
 		memcpy(out + got, p, n);
+		if (t->rec_track && tl_tlsrec_shadow(&t->rec, p, n, t->scratch) < 0)
+			rec_stop(t); /* the library reports what it makes of it */
 		got += (int)n;
 		/* Ciphertext is copied out, so the slot goes back at once. */
 		tl_rxq_consume(&l->slots, &c->rxq, n, l->evq.head_cache);
@@ -155,6 +170,18 @@ static void make_slot_method(void)
 
 /* ---- contexts ---- */
 
+/* keylog_cb keeps the server's application traffic secret for our record
+ * layer (tlsrec.h): the keylog callback is the one C API both libraries
+ * have for it (this BoringSSL exports SSL_get_traffic_secrets only as
+ * C++). The other secrets of the line stream are not kept. */
+static void keylog_cb(const SSL *ssl, const char *line)
+{
+	BIO *b = SSL_get_rbio(ssl);
+	struct tl_tls *t = b ? BIO_get_data(b) : NULL;
+	if (t && t->rec_want && !t->handshake_done)
+		tl_tlsrec_keylog(&t->rec, line);
+}
+
 static SSL_CTX *new_ctx(void)
 {
 	static const uint8_t alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
@@ -169,6 +196,7 @@ static SSL_CTX *new_ctx(void)
 		return NULL;
 	}
 	tl_tlsv_ctx_setup(ctx);
+	SSL_CTX_set_keylog_callback(ctx, keylog_cb);
 #ifndef OPENSSL_IS_BORINGSSL
 	/* Refuse TLS 1.2 renegotiation like BoringSSL does by default
 	 * (ssl_renegotiate_never): a HelloRequest is answered with a
@@ -331,6 +359,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	t->l = l;
 	t->c = c;
 	t->pq = -1;
+	t->rec_want = l->cfg.tls_record_layer != 0;
 	c->tls = t;
 	if (d->ca_file_len || d->ca_pem_len || d->insecure) {
 		ctx = t->own_ctx = new_ctx();
@@ -420,6 +449,7 @@ void tl_tls_free(struct tl_conn *c)
 	if (!t)
 		return;
 	rxp_drop(t->l, t);
+	rec_stop(t);
 	tl_tlsv_conn_free(t->l, c, t->ssl);
 	SSL_free(t->ssl);
 	SSL_CTX_free(t->own_ctx);
@@ -577,6 +607,62 @@ static int looks_like_tls(struct tl_loop *l, struct tl_conn *c, char *peek, size
 	return 0;
 }
 
+/* rec_stop keeps the connection on SSL_read for good: the secret and
+ * keys are wiped. */
+static void rec_stop(struct tl_tls *t)
+{
+	t->rec_track = 0;
+	tl_tlsrec_free(&t->rec);
+	free(t->scratch);
+	t->scratch = NULL;
+}
+
+/* rec_setup decides, once the handshake is done, whether our record
+ * layer may take the connection over: TLS 1.3 with an AES-GCM suite, the
+ * server's secret captured, and nothing of the server's stream buffered
+ * in the library (SSL_has_pending; neither library reads ahead in TLS, so
+ * the server's Finished was the last record it read and the next byte in
+ * the slots starts the first record under the application keys).
+ * Anything else (TLS 1.2, ChaCha20) stays on SSL_read, the secret wiped.
+ * The library keeps reading until its first application data (rec_try):
+ * the NewSessionTickets servers send first go to it, so session
+ * resumption works as before; meanwhile rec follows each record it reads
+ * (tl_tlsrec_shadow), so it knows the sequence number and any KeyUpdate. */
+static void rec_setup(struct tl_tls *t)
+{
+	const SSL_CIPHER *ci = SSL_get_current_cipher(t->ssl);
+	uint16_t id = ci ? SSL_CIPHER_get_protocol_id(ci) : 0;
+
+	t->rec_track = t->rec_want && SSL_version(t->ssl) == TLS1_3_VERSION && !SSL_has_pending(t->ssl) &&
+		       (t->scratch = malloc(TL_REC_SCRATCH)) != NULL && tl_tlsrec_start(&t->rec, id, 0) == 0;
+	t->rec_want = 0;
+	if (!t->rec_track)
+		rec_stop(t);
+}
+
+/* rec_try hands the connection to our record layer after SSL_read
+ * returned application data, once the library stands between two
+ * records: rec, which followed every byte it read, is at a record
+ * boundary, and the library holds nothing (SSL_has_pending). BoringSSL's
+ * own sequence number (SSL_get_read_sequence) must agree with rec's;
+ * OpenSSL 3 has no such call. Not at a boundary yet: tried again after
+ * the next SSL_read. */
+static void rec_try(struct tl_tls *t)
+{
+	if (!tl_tlsrec_boundary(&t->rec) || SSL_has_pending(t->ssl))
+		return;
+#ifdef OPENSSL_IS_BORINGSSL
+	if (SSL_get_read_sequence(t->ssl) != t->rec.seq) {
+		rec_stop(t);
+		return;
+	}
+#endif
+	t->rec_track = 0;
+	t->rec_on = 1;
+	free(t->scratch);
+	t->scratch = NULL;
+}
+
 static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 {
 	const unsigned char *sel = NULL;
@@ -624,9 +710,86 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		}
 	}
 	t->handshake_done = 1;
+	rec_setup(t);
 	if (tl_conn_start_upgrade(l, c) < 0)
 		return -2;
 	return 1;
+}
+
+/* peer_closed handles the server's close_notify: the TLS stream ended
+ * cleanly. What that means for the WebSocket is decided like a TCP EOF.
+ * Answer with ours and our FIN now (the teardown that follows closes the
+ * socket without waiting for a send). */
+static void peer_closed(struct tl_conn *c)
+{
+	c->eof = 1;
+	if (!c->shut_wr && !(c->todo & TL_DO_SHUT_WR) && c->fd >= 0) {
+		tl_tls_close_notify(c);
+		send_alert_now(c);
+		if (!c->send_inflight) {
+			shutdown(c->fd, SHUT_WR);
+			c->shut_wr = 2;
+		}
+	}
+}
+
+/* rec_read opens the next record with our record layer into the plaintext
+ * run (rxp_room picks the buffer, as for SSL_read; while a record is half
+ * opened its buffer stays put, so rxp_room is not asked). Returns 1 (go
+ * on: data appended or a record without data handled), 0 (wait for
+ * ciphertext, or the stream ended: the caller's EOF path), -1 (c failed). */
+static int rec_read(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
+{
+	size_t room = 0, n = 0;
+	int r;
+
+	if (t->rec_end)
+		return 0;
+	if (!tl_tlsrec_midrecord(&t->rec))
+		room = rxp_room(l, t); /* keeps a held frame: its slot has room */
+	r = tl_tlsrec_open(&t->rec, &l->slots, &c->rxq, l->evq.head_cache, rxp_base(l, t) + t->pt_len, room, &n);
+	switch (r) {
+	case TL_REC_DATA:
+		t->pt_len += n;
+		t->held = 0;
+		tl_sample_pt(c);
+		__atomic_store_n(&l->stats->tls_records, l->stats->tls_records + 1, __ATOMIC_RELAXED);
+		return 1;
+	case TL_REC_AGAIN:
+		return 1;
+	case TL_REC_KEYREQ:
+		/* The server asked for our KeyUpdate (4.6.3): the write side is
+		 * the library's, which queues it and sends it on the next write;
+		 * the empty one flushes it into the out buffer now. */
+		if (SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) != 1) {
+			t->rec_end = 1;
+			tls_fail(l, c, TL_TLS_GENERIC, "cannot send our KeyUpdate");
+			tl_tlsrec_free(&t->rec);
+			return -1;
+		}
+		if (!tl_conn_ending(c) && !c->close_sent)
+			SSL_write(t->ssl, "", 0);
+		err_clear();
+		return 1;
+	case TL_REC_MORE:
+		return 0;
+	case TL_REC_EOF:
+		t->rec_end = 1;
+		tl_tlsrec_free(&t->rec);
+		peer_closed(c);
+		return 0;
+	default:
+		t->rec_end = 1;
+		if (c->close_rcvd) {
+			/* After the close handshake what comes is no failure of the
+			 * connection (as on the SSL_read path). */
+			tl_tlsrec_free(&t->rec);
+			return 0;
+		}
+		tls_fail(l, c, TL_TLS_GENERIC, t->rec.err);
+		tl_tlsrec_free(&t->rec);
+		return -1;
+	}
 }
 
 int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
@@ -678,6 +841,14 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			t->unhold = 1;
 			continue;
 		}
+		if (t->rec_on) {
+			r = rec_read(l, c, t);
+			if (r > 0)
+				continue;
+			if (r < 0)
+				return TL_FEED_DEAD;
+			break;
+		}
 		{
 			size_t room = rxp_room(l, t); /* keeps a held frame: its slot has room */
 			r = SSL_read(t->ssl, rxp_base(l, t) + t->pt_len, (int)room);
@@ -686,6 +857,8 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			t->pt_len += (size_t)r;
 			t->held = 0;
 			tl_sample_pt(c);
+			if (t->rec_track)
+				rec_try(t);
 			continue;
 		}
 		{
@@ -695,20 +868,8 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				break;
 			}
 			if (e == SSL_ERROR_ZERO_RETURN) {
-				/* close_notify: the TLS stream ended cleanly. What that means
-				 * for the WebSocket is decided like a TCP EOF. Answer with
-				 * ours and our FIN now (the teardown that follows closes
-				 * the socket without waiting for a send). */
 				ERR_clear_error();
-				c->eof = 1;
-				if (!c->shut_wr && !(c->todo & TL_DO_SHUT_WR) && c->fd >= 0) {
-					tl_tls_close_notify(c);
-					send_alert_now(c);
-					if (!c->send_inflight) {
-						shutdown(c->fd, SHUT_WR);
-						c->shut_wr = 2;
-					}
-				}
+				peer_closed(c);
 				break;
 			}
 			if (c->eof || c->close_rcvd) {

@@ -890,10 +890,20 @@ var wsKeyRe = regexp.MustCompile(`Sec-WebSocket-Key: ([A-Za-z0-9+/=]+)\r\n`)
 // the open connection.
 func sServerSession(t *testing.T, p *Pool, s *sServer, opts *DialOptions) Conn {
 	t.Helper()
+	return sServerSessionThen(t, p, s, opts, nil)
+}
+
+// sServerSessionThen is sServerSession that runs beforeUpgrade (from
+// another goroutine) once s has the upgrade request, before its 101.
+func sServerSessionThen(t *testing.T, p *Pool, s *sServer, opts *DialOptions, beforeUpgrade func() error) Conn {
+	t.Helper()
 	go func() {
 		m, _, err := s.find(wsKeyRe, 0)
 		if err == nil {
 			_, _, err = s.find(regexp.MustCompile(`\r\n\r\n`), 0)
+		}
+		if err == nil && beforeUpgrade != nil {
+			err = beforeUpgrade()
 		}
 		if err != nil {
 			t.Errorf("%v", err) // the Dial below fails with a timeout

@@ -135,6 +135,7 @@ type talVariant struct {
 	bell       bool          // Config.ReplyDoorbell
 	loops      int           // Config.Loops (0: the default)
 	noBundle   bool          // Config.NoRecvBundle
+	noTLSRec   bool          // Config.NoTLSRecordLayer
 	replySpin  time.Duration // Config.ReplySpin (0: the default)
 }
 
@@ -186,6 +187,9 @@ var talVariants = []talVariant{
 	{name: "loops4", loops: 4},
 	// The default without recv bundles (Config.NoRecvBundle; issue 13 item 2).
 	{name: "nobundle", noBundle: true},
+	// The default with every TLS record opened by the library's SSL_read
+	// (Config.NoTLSRecordLayer; issue 13 item 1).
+	{name: "notlsrec", noTLSRec: true},
 	// The default without the reply spin, or with another length
 	// (Config.ReplySpin; issue 9 item 4).
 	{name: "noreplyspin", replySpin: -1},
@@ -872,7 +876,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
 		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
-		NoRecvBundle: v.noBundle, ReplySpin: v.replySpin}
+		NoRecvBundle: v.noBundle, NoTLSRecordLayer: v.noTLSRec, ReplySpin: v.replySpin}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
