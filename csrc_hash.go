@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd50caeb5858b1baf
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xf523d8bfc001527b
 import "C"
 
-const csrcHash = "d50caeb5858b1baf"
+const csrcHash = "f523d8bfc001527b"

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,6 +214,12 @@ func newPool(cfg Config) (*Pool, error) {
 		cc.recv_bundle = 1
 	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
+	if d.InlineLoop {
+		cc.inline_loop = 1
+		// The ring is created on this thread, which alone may run it:
+		// this goroutine stays on it until Close.
+		runtime.LockOSThread()
+	}
 	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 
 	p := &Pool{}
@@ -242,6 +249,9 @@ func newPool(cfg Config) (*Pool, error) {
 		sh, err := newShard(p, &cc, base, end-base)
 		if err != nil {
 			p.freeShards()
+			if d.InlineLoop {
+				runtime.UnlockOSThread()
+			}
 			return nil, err
 		}
 		p.shards = append(p.shards, sh)
@@ -384,7 +394,26 @@ func (p *Pool) close() error {
 	// close handshakes for up to CloseTimeout: in turn, N loops would take
 	// N times that).
 	var stops sync.WaitGroup
+	if p.cfg.InlineLoop {
+		// No thread to join: on the loop's own thread (this goroutine
+		// made the pool) the stop runs the close handshakes here, so it
+		// must not move to another goroutine; on another thread it waits
+		// until the loop's thread is out of the loop (inline_stop).
+		sh := p.shards[0]
+		atomic.AddUint32(sh.spaceSeq, 1)
+		futexWake(sh.spaceSeq)
+		if C.tl_loop_inline_owner(sh.loop) != 0 {
+			defer runtime.UnlockOSThread()
+		}
+		C.tl_loop_stop(sh.loop)
+		sh.gone.Store(true)
+		atomic.AddUint32(sh.spaceSeq, 1)
+		futexWake(sh.spaceSeq)
+	}
 	for _, sh := range p.shards {
+		if p.cfg.InlineLoop {
+			break
+		}
 		// A producer asleep waiting for ring room holds sendMu: wake it
 		// (it sees closed and lets go).
 		atomic.AddUint32(sh.spaceSeq, 1)
@@ -851,6 +880,18 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 		if cancelled == nil {
 			cancelled = ctx.Err() // the abort is on its way (above)
 		}
+		if p.cfg.InlineLoop {
+			if p.dialInline() {
+				continue
+			}
+			if cancelled != nil {
+				// Another goroutine's Dial on an inline pool nobody
+				// pumps: the abort waits in the command ring.
+				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
+				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
+				return Conn{}, err
+			}
+		}
 		// Woken by the loop's state change (the handshake, the abort) or
 		// by Close; the timeout is only a defence.
 		futexWait(stp, s, 100*time.Millisecond)
@@ -915,4 +956,16 @@ func (p *Pool) handshakeErr(slot, gen uint32, err error) error {
 		code = ce.Code
 	}
 	return newHandshakeError(ce, code, buf[:n], time.Now())
+}
+
+// dialInline runs one iteration of an inline loop (Config.InlineLoop) for
+// a Dial waiting for its connection, when the caller is the loop's
+// goroutine and no pump runs the loop (a Dial from a pump callback runs
+// it too: the callback is outside the cgo call). It reports whether it
+// ran one; false on another goroutine (the caller then waits for the
+// pump) or once the loop stopped. The loop's wait is bounded
+// (TL_INLINE_CAP_NS), so the caller looks at its context and Close again.
+func (p *Pool) dialInline() bool {
+	rc := C.tl_loop_inline_run(p.shards[0].loop, C.TL_INLINE_ONCE)
+	return rc >= 0 && rc != C.TL_INLINE_STOPPED
 }

@@ -136,6 +136,7 @@ type talVariant struct {
 	loops      int           // Config.Loops (0: the default)
 	noBundle   bool          // Config.NoRecvBundle
 	replySpin  time.Duration // Config.ReplySpin (0: the default)
+	inline     bool          // Config.InlineLoop
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -191,6 +192,9 @@ var talVariants = []talVariant{
 	{name: "noreplyspin", replySpin: -1},
 	{name: "replyspin100", replySpin: 100 * time.Microsecond},
 	{name: "replyspin1m", replySpin: time.Millisecond},
+	// The default with no loop thread: the pump goroutine runs the loop
+	// (Config.InlineLoop; issue 9 item 4).
+	{name: "inline", inline: true},
 }
 
 // variantNames lists the variants for --help.
@@ -872,7 +876,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
 		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
-		NoRecvBundle: v.noBundle, ReplySpin: v.replySpin}
+		NoRecvBundle: v.noBundle, ReplySpin: v.replySpin, InlineLoop: v.inline}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
