@@ -700,6 +700,9 @@ func (p *Pool) pumpInline(fe EventFunc, fd DataFunc, fs StampedFunc, mode C.int,
 			continue
 		}
 		if mode == C.TL_INLINE_BLOCK && fd != nil && p.nconns.Load() == 0 {
+			if C.tl_loop_inline_owner(loop) == 0 {
+				return 0, ErrNotLoopThread // (the cold path: the drive below says it otherwise)
+			}
 			return 0, ErrNoConns
 		}
 		if i == iters {

@@ -881,7 +881,7 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			cancelled = ctx.Err() // the abort is on its way (above)
 		}
 		if p.cfg.InlineLoop {
-			if p.dialInline() {
+			if p.runInline(C.TL_INLINE_ONCE) {
 				continue
 			}
 			if cancelled != nil {
@@ -958,14 +958,16 @@ func (p *Pool) handshakeErr(slot, gen uint32, err error) error {
 	return newHandshakeError(ce, code, buf[:n], time.Now())
 }
 
-// dialInline runs one iteration of an inline loop (Config.InlineLoop) for
-// a Dial waiting for its connection, when the caller is the loop's
-// goroutine and no pump runs the loop (a Dial from a pump callback runs
-// it too: the callback is outside the cgo call). It reports whether it
-// ran one; false on another goroutine (the caller then waits for the
-// pump) or once the loop stopped. The loop's wait is bounded
-// (TL_INLINE_CAP_NS), so the caller looks at its context and Close again.
-func (p *Pool) dialInline() bool {
-	rc := C.tl_loop_inline_run(p.shards[0].loop, C.TL_INLINE_ONCE)
+// runInline runs one iteration of an inline loop (Config.InlineLoop) in
+// mode (TL_INLINE_NOWAIT or TL_INLINE_ONCE) when the caller is the loop's
+// goroutine: one that waits for the loop - a Dial for its connection, a
+// send for room - must run it itself (a call from a pump callback too:
+// the callback is outside the pump's cgo call), since no other thread
+// can. It reports whether it ran one: false on another goroutine (that
+// one waits for the loop's goroutine as with a loop thread) or once the
+// loop stopped. A wait in it is bounded (TL_INLINE_CAP_NS), so the
+// caller looks at its context and Close again.
+func (p *Pool) runInline(mode C.int) bool {
+	rc := C.tl_loop_inline_run(p.shards[0].loop, mode)
 	return rc >= 0 && rc != C.TL_INLINE_STOPPED
 }
