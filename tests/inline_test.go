@@ -365,3 +365,40 @@ func TestInlineDialContext(t *testing.T) {
 		t.Fatalf("dial with a 150 ms context took %v", d)
 	}
 }
+
+// TestInlineIdleCPU: after a burst of round trips (which turns the reply
+// spin on), an idle inline Pool with one open connection, its goroutine
+// waiting in PumpData (in the kernel, inside the loop), uses well under
+// 10 % of one CPU over 2 s; a Close from another goroutine then ends the
+// pump. CPU time, not wall time, so a busy machine does not make it flaky.
+func TestInlineIdleCPU(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p, c := dialOpts(t, inlineCfg, srv.URL+"/echo", nil)
+	if seen, err := pingPong(p, c, 500); err != nil || seen != 500 {
+		t.Fatalf("%d/500 echoes: %v", seen, err)
+	}
+	const idle = 2 * time.Second
+	var used time.Duration
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		time.Sleep(100 * time.Millisecond) // let the last spin run out
+		c0 := cpuTime()
+		time.Sleep(idle)
+		used = cpuTime() - c0
+		p.Close()
+	}()
+	got := 0
+	var err error
+	for err == nil {
+		_, err = p.PumpData(func(Conn, Opcode, []byte) { got++ })
+	}
+	<-closed
+	if !errors.Is(err, ErrPoolClosed) || got != 0 {
+		t.Fatalf("pump: %v after %d messages on a quiet connection", err, got)
+	}
+	t.Logf("idle: %v CPU in %v (%.2f %%)", used, idle, 100*used.Seconds()/idle.Seconds())
+	if used > idle/10 {
+		t.Fatalf("idle inline pool used %v of CPU in %v: something spins", used, idle)
+	}
+}
