@@ -226,7 +226,9 @@ func newPool(cfg Config) (*Pool, error) {
 	p.cfg = d
 	if d.ReplySpin > 0 && (d.LoopWait == WaitAdaptive || d.ConsumerWait == WaitAdaptive) {
 		p.replySpin = int64(d.ReplySpin)
-		p.pumpReply = d.ConsumerWait == WaitAdaptive
+		// An inline loop's pump spins for the answer inside the loop
+		// (loop.c, reply_spin), not in Go.
+		p.pumpReply = d.ConsumerWait == WaitAdaptive && !d.InlineLoop
 	}
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
@@ -274,7 +276,8 @@ func newPool(cfg Config) (*Pool, error) {
 		p.maxDirect = -1
 	}
 	p.bellEp, p.bellEfd = -1, -1
-	if d.ReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive {
+	// (An inline loop's pump never sleeps in Go: it waits inside the loop.)
+	if d.ReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive && !d.InlineLoop {
 		if err := p.openBell(); err != nil {
 			p.freeShards()
 			return nil, err
