@@ -195,6 +195,7 @@ var talVariants = []talVariant{
 	// The default with no loop thread: the pump goroutine runs the loop
 	// (Config.InlineLoop; issue 9 item 4).
 	{name: "inline", inline: true},
+	{name: "inline-noreplyspin", inline: true, replySpin: -1},
 }
 
 // variantNames lists the variants for --help.
