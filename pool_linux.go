@@ -887,9 +887,11 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			if p.runInline(C.TL_INLINE_ONCE) {
 				continue
 			}
-			if cancelled != nil {
+			if cancelled != nil && p.pumping.Load() != 1 {
 				// Another goroutine's Dial on an inline pool nobody
-				// pumps: the abort waits in the command ring.
+				// pumps: the abort waits in the command ring. (While
+				// the loop's goroutine pumps, the wait below sees the
+				// abort's outcome, or the open that beat it.)
 				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
 				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
 				return Conn{}, err
