@@ -402,3 +402,65 @@ func TestInlineIdleCPU(t *testing.T) {
 		t.Fatalf("idle inline pool used %v of CPU in %v: something spins", used, idle)
 	}
 }
+
+// TestInlineFloodCloseRace closes the Pool, or the connection, from
+// another goroutine while a stream floods in and the pool's goroutine
+// pumps: a Pool.Close ends the pump with ErrPoolClosed (the pump, inside
+// the loop or about to enter it, finishes or abandons the shutdown; Close
+// returns either way); a Conn.Close ends the connection with its final
+// event while the flood is still arriving.
+func TestInlineFloodCloseRace(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		for _, what := range []string{"pool", "conn"} {
+			t.Run(tg.name+"/"+what, func(t *testing.T) {
+				for i := 0; i < 6; i++ {
+					p := newTestPool(t, Config{InlineLoop: true, CloseTimeout: 500 * time.Millisecond}, hangGuard)
+					ctx, cancel := dialCtx(t)
+					c, err := p.Dial(ctx, tg.url+"/stream?n=2000000&size=64", tg.opts)
+					cancel()
+					if err != nil {
+						t.Fatal(err)
+					}
+					closed := make(chan error, 1)
+					go func() {
+						time.Sleep(time.Duration(i) * 2 * time.Millisecond)
+						if what == "pool" {
+							closed <- p.Close()
+						} else {
+							closed <- c.Close(CloseNormal, "enough")
+						}
+					}()
+					chk := wstest.NewChecker(64)
+					var end *Event
+					var perr error
+					for perr == nil && end == nil {
+						_, perr = p.Pump(func(cc Conn, ev Event) {
+							switch ev.Kind {
+							case EventBinary:
+								if err := chk.Check(ev.Payload); err != nil {
+									t.Error(err)
+								}
+							case EventClose, EventError:
+								e := ev
+								end = &e
+							}
+						})
+					}
+					if err := <-closed; err != nil {
+						t.Fatalf("round %d: close: %v", i, err)
+					}
+					if what == "pool" {
+						if perr == nil {
+							_, perr = p.Pump(func(Conn, Event) {})
+						}
+						if !errors.Is(perr, ErrPoolClosed) {
+							t.Fatalf("round %d: pump after Pool.Close: %v", i, perr)
+						}
+					} else if perr != nil || end == nil {
+						t.Fatalf("round %d: pump %v, end %v after %d messages", i, perr, end, chk.Count())
+					}
+				}
+			})
+		}
+	}
+}
