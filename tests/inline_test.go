@@ -107,6 +107,22 @@ func TestInlineEchoFromGoroutine(t *testing.T) {
 	}
 }
 
+// checkedStream is a Pump callback for one /stream: each binary message
+// is checked by chk, and the connection's last event is stored in *end.
+func checkedStream(t *testing.T, chk *wstest.Checker, end **Event) EventFunc {
+	return func(_ Conn, ev Event) {
+		switch ev.Kind {
+		case EventBinary:
+			if err := chk.Check(ev.Payload); err != nil {
+				t.Error(err)
+			}
+		case EventClose, EventError:
+			e := ev
+			*end = &e
+		}
+	}
+}
+
 // TestInlineFeed reads streams (small and large messages, fragments with
 // pings between them) and checks every message, then the server's close.
 func TestInlineFeed(t *testing.T) {
@@ -126,17 +142,7 @@ func TestInlineFeed(t *testing.T) {
 				chk := wstest.NewChecker(q.size)
 				var end *Event
 				for end == nil {
-					if _, err := p.Pump(func(cc Conn, ev Event) {
-						switch ev.Kind {
-						case EventBinary:
-							if err := chk.Check(ev.Payload); err != nil {
-								t.Error(err)
-							}
-						case EventClose, EventError:
-							e := ev
-							end = &e
-						}
-					}); err != nil {
+					if _, err := p.Pump(checkedStream(t, chk, &end)); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -434,17 +440,7 @@ func TestInlineFloodCloseRace(t *testing.T) {
 					var end *Event
 					var perr error
 					for perr == nil && end == nil {
-						_, perr = p.Pump(func(cc Conn, ev Event) {
-							switch ev.Kind {
-							case EventBinary:
-								if err := chk.Check(ev.Payload); err != nil {
-									t.Error(err)
-								}
-							case EventClose, EventError:
-								e := ev
-								end = &e
-							}
-						})
+						_, perr = p.Pump(checkedStream(t, chk, &end))
 					}
 					if err := <-closed; err != nil {
 						t.Fatalf("round %d: close: %v", i, err)
