@@ -80,7 +80,11 @@ func (p *shard) reserve(n uint64, rest bool) (uint64, error) {
 		if p.tail+pad+n-p.headCache <= p.cmdSize {
 			continue
 		}
-		// The loop is behind: let it run (it drains unconditionally).
+		// The loop is behind: let it run (it drains unconditionally);
+		// an inline loop's own goroutine runs it here.
+		if p.p.cfg.InlineLoop && p.p.runInline(C.TL_INLINE_NOWAIT) {
+			continue
+		}
 		p.kick()
 		if spins < 64 {
 			spins++
@@ -328,6 +332,9 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 		}
 		if q := c.queued(p.txAcc[c.slot].Load()); !c.inGap() && (q == 0 || q+units <= p.cfg.MaxSendQueue) {
 			return nil
+		}
+		if p.cfg.InlineLoop && p.runInline(C.TL_INLINE_ONCE) {
+			continue // the inline loop's own goroutine: it sends the queue
 		}
 		futexWait(seq, s, time.Second) // the timeout is a defence only
 	}

@@ -119,6 +119,19 @@ type Config struct {
 	// fell from about 140us to about 50us (docs/ARCHITECTURE.md, "The
 	// reply spin").
 	ReplySpin time.Duration
+	// InlineLoop runs the loop without a thread of its own (opt-in; off):
+	// the goroutine that calls NewPool is locked to its OS thread
+	// (runtime.LockOSThread, until it calls Pool.Close), the io_uring is
+	// created on that thread, and that goroutine's Pump calls run the loop
+	// themselves - one cgo call per batch of events, which waits in the
+	// kernel when there is nothing to do - so a message wakes one thread,
+	// not the loop thread and then the pump. Connections make progress
+	// only while that goroutine pumps, dials or closes: a Pump from
+	// another goroutine returns ErrNotLoopThread, a Dial from another
+	// goroutine waits for that goroutine's pump, and a Close from another
+	// goroutine closes the sockets without their close handshakes.
+	// Loops must be 1. docs/ARCHITECTURE.md, "Inline loop".
+	InlineLoop bool
 
 	EventRingSize uint32 // events in the C->Go ring, a power of two (65536)
 	ArenaSize     uint64 // bytes of payload arena shared by all connections (64 MiB, or more for 2 x MaxMessageSize)
@@ -352,6 +365,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: Loops must be between 0 and %d", ErrInvalidConfig, maxLoops)
 	case uint32(d.Loops) > d.MaxConns:
 		return d, fmt.Errorf("%w: Loops must be at most MaxConns (each loop holds a share of them)", ErrInvalidConfig)
+	case d.InlineLoop && d.Loops != 1:
+		return d, fmt.Errorf("%w: InlineLoop needs Loops 1", ErrInvalidConfig)
 	case len(d.LoopCPUs) > d.Loops:
 		return d, fmt.Errorf("%w: LoopCPUs has more entries than Loops", ErrInvalidConfig)
 	case !utf8.ValidString(d.Name):

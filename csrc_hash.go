@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc3f48885489f9a84
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x0ff4182da907e2ec
 import "C"
 
-const csrcHash = "c3f48885489f9a84"
+const csrcHash = "0ff4182da907e2ec"

@@ -15,10 +15,13 @@ import (
 // Sentinel errors. Errors returned by this package and Event.Err wrap one
 // of these; test with errors.Is.
 var (
-	ErrUnsupported      = errors.New("talaris: not supported on this platform (needs linux and cgo)")
-	ErrClosed           = errors.New("talaris: closed")
-	ErrPoolClosed       = errors.New("talaris: pool closed")
-	ErrConcurrentPump   = errors.New("talaris: another goroutine is already pumping this pool")
+	ErrUnsupported    = errors.New("talaris: not supported on this platform (needs linux and cgo)")
+	ErrClosed         = errors.New("talaris: closed")
+	ErrPoolClosed     = errors.New("talaris: pool closed")
+	ErrConcurrentPump = errors.New("talaris: another goroutine is already pumping this pool")
+	// ErrNotLoopThread: a Pool with Config.InlineLoop is pumped only by
+	// the goroutine that created it (its loop runs on that thread).
+	ErrNotLoopThread    = errors.New("talaris: an InlineLoop pool is pumped only by the goroutine that called NewPool")
 	ErrBadURL           = errors.New("talaris: bad websocket URL")
 	ErrTooManyConns     = errors.New("talaris: pool is at its connection limit")
 	ErrDial             = errors.New("talaris: TCP connect failed")

@@ -8,6 +8,7 @@ package talaris
 // payloads point into) with one store of head. Then the Pool's pumps.
 
 /*
+#include <errno.h>
 #include "csrc/talaris.h"
 */
 import "C"
@@ -469,6 +470,9 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		return 0, err
 	}
 	defer p.leavePump()
+	if p.cfg.InlineLoop {
+		return p.pumpInline(fe, fd, fs, C.TL_INLINE_BLOCK, -1)
+	}
 	var spinFor time.Duration
 	switch p.cfg.ConsumerWait {
 	case WaitSpinThenBlock:
@@ -661,12 +665,63 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 		return 0, err
 	}
 	defer p.leavePump()
+	if p.cfg.InlineLoop {
+		return p.pumpInline(fe, fd, nil, C.TL_INLINE_NOWAIT, iters)
+	}
 	for i := 0; i < iters; i++ {
 		if n, saw := p.dispatchAll(fe, fd, nil); saw {
 			return n, p.closedErr()
 		}
 		if p.closed.Load() {
 			return 0, ErrPoolClosed
+		}
+	}
+	return 0, nil
+}
+
+// pumpInline is the pumps of an inline loop (Config.InlineLoop): it
+// dispatches what the loop published and, when nothing is pending, runs
+// the loop itself on this goroutine's thread - one cgo call, which returns
+// once it published events (mode TL_INLINE_BLOCK: after waiting in the
+// kernel as long as there is nothing to do) or after one iteration
+// (TL_INLINE_NOWAIT, at most iters times; iters < 0: no limit). The
+// events themselves are dispatched as with a loop thread: no cgo call per
+// message, one per batch. The caller holds the pump claim.
+func (p *Pool) pumpInline(fe EventFunc, fd DataFunc, fs StampedFunc, mode C.int, iters int) (int, error) {
+	loop := p.shards[0].loop
+	for i := 0; iters < 0 || i <= iters; i++ {
+		if p.closed.Load() {
+			return 0, ErrPoolClosed
+		}
+		if n, saw := p.dispatchAll(fe, fd, fs); saw {
+			if n > 0 || mode == C.TL_INLINE_NOWAIT {
+				return n, p.closedErr()
+			}
+			continue
+		}
+		if mode == C.TL_INLINE_BLOCK && fd != nil && p.nconns.Load() == 0 {
+			if C.tl_loop_inline_owner(loop) == 0 {
+				return 0, ErrNotLoopThread // (the cold path: the drive below says it otherwise)
+			}
+			return 0, ErrNoConns
+		}
+		if i == iters {
+			break
+		}
+		if mode == C.TL_INLINE_BLOCK && p.rec != nil {
+			p.rec.flush() // Metrics must not wait for the next message
+		}
+		switch rc := C.tl_loop_inline_run(loop, mode); {
+		case rc == -C.EPERM:
+			return 0, ErrNotLoopThread
+		case rc < 0 || rc == C.TL_INLINE_STOPPED:
+			// Stopped: Close ran (from another goroutine, which marked
+			// the loop dead, or a stop request this call finished).
+			// What it published is dropped with the pool.
+			if p.closed.Load() {
+				return 0, ErrPoolClosed
+			}
+			return 0, ErrNotLoopThread
 		}
 	}
 	return 0, nil

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,13 +217,21 @@ func newPool(cfg Config) (*Pool, error) {
 		cc.tls_record_layer = 1
 	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
+	if d.InlineLoop {
+		cc.inline_loop = 1
+		// The ring is created on this thread, which alone may run it:
+		// this goroutine stays on it until Close.
+		runtime.LockOSThread()
+	}
 	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 
 	p := &Pool{}
 	p.cfg = d
 	if d.ReplySpin > 0 && (d.LoopWait == WaitAdaptive || d.ConsumerWait == WaitAdaptive) {
 		p.replySpin = int64(d.ReplySpin)
-		p.pumpReply = d.ConsumerWait == WaitAdaptive
+		// An inline loop's pump spins for the answer inside the loop
+		// (loop.c, reply_spin), not in Go.
+		p.pumpReply = d.ConsumerWait == WaitAdaptive && !d.InlineLoop
 	}
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
@@ -245,6 +254,9 @@ func newPool(cfg Config) (*Pool, error) {
 		sh, err := newShard(p, &cc, base, end-base)
 		if err != nil {
 			p.freeShards()
+			if d.InlineLoop {
+				runtime.UnlockOSThread()
+			}
 			return nil, err
 		}
 		p.shards = append(p.shards, sh)
@@ -267,7 +279,8 @@ func newPool(cfg Config) (*Pool, error) {
 		p.maxDirect = -1
 	}
 	p.bellEp, p.bellEfd = -1, -1
-	if d.ReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive {
+	// (An inline loop's pump never sleeps in Go: it waits inside the loop.)
+	if d.ReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive && !d.InlineLoop {
 		if err := p.openBell(); err != nil {
 			p.freeShards()
 			return nil, err
@@ -387,7 +400,26 @@ func (p *Pool) close() error {
 	// close handshakes for up to CloseTimeout: in turn, N loops would take
 	// N times that).
 	var stops sync.WaitGroup
+	if p.cfg.InlineLoop {
+		// No thread to join: on the loop's own thread (this goroutine
+		// made the pool) the stop runs the close handshakes here, so it
+		// must not move to another goroutine; on another thread it waits
+		// until the loop's thread is out of the loop (inline_stop).
+		sh := p.shards[0]
+		atomic.AddUint32(sh.spaceSeq, 1)
+		futexWake(sh.spaceSeq)
+		if C.tl_loop_inline_owner(sh.loop) != 0 {
+			defer runtime.UnlockOSThread()
+		}
+		C.tl_loop_stop(sh.loop)
+		sh.gone.Store(true)
+		atomic.AddUint32(sh.spaceSeq, 1)
+		futexWake(sh.spaceSeq)
+	}
 	for _, sh := range p.shards {
+		if p.cfg.InlineLoop {
+			break
+		}
 		// A producer asleep waiting for ring room holds sendMu: wake it
 		// (it sees closed and lets go).
 		atomic.AddUint32(sh.spaceSeq, 1)
@@ -855,6 +887,20 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 		if cancelled == nil {
 			cancelled = ctx.Err() // the abort is on its way (above)
 		}
+		if p.cfg.InlineLoop {
+			if p.runInline(C.TL_INLINE_ONCE) {
+				continue
+			}
+			if cancelled != nil && p.pumping.Load() != 1 {
+				// Another goroutine's Dial on an inline pool nobody
+				// pumps: the abort waits in the command ring. (While
+				// the loop's goroutine pumps, the wait below sees the
+				// abort's outcome, or the open that beat it.)
+				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
+				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
+				return Conn{}, err
+			}
+		}
 		// Woken by the loop's state change (the handshake, the abort) or
 		// by Close; the timeout is only a defence.
 		futexWait(stp, s, 100*time.Millisecond)
@@ -919,4 +965,18 @@ func (p *Pool) handshakeErr(slot, gen uint32, err error) error {
 		code = ce.Code
 	}
 	return newHandshakeError(ce, code, buf[:n], time.Now())
+}
+
+// runInline runs one iteration of an inline loop (Config.InlineLoop) in
+// mode (TL_INLINE_NOWAIT or TL_INLINE_ONCE) when the caller is the loop's
+// goroutine: one that waits for the loop - a Dial for its connection, a
+// send for room - must run it itself (a call from a pump callback too:
+// the callback is outside the pump's cgo call), since no other thread
+// can. It reports whether it ran one: false on another goroutine (that
+// one waits for the loop's goroutine as with a loop thread) or once the
+// loop stopped. A wait in it is bounded (TL_INLINE_CAP_NS), so the
+// caller looks at its context and Close again.
+func (p *Pool) runInline(mode C.int) bool {
+	rc := C.tl_loop_inline_run(p.shards[0].loop, mode)
+	return rc >= 0 && rc != C.TL_INLINE_STOPPED
 }

@@ -589,7 +589,7 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * for it: a stalled connection, or a recv starved of slots that are
 	 * held by unconsumed in-place payloads. Otherwise deferred slots go
 	 * back on the next natural wake-up, without an extra syscall. */
-	if (l->stalled || (tl_slots_deferred(&l->slots) && l->rx_want))
+	if (!l->cfg.inline_loop && (l->stalled || (tl_slots_deferred(&l->slots) && l->rx_want)))
 		__atomic_store_n(&l->evq.r->loop_wants_space, 1, __ATOMIC_SEQ_CST);
 	if (tl_cmdq_pending(&l->cmdq) || space_freed(l) || (l->tx_deferred && tl_tx_deferred_ready(l)) ||
 	    (!l->stop_done && __atomic_load_n(&l->stop_req, __ATOMIC_SEQ_CST))) {
@@ -615,6 +615,12 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * hang. */
 	if (l->live > l->rc_waits && (wait_ns == 0 || wait_ns > TL_SWEEP_NS))
 		wait_ns = TL_SWEEP_NS;
+	/* An inline loop's caller looks at Go's side (Close, a context)
+	 * between calls: never wait longer than that (it only asks to wait
+	 * when the pump has drained every event, so no stall waits for it;
+	 * the pump is this thread, so space wakes it by no eventfd). */
+	if (l->cfg.inline_loop && (wait_ns == 0 || wait_ns > TL_INLINE_CAP_NS))
+		wait_ns = TL_INLINE_CAP_NS;
 	if (wait_ns) {
 		ts.tv_sec = (long long)(wait_ns / 1000000000ull);
 		ts.tv_nsec = (long long)(wait_ns % 1000000000ull);
@@ -690,75 +696,178 @@ static int run_timers(struct tl_loop *l)
 	return got;
 }
 
+/* loop_top is the start of an iteration: receive fairness, the stop
+ * request and the shutdown it starts. Returns 1 when the loop is done
+ * (stopped, no connection left). */
+static int loop_top(struct tl_loop *l)
+{
+	/* Receive fairness needs per-connection counts only while two
+	 * connections (with a socket) could share the ring; a lone one
+	 * costs nothing per event (tl_evq_set_counting). */
+	if ((l->live - l->rc_waits > 1) != l->evq.counting)
+		tl_evq_set_counting(&l->evq, l->live - l->rc_waits > 1);
+	if (l->evq.counting)
+		fair_tick(l);
+	if (__atomic_load_n(&l->stop_req, __ATOMIC_ACQUIRE))
+		l->shutting_down = 1;
+	if (l->shutting_down && !l->stop_done) {
+		shutdown_all(l);
+		l->stop_done = 1;
+	}
+	return l->stop_done && l->live == 0;
+}
+
+/* loop_work is the rest of an iteration, after the wait: completions,
+ * commands, handed-back sockets, stalls, re-arms, timers, then the
+ * publish. Returns 1 when it did work (the next wait only looks). */
+static int loop_work(struct tl_loop *l)
+{
+	int busy = 0;
+
+	if (l->hb_timed) /* the clock receives are stamped with */
+		l->now_ns = tl_timer_now_ns();
+	if (reap(l))
+		busy = 1;
+	if (tl_cmdq_drain(l)) {
+		busy = 1;
+		if (l->pub_ns) { /* adaptive wait: how fast the answer came */
+			l->reply_gap_ns = tl_timer_now_ns() - l->pub_ns;
+			l->pub_ns = 0;
+		}
+	}
+	if (l->tx_deferred) /* Go senders handed sockets back */
+		run_handed_back(l);
+	{
+		uint64_t now = l->live > l->rc_waits && !busy ? tl_timer_now_ns() : 0;
+		int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
+		if (sweep)
+			l->last_sweep_ns = now;
+		if (l->stalled && (sweep || space_freed(l) || l->stall_kick)) {
+			l->stall_kick = 0;
+			publish_before_resume(l);
+			if (run_stalled(l))
+				busy = 1;
+		}
+		release_deferred(l);
+		if (l->rx_want || sweep || l->tx_retry)
+			run_rearms(l, sweep);
+	}
+	if (run_timers(l))
+		busy = 1;
+	tl_slots_commit(&l->slots);
+	if (l->evq.tail != l->evq.published) {
+		tl_evq_publish(&l->evq);
+		/* Adaptive wait: an answer is worth spinning for only when
+		 * the pump is awake to send it. A pump this publish had to
+		 * wake needs a CPU first, maybe the one the loop would spin
+		 * on (measured: spinning then doubled the round trip). An
+		 * inline loop's pump is its caller: it sends only once the
+		 * loop returned, so nothing is spun for before that. */
+		if (l->cfg.loop_wait == TL_WAIT_ADAPTIVE) {
+			l->pub_ns = l->cfg.inline_loop || __atomic_load_n(&l->evq.r->cons_sleeping, __ATOMIC_RELAXED)
+					    ? 0
+					    : tl_timer_now_ns();
+			if (l->cfg.reply_spin_ns)
+				note_answer(l, l->pub_ns);
+		}
+	}
+	/* With nothing submitted and a clean CQ, a spinning loop still
+	 * needs the kernel to post deferred work: handled in wait. */
+	return busy;
+}
+
 static void loop_run(struct tl_loop *l)
 {
 	int busy = 0;
 
-	for (;;) {
-		/* Receive fairness needs per-connection counts only while two
-		 * connections (with a socket) could share the ring; a lone one
-		 * costs nothing per event (tl_evq_set_counting). */
-		if ((l->live - l->rc_waits > 1) != l->evq.counting)
-			tl_evq_set_counting(&l->evq, l->live - l->rc_waits > 1);
-		if (l->evq.counting)
-			fair_tick(l);
-		if (__atomic_load_n(&l->stop_req, __ATOMIC_ACQUIRE))
-			l->shutting_down = 1;
-		if (l->shutting_down && !l->stop_done) {
-			shutdown_all(l);
-			l->stop_done = 1;
-		}
-		if (l->stop_done && l->live == 0)
-			break;
+	while (!loop_top(l)) {
 		loop_iteration_wait(l, busy);
-		busy = 0;
-		if (l->hb_timed) /* the clock receives are stamped with */
-			l->now_ns = tl_timer_now_ns();
-		if (reap(l))
-			busy = 1;
-		if (tl_cmdq_drain(l)) {
-			busy = 1;
-			if (l->pub_ns) { /* adaptive wait: how fast the answer came */
-				l->reply_gap_ns = tl_timer_now_ns() - l->pub_ns;
-				l->pub_ns = 0;
-			}
-		}
-		if (l->tx_deferred) /* Go senders handed sockets back */
-			run_handed_back(l);
-		{
-			uint64_t now = l->live > l->rc_waits && !busy ? tl_timer_now_ns() : 0;
-			int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
-			if (sweep)
-				l->last_sweep_ns = now;
-			if (l->stalled && (sweep || space_freed(l) || l->stall_kick)) {
-				l->stall_kick = 0;
-				publish_before_resume(l);
-				if (run_stalled(l))
-					busy = 1;
-			}
-			release_deferred(l);
-			if (l->rx_want || sweep || l->tx_retry)
-				run_rearms(l, sweep);
-		}
-		if (run_timers(l))
-			busy = 1;
-		tl_slots_commit(&l->slots);
-		if (l->evq.tail != l->evq.published) {
-			tl_evq_publish(&l->evq);
-			/* Adaptive wait: an answer is worth spinning for only when
-			 * the pump is awake to send it. A pump this publish had to
-			 * wake needs a CPU first, maybe the one the loop would spin
-			 * on (measured: spinning then doubled the round trip). */
-			if (l->cfg.loop_wait == TL_WAIT_ADAPTIVE) {
-				l->pub_ns = __atomic_load_n(&l->evq.r->cons_sleeping, __ATOMIC_RELAXED) ? 0 : tl_timer_now_ns();
-				if (l->cfg.reply_spin_ns)
-					note_answer(l, l->pub_ns);
-			}
-		}
-		/* With nothing submitted and a clean CQ, a spinning loop still
-		 * needs the kernel to post deferred work: handled in wait. */
+		busy = loop_work(l);
 	}
 	tl_evq_publish(&l->evq);
+}
+
+/* is_owner says the calling thread created inline loop l:
+ * tl_loop_inline_run refuses every other thread, since SINGLE_ISSUER and
+ * DEFER_TASKRUN bind the ring to its creator. */
+static int is_owner(const struct tl_loop *l) { return pthread_equal(pthread_self(), l->thread); }
+
+int tl_loop_inline_owner(const struct tl_loop *l) { return l->cfg.inline_loop && l->ring_ok && is_owner(l); }
+
+/* inline_finish runs an inline loop's shutdown to its end (bounded by
+ * close_timeout: the close handshakes' deadlines) and marks it stopped.
+ * The caller holds driving (1). */
+static void inline_finish(struct tl_loop *l)
+{
+	int busy = l->inline_busy;
+
+	while (!loop_top(l)) {
+		loop_iteration_wait(l, busy);
+		busy = loop_work(l);
+	}
+	tl_evq_publish(&l->evq);
+	__atomic_store_n(&l->driving, 2, __ATOMIC_RELEASE);
+}
+
+int tl_loop_inline_run(struct tl_loop *l, int mode)
+{
+	uint32_t idle = 0;
+	int busy, ret = TL_INLINE_IDLE;
+
+	if (!l->cfg.inline_loop || !is_owner(l))
+		return -EPERM;
+	if (!__atomic_compare_exchange_n(&l->driving, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return -ESHUTDOWN; /* 2: stopped or dead (1 is only ever this thread, which is not inside) */
+	busy = l->inline_busy || mode == TL_INLINE_NOWAIT;
+	for (;;) {
+		if (loop_top(l) || l->shutting_down) {
+			inline_finish(l);
+			return TL_INLINE_STOPPED;
+		}
+		loop_iteration_wait(l, busy);
+		busy = loop_work(l);
+		/* Published events are the pump's to drain: return to it
+		 * (where a threaded loop would wait for the pump's space or
+		 * its send, the inline loop's pump runs once it returns). */
+		if (l->evq.published != __atomic_load_n(&l->evq.r->head, __ATOMIC_ACQUIRE)) {
+			ret = TL_INLINE_EVENTS;
+			break;
+		}
+		if (mode != TL_INLINE_BLOCK)
+			break;
+	}
+	l->inline_busy = busy;
+	__atomic_store_n(&l->driving, 0, __ATOMIC_RELEASE);
+	return ret;
+}
+
+static void inline_stop(struct tl_loop *l)
+{
+	uint64_t one = 1;
+	uint32_t idle = 0;
+
+	__atomic_store_n(&l->stop_req, 1, __ATOMIC_SEQ_CST);
+	if (is_owner(l)) {
+		/* The loop's own thread (outside tl_loop_inline_run: a pump
+		 * callback or no pump): run the close handshakes here. */
+		if (__atomic_compare_exchange_n(&l->driving, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			inline_finish(l);
+		return;
+	}
+	if (write(l->efd, &one, sizeof(one)) < 0) {
+		/* the loop looks at stop_req before every wait anyway */
+	}
+	/* Another thread: the loop's thread, if inside, finishes the
+	 * shutdown (it saw stop_req) or returns within TL_INLINE_CAP_NS;
+	 * once no one runs the loop it is marked dead. */
+	for (;;) {
+		idle = 0;
+		if (__atomic_compare_exchange_n(&l->driving, &idle, 2, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE) ||
+		    idle == 2)
+			return;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 /* ---- setup ---- */
@@ -945,6 +1054,19 @@ struct tl_loop *tl_loop_new(const struct tl_config *cfg, int *err, char *errbuf,
 		return NULL;
 	}
 	l->cmdq.r->efd = l->efd;
+	if (cfg->inline_loop) {
+		/* No thread: this one creates (SINGLE_ISSUER: and alone
+		 * submits to) the ring and runs the loop, tl_loop_inline_run. */
+		l->thread = pthread_self();
+		ret = setup_ring(l);
+		if (ret < 0) {
+			*err = ret;
+			snprintf(errbuf, errcap, "%s", l->setup_msg);
+			tl_loop_free(l);
+			return NULL;
+		}
+		return l;
+	}
 	ret = pthread_create(&l->thread, NULL, loop_main, l);
 	if (ret) {
 		*err = -ret;
@@ -1062,6 +1184,10 @@ void tl_loop_stop(struct tl_loop *l)
 {
 	uint64_t one = 1;
 
+	if (l->cfg.inline_loop && l->ring_ok) {
+		inline_stop(l);
+		return;
+	}
 	if (!l->started)
 		return;
 	__atomic_store_n(&l->stop_req, 1, __ATOMIC_SEQ_CST);

@@ -61,6 +61,11 @@ struct tl_loop {
 	int setup_state;        /* 0 pending, 1 ok, <0 -errno */
 	char setup_msg[128];
 	int stop_req;           /* set by tl_loop_stop (atomic) */
+	/* An inline loop (cfg.inline_loop): who runs it now (atomic): 0 no one,
+	 * 1 its thread inside tl_loop_inline_run or tl_loop_stop, 2 never again
+	 * (stopped, or marked dead by a tl_loop_stop on another thread). */
+	uint32_t driving;
+	int inline_busy;        /* the last iteration did work: the next one looks without waiting */
 
 	struct tl_conn_shared cs; /* conn.c's state shared by all connections */
 	struct tl_tls_shared ts;  /* tls.c's state shared by all connections */

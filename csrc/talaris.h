@@ -49,7 +49,9 @@ struct tl_config {
 	 * of them, so a flood queues at most this much ahead of another
 	 * connection's message. 0: no limit (the Decoder). */
 	uint32_t conn_max_events;
-	uint32_t pad_fair;
+	/* Config.InlineLoop: no loop thread; tl_loop_new sets the ring up on
+	 * the calling thread, which alone runs the loop (tl_loop_inline_run). */
+	uint32_t inline_loop;
 	uint64_t conn_max_bytes;
 	/* Config.ReplySpin (TL_WAIT_ADAPTIVE only; 0: off): after Go sends
 	 * (tl_cmdring.sent_ns), the loop spins up to this long past the send
@@ -161,8 +163,42 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 size_t tl_loop_fail_head(struct tl_loop *l, uint32_t slot, uint32_t gen, char *buf, size_t cap);
 
 /* tl_loop_stop asks the thread to close every connection and exit, and
- * joins it. Events already published stay readable until tl_loop_free. */
+ * joins it. Events already published stay readable until tl_loop_free.
+ * An inline loop (cfg.inline_loop) has no thread: on the thread that
+ * created it, tl_loop_stop runs the close handshakes itself (bounded by
+ * close_timeout); on any other thread it wakes the loop, waits until no
+ * thread runs it (a tl_loop_inline_run returns within TL_INLINE_CAP_NS, or
+ * finishes the shutdown first) and marks it dead: the sockets are then
+ * closed by tl_loop_free without their close handshakes. */
 void tl_loop_stop(struct tl_loop *l);
+
+/* Results of tl_loop_inline_run. */
+enum {
+	TL_INLINE_IDLE = 0,      /* no event published (nonblocking, once, or the wait's cap) */
+	TL_INLINE_EVENTS = 1,    /* events were published: the caller drains the event ring */
+	TL_INLINE_STOPPED = 2,   /* the loop has stopped (every connection ended) */
+};
+/* Modes of tl_loop_inline_run. */
+enum {
+	TL_INLINE_BLOCK = 0,     /* iterate until events are published, waiting in the kernel */
+	TL_INLINE_NOWAIT = 1,    /* one iteration that never waits */
+	TL_INLINE_ONCE = 2,      /* one iteration that may wait (at most TL_INLINE_CAP_NS) */
+};
+/* The longest one wait of an inline loop: its caller looks at Go's state
+ * (Pool.Close, a Dial's context) at least this often. */
+#define TL_INLINE_CAP_NS 100000000ull
+
+/* tl_loop_inline_run runs iterations of an inline loop on the calling
+ * thread, which must be the one that created it (tl_loop_new), in mode
+ * (TL_INLINE_*). After a stop request it runs the shutdown to its end
+ * before it returns TL_INLINE_STOPPED. Returns TL_INLINE_*, -EPERM on
+ * another thread or for a threaded loop, -ESHUTDOWN once the loop stopped
+ * or was marked dead (tl_loop_stop). Never call it from itself. */
+int tl_loop_inline_run(struct tl_loop *l, int mode);
+
+/* tl_loop_inline_owner returns 1 when l is an inline loop created on the
+ * calling thread, else 0. */
+int tl_loop_inline_owner(const struct tl_loop *l);
 
 /* tl_loop_free releases a stopped loop and everything it exposed. */
 void tl_loop_free(struct tl_loop *l);

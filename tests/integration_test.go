@@ -73,7 +73,7 @@ func scaled(n int) int {
 // Config.Loops N loop threads: the whole suite then runs sharded.
 func newTestPool(t testing.TB, cfg Config, d time.Duration) *Pool {
 	t.Helper()
-	if cfg.Loops == 0 {
+	if cfg.Loops == 0 && !cfg.InlineLoop { // (an inline loop is one loop)
 		cfg.Loops = testLoops
 	}
 	p, err := NewPool(cfg)

@@ -991,6 +991,13 @@ func TestReconnectOptions(t *testing.T) {
 // carries the server's code and reason (Err wraps ErrClosed), then the
 // handle re-opens.
 func TestReconnectServerClose(t *testing.T) {
+	t.Run("default", func(t *testing.T) { reconnectServerClose(t, Config{}) })
+	// The inline loop (Config.InlineLoop) runs the backoff's timer and the
+	// new dial from the pump's own calls.
+	t.Run("inline", func(t *testing.T) { reconnectServerClose(t, Config{InlineLoop: true}) })
+}
+
+func reconnectServerClose(t *testing.T, cfg Config) {
 	var mu sync.Mutex
 	n := 0
 	srv := wstest.NewRaw(func(c *wstest.RawConn) {
@@ -1007,7 +1014,7 @@ func TestReconnectServerClose(t *testing.T) {
 			c.WriteClose(code, "")
 		}
 	}).Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, cfg, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	c, err := p.Dial(ctx, srv.URL, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond}})

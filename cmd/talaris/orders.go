@@ -60,7 +60,7 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 		// S's peer never reads: Pool.Close would wait CloseTimeout for its
 		// close handshake. A client gives up on such a peer with Abort.
 		sConn.Abort()
-		if cerr := closePool(p, fConn); cerr != nil {
+		if cerr := closePool(p, fConn, v.inline); cerr != nil {
 			res.Note = cerr.Error()
 		}
 	}()

@@ -70,10 +70,17 @@ static void push(struct harness *h, uint8_t op, uint8_t flags, uint16_t code, ui
  * last (zero when the table is off or the event is not stamped). */
 static struct tl_stamp last_stamp;
 
+/* inline_loop is the next loops' tl_config.inline_loop: no thread, and
+ * next_event runs the loop on this thread while it waits (test_socket runs
+ * both ways). */
+static uint32_t inline_loop;
+
 /* next_event waits (bounded) for one event and copies it out. */
 static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload, size_t cap)
 {
 	for (int i = 0; i < 20000; i++) {
+		if (inline_loop && i > 0)
+			CHECK(tl_loop_inline_run(h->l, TL_INLINE_BLOCK) >= 0);
 		uint64_t tail = __atomic_load_n(&h->er->tail, __ATOMIC_ACQUIRE);
 		if (tail != h->head) {
 			*out = h->er->ev[h->head & h->er->mask];
@@ -92,7 +99,8 @@ static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload,
 			}
 			return 1;
 		}
-		usleep(500);
+		if (!inline_loop)
+			usleep(500);
 	}
 	return 0;
 }
@@ -114,7 +122,7 @@ static void start_cfg(struct harness *h, uint32_t ev_size, uint32_t sample_every
 		.event_ring_size = ev_size, .arena_size = 1 << 22, .cmd_ring_size = 1 << 16,
 		.max_conns = 8, .max_message = 1 << 20, .handshake_timeout_ns = 5000000000ull,
 		.close_timeout_ns = close_timeout_ns, .max_send_queue = 1 << 20, .sample_every = sample_every,
-		.recv_bundle = recv_bundle,
+		.recv_bundle = recv_bundle, .inline_loop = inline_loop,
 	};
 	int err = 0;
 	char msg[160];
@@ -902,6 +910,33 @@ static void test_heartbeat_stall(void)
 	CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
 }
 
+static void *inline_intruder(void *arg)
+{
+	struct tl_loop *l = arg;
+	/* Not the ring's thread: refused, and a stop marks the loop dead. */
+	CHECK(tl_loop_inline_run(l, TL_INLINE_NOWAIT) == -EPERM);
+	CHECK(tl_loop_inline_owner(l) == 0);
+	tl_loop_stop(l);
+	return NULL;
+}
+
+/* An inline loop run from another thread: -EPERM; stopped from another
+ * thread while no one runs it: dead at once, and its own thread's next
+ * call says so. */
+static void test_inline_other_thread(void)
+{
+	struct harness h;
+	pthread_t th;
+
+	start(&h, 1024);
+	CHECK(tl_loop_inline_owner(h.l) == 1);
+	CHECK(tl_loop_inline_run(h.l, TL_INLINE_NOWAIT) == TL_INLINE_IDLE);
+	CHECK(pthread_create(&th, NULL, inline_intruder, h.l) == 0);
+	pthread_join(th, NULL);
+	CHECK(tl_loop_inline_run(h.l, TL_INLINE_BLOCK) == -ESHUTDOWN);
+	tl_loop_free(h.l);
+}
+
 int main(void)
 {
 	test_memory_stream();
@@ -914,6 +949,12 @@ int main(void)
 	recv_bundle = 1;
 	test_socket();
 	recv_bundle = 0;
+	/* The inline loop: the same stream with the loop run by this thread
+	 * while it waits for events (tl_loop_inline_run), stopped here. */
+	inline_loop = 1;
+	test_socket();
+	test_inline_other_thread();
+	inline_loop = 0;
 	test_send_queue();
 	test_sampling();
 	test_refused_upgrade();

@@ -1,0 +1,462 @@
+//go:build linux && cgo
+
+package talaris_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+)
+
+// The inline loop (Config.InlineLoop; docs/ARCHITECTURE.md, "Inline
+// loop"): no loop thread; the goroutine that made the Pool runs the loop
+// inside its Pump calls (and its Dial, its sends waiting for room, its
+// Close). Real gorilla and coder servers on loopback, ws and wss (both TLS
+// backends: run with and without -tags talaris_openssl): round trips
+// answered from the callback and from another goroutine, feeds with every
+// message checked, Pool.Close and Conn.Close racing the pump from another
+// goroutine and from inside a callback, a peer that stops reading, the
+// other goroutines' limits. Timeouts are hang guards only.
+
+var inlineCfg = Config{InlineLoop: true}
+
+// inlineTarget is one server of the inline tests: a library over ws or
+// wss (URL without path, dial options).
+type inlineTarget struct {
+	name string
+	url  string
+	opts *DialOptions
+}
+
+// inlineTargets starts a gorilla and a coder server, each over ws and wss.
+func inlineTargets(t *testing.T) []inlineTarget {
+	var out []inlineTarget
+	for _, k := range serverKinds {
+		out = append(out, inlineTarget{k.name + "/ws", k.new().Start(t).URL, nil},
+			inlineTarget{k.name + "/wss", k.new().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL, tlsOpts})
+	}
+	return out
+}
+
+func TestInlineEchoFromCallback(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			p, c := dialOpts(t, inlineCfg, tg.url+"/echo", tg.opts)
+			const n = 2000
+			if seen, err := pingPong(p, c, n); err != nil || seen != n {
+				t.Fatalf("%d/%d echoes: %v", seen, n, err)
+			}
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestInlineEchoFromGoroutine: another goroutine sends numbered messages
+// (through the command ring or its own direct writes, waking the loop in
+// the kernel); the pool's goroutine pumps and checks every echo in order.
+func TestInlineEchoFromGoroutine(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			p, c := dialOpts(t, inlineCfg, tg.url+"/echo", tg.opts)
+			const n = 5000
+			sent := make(chan error, 1)
+			go func() {
+				ctx, cancel := dialCtx(t)
+				defer cancel()
+				msg := make([]byte, 100)
+				for i := 0; i < n; i++ {
+					binary.LittleEndian.PutUint64(msg, uint64(i))
+					if err := c.SendContext(ctx, OpBinary, msg); err != nil {
+						sent <- err
+						return
+					}
+					if i%64 == 0 {
+						time.Sleep(50 * time.Microsecond) // sometimes find the loop asleep
+					}
+				}
+				sent <- nil
+			}()
+			seen := 0
+			var bad error
+			for seen < n && bad == nil {
+				if _, err := p.PumpData(func(cc Conn, op Opcode, pl []byte) {
+					if cc != c || op != OpBinary || len(pl) != 100 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
+						bad = fmt.Errorf("echo %d: op %v len %d", seen, op, len(pl))
+					}
+					seen++
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if bad != nil {
+				t.Fatal(bad)
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// checkedStream is a Pump callback for one /stream: each binary message
+// is checked by chk, and the connection's last event is stored in *end.
+func checkedStream(t *testing.T, chk *wstest.Checker, end **Event) EventFunc {
+	return func(_ Conn, ev Event) {
+		switch ev.Kind {
+		case EventBinary:
+			if err := chk.Check(ev.Payload); err != nil {
+				t.Error(err)
+			}
+		case EventClose, EventError:
+			e := ev
+			*end = &e
+		}
+	}
+}
+
+// TestInlineFeed reads streams (small and large messages, fragments with
+// pings between them) and checks every message, then the server's close.
+func TestInlineFeed(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		for _, q := range []struct {
+			n, size int
+			extra   string
+		}{{200000, 32, ""}, {2000, 70000, ""}, {20000, 300, "&frag=3&ping=1"}} {
+			t.Run(fmt.Sprintf("%s/%dx%d%s", tg.name, q.n, q.size, q.extra), func(t *testing.T) {
+				p := newTestPool(t, inlineCfg, hangGuard)
+				ctx, cancel := dialCtx(t)
+				defer cancel()
+				c, err := p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=%d%s", tg.url, q.n, q.size, q.extra), tg.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				chk := wstest.NewChecker(q.size)
+				var end *Event
+				for end == nil {
+					if _, err := p.Pump(checkedStream(t, chk, &end)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if chk.Count() != q.n || end.Kind != EventClose || end.Code != 1000 {
+					t.Fatalf("%d/%d messages, end %v %d (%v)", chk.Count(), q.n, end.Kind, end.Code, end.Err)
+				}
+				_ = c
+			})
+		}
+	}
+}
+
+// TestInlineCloseRace closes the Pool (on odd rounds the connection
+// first) from another goroutine mid ping-pong: the pump returns
+// ErrPoolClosed or ErrClosed, Close returns (the loop's goroutine is
+// out of the loop within its wait's cap), and sends and pumps after it
+// fail cleanly.
+func TestInlineCloseRace(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			for i := 0; i < 12; i++ {
+				p, c := dialOpts(t, inlineCfg, tg.url+"/echo", tg.opts)
+				pingPongCloseRace(t, p, c, i, time.Duration(i%6)*time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestInlineCloseFromCallback closes the Pool, or the connection, from
+// inside the callback while a stream floods in: Pool.Close runs the close
+// handshake on the loop's own goroutine and returns; the pump returns
+// ErrPoolClosed after that callback. A Conn.Close from the callback ends
+// the connection with the close handshake and the final event.
+func TestInlineCloseFromCallback(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		for _, what := range []string{"pool", "conn"} {
+			t.Run(tg.name+"/"+what, func(t *testing.T) {
+				p := newTestPool(t, Config{InlineLoop: true, CloseTimeout: time.Second}, hangGuard)
+				ctx, cancel := dialCtx(t)
+				defer cancel()
+				c, err := p.Dial(ctx, tg.url+"/stream?n=1000000&size=64", tg.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, closed := 0, false
+				var end *Event
+				var perr error
+				for perr == nil && end == nil {
+					_, perr = p.Pump(func(cc Conn, ev Event) {
+						switch ev.Kind {
+						case EventBinary:
+							got++
+							if got == 5000 && !closed {
+								closed = true
+								start := time.Now()
+								if what == "pool" {
+									if err := p.Close(); err != nil {
+										t.Error(err)
+									}
+								} else if err := c.Close(CloseNormal, "enough"); err != nil {
+									t.Error(err)
+								}
+								if d := time.Since(start); d > 3*time.Second {
+									t.Errorf("Close from the callback took %v", d)
+								}
+							}
+						case EventClose, EventError:
+							e := ev
+							end = &e
+						}
+					})
+				}
+				if what == "pool" {
+					if !errors.Is(perr, ErrPoolClosed) {
+						t.Fatalf("pump after Close in the callback: %v (end %v)", perr, end)
+					}
+					if err := c.SendText([]byte("late")); err == nil {
+						t.Fatal("send after Close succeeded")
+					}
+					return
+				}
+				if perr != nil || end == nil || got < 5000 {
+					t.Fatalf("pump %v, end %v, %d messages", perr, end, got)
+				}
+			})
+		}
+	}
+}
+
+// TestInlineStoppedReader: the peer stops reading. Sends from the pool's
+// goroutine fill the connection's queue (ErrWouldBlock, never a hang); a
+// SendContext from it runs the loop while it waits and returns the
+// context's error; Close from it ends within CloseTimeout; and with the
+// pump waiting for an answer that never comes, a Close from another
+// goroutine ends the pump.
+func TestInlineStoppedReader(t *testing.T) {
+	url := delayedEcho(t, 0, bellStopRead, 3)
+	t.Run("owner", func(t *testing.T) {
+		p, c := dialOpts(t, Config{InlineLoop: true, MaxSendQueue: 1 << 20, CloseTimeout: 200 * time.Millisecond}, url, nil)
+		msg := make([]byte, 64<<10)
+		full := false
+		for i := 0; i < 4096 && !full; i++ {
+			switch err := c.SendBinary(msg); {
+			case errors.Is(err, ErrWouldBlock):
+				full = true
+			case err != nil:
+				t.Fatal(err)
+			}
+			if i%16 == 0 {
+				p.PumpNowait(func(Conn, Opcode, []byte) {})
+			}
+		}
+		if !full {
+			t.Fatal("64 MiB accepted by a peer that does not read, MaxSendQueue 1 MiB")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := c.SendContext(ctx, OpBinary, msg); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("SendContext to a full queue: %v", err)
+		}
+		start := time.Now()
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("Close took %v with CloseTimeout 200ms", d)
+		}
+	})
+	t.Run("other", func(t *testing.T) {
+		for i := 0; i < 6; i++ {
+			p, c := dialOpts(t, Config{InlineLoop: true, CloseTimeout: 100 * time.Millisecond}, url, nil)
+			pingPongCloseRace(t, p, c, i, time.Duration(i)*3*time.Millisecond)
+		}
+	})
+}
+
+// TestInlineOtherGoroutines: only the pool's goroutine pumps (another gets
+// ErrNotLoopThread); a Dial from another goroutine completes while the
+// pool's goroutine pumps, and one nobody pumps for ends with its context.
+// Heartbeats run while the pool's goroutine waits in Pump.
+func TestInlineOtherGoroutines(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p := newTestPool(t, inlineCfg, hangGuard)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.PumpData(func(Conn, Opcode, []byte) {})
+		errc <- err
+	}()
+	if err := <-errc; !errors.Is(err, ErrNotLoopThread) {
+		t.Fatalf("pump from another goroutine: %v", err)
+	}
+	// Nobody pumps: another goroutine's Dial ends with its context.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := p.Dial(ctx, srv.URL+"/echo", nil)
+		errc <- err
+	}()
+	if err := <-errc; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("dial nobody pumps: %v", err)
+	}
+	// The pool's goroutine pumps: another's Dial opens (the abandoned
+	// dial above may open or end meanwhile: its events are skipped).
+	dialed := make(chan Conn, 1)
+	go func() {
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		c, err := p.Dial(ctx, srv.URL+"/echo", &DialOptions{PingInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Error(err)
+		}
+		dialed <- c
+	}()
+	var c Conn
+	pongs := 0
+	deadline := time.Now().Add(hangGuard)
+	for pongs < 5 && time.Now().Before(deadline) {
+		if c == (Conn{}) {
+			select {
+			case c = <-dialed:
+				if c == (Conn{}) {
+					t.FailNow()
+				}
+			default:
+			}
+		}
+		if _, err := p.Pump(func(cc Conn, ev Event) {
+			if c != (Conn{}) && cc == c && ev.Kind == EventPong {
+				pongs++
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pongs < 5 {
+		t.Fatalf("%d heartbeat pongs", pongs)
+	}
+}
+
+// TestInlineDialContext: a Dial from the pool's goroutine (nobody else
+// runs the loop) to a server that accepts TCP and never answers the
+// upgrade ends with its context.
+func TestInlineDialContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	p := newTestPool(t, inlineCfg, hangGuard)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := p.Dial(ctx, "ws://"+ln.Addr().String()+"/", nil); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("dial: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("dial with a 150 ms context took %v", d)
+	}
+}
+
+// TestInlineIdleCPU: after a burst of round trips (which turns the reply
+// spin on), an idle inline Pool with one open connection, its goroutine
+// waiting in PumpData (in the kernel, inside the loop), uses well under
+// 10 % of one CPU over 2 s; a Close from another goroutine then ends the
+// pump. CPU time, not wall time, so a busy machine does not make it flaky.
+func TestInlineIdleCPU(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p, c := dialOpts(t, inlineCfg, srv.URL+"/echo", nil)
+	if seen, err := pingPong(p, c, 500); err != nil || seen != 500 {
+		t.Fatalf("%d/500 echoes: %v", seen, err)
+	}
+	const idle = 2 * time.Second
+	var used time.Duration
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		time.Sleep(100 * time.Millisecond) // let the last spin run out
+		c0 := cpuTime()
+		time.Sleep(idle)
+		used = cpuTime() - c0
+		p.Close()
+	}()
+	got := 0
+	var err error
+	for err == nil {
+		_, err = p.PumpData(func(Conn, Opcode, []byte) { got++ })
+	}
+	<-closed
+	if !errors.Is(err, ErrPoolClosed) || got != 0 {
+		t.Fatalf("pump: %v after %d messages on a quiet connection", err, got)
+	}
+	t.Logf("idle: %v CPU in %v (%.2f %%)", used, idle, 100*used.Seconds()/idle.Seconds())
+	if used > idle/10 {
+		t.Fatalf("idle inline pool used %v of CPU in %v: something spins", used, idle)
+	}
+}
+
+// TestInlineFloodCloseRace closes the Pool, or the connection, from
+// another goroutine while a stream floods in and the pool's goroutine
+// pumps: a Pool.Close ends the pump with ErrPoolClosed (the pump, inside
+// the loop or about to enter it, finishes or abandons the shutdown; Close
+// returns either way); a Conn.Close ends the connection with its final
+// event while the flood is still arriving.
+func TestInlineFloodCloseRace(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		for _, what := range []string{"pool", "conn"} {
+			t.Run(tg.name+"/"+what, func(t *testing.T) {
+				for i := 0; i < 6; i++ {
+					p := newTestPool(t, Config{InlineLoop: true, CloseTimeout: 500 * time.Millisecond}, hangGuard)
+					ctx, cancel := dialCtx(t)
+					c, err := p.Dial(ctx, tg.url+"/stream?n=2000000&size=64", tg.opts)
+					cancel()
+					if err != nil {
+						t.Fatal(err)
+					}
+					closed := make(chan error, 1)
+					go func() {
+						time.Sleep(time.Duration(i) * 2 * time.Millisecond)
+						if what == "pool" {
+							closed <- p.Close()
+						} else {
+							closed <- c.Close(CloseNormal, "enough")
+						}
+					}()
+					chk := wstest.NewChecker(64)
+					var end *Event
+					var perr error
+					for perr == nil && end == nil {
+						_, perr = p.Pump(checkedStream(t, chk, &end))
+					}
+					if err := <-closed; err != nil {
+						t.Fatalf("round %d: close: %v", i, err)
+					}
+					if what == "pool" {
+						if perr == nil {
+							_, perr = p.Pump(func(Conn, Event) {})
+						}
+						if !errors.Is(perr, ErrPoolClosed) {
+							t.Fatalf("round %d: pump after Pool.Close: %v", i, perr)
+						}
+					} else if perr != nil || end == nil {
+						t.Fatalf("round %d: pump %v, end %v after %d messages", i, perr, end, chk.Count())
+					}
+				}
+			})
+		}
+	}
+}
