@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa691d7866e5b3bc1
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x2bcb9b2b2fcd1047
 import "C"
 
-const csrcHash = "a691d7866e5b3bc1"
+const csrcHash = "2bcb9b2b2fcd1047"

@@ -189,11 +189,12 @@ static int rec_key_update(struct tl_tlsrec *r)
  * record (p, n) as a stream continued from the last one: NewSessionTicket
  * is skipped (resumption tickets arrive while the library still reads,
  * see tls.c), KeyUpdate rekeys, anything else (a post-handshake
- * CertificateRequest we never offered, a second Finished) is an error. */
+ * CertificateRequest we never offered, a second Finished) is an error.
+ * A message may span records (5.1), a KeyUpdate too: its header may end
+ * one record and its body byte come in the next; but the body byte must
+ * end its record, as nothing may span the key change it makes. */
 static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 {
-	int rc = TL_REC_AGAIN;
-
 	while (n > 0) {
 		if (r->hs_have < 4) {
 			r->hs_hdr[r->hs_have++] = *p++;
@@ -202,22 +203,26 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 				continue;
 			r->hs_type = r->hs_hdr[0];
 			r->hs_left = (uint32_t)r->hs_hdr[1] << 16 | (uint32_t)r->hs_hdr[2] << 8 | r->hs_hdr[3];
-			if (r->hs_type == TLREC_HS_KEY_UPDATE) {
-				/* KeyUpdate is one byte and must end its record:
-				 * "Handshake messages MUST NOT span key changes" (5.1). */
-				if (r->hs_left != 1 || n != 1)
-					return rec_fail(r, "malformed KeyUpdate");
-				if (p[0] > 1)
-					return rec_fail(r, "KeyUpdate with an unknown request");
-				rc = rec_key_update(r);
-				if (rc == TL_REC_AGAIN && p[0] == 1)
-					rc = TL_REC_KEYREQ; /* update_requested: ours must follow */
-				r->hs_have = 0;
-				r->hs_left = 0;
-				return rc;
-			}
-			if (r->hs_type != TLREC_HS_NEW_SESSION_TICKET)
+			if (r->hs_type == TLREC_HS_KEY_UPDATE && r->hs_left != 1)
+				return rec_fail(r, "malformed KeyUpdate");
+			if (r->hs_type != TLREC_HS_KEY_UPDATE && r->hs_type != TLREC_HS_NEW_SESSION_TICKET)
 				return rec_fail(r, "unexpected post-handshake message");
+			if (r->hs_left == 0)
+				return rec_fail(r, "empty NewSessionTicket");
+			continue;
+		}
+		if (r->hs_type == TLREC_HS_KEY_UPDATE) {
+			int rc;
+			if (n != 1)
+				return rec_fail(r, "KeyUpdate not at the end of its record");
+			if (p[0] > 1)
+				return rec_fail(r, "KeyUpdate with an unknown request");
+			r->hs_have = 0;
+			r->hs_left = 0;
+			rc = rec_key_update(r);
+			if (rc == TL_REC_AGAIN && p[0] == 1)
+				rc = TL_REC_KEYREQ; /* update_requested: ours must follow */
+			return rc;
 		}
 		{
 			size_t k = n < r->hs_left ? n : r->hs_left;
@@ -228,7 +233,7 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 				r->hs_have = 0;
 		}
 	}
-	return rc;
+	return TL_REC_AGAIN;
 }
 
 /* begin_record checks the header just read and sets the cipher up for the
@@ -334,7 +339,11 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 			return rec_fail(r, "empty handshake record");
 		return rec_handshake(r, r->dst, i);
 	case 21:
-		/* An alert is two bytes, level and description (6). */
+		/* An alert is two bytes, level and description (6); like any
+		 * other record type it must not come inside a handshake message
+		 * (5.1): a close_notify there is no clean end. */
+		if (r->hs_have || r->hs_left)
+			return rec_fail(r, "alert inside a handshake message");
 		if (i != 2)
 			return rec_fail(r, "malformed alert");
 		if (r->dst[1] == 0)
