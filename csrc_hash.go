@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x2bcb9b2b2fcd1047
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xab8e397f4b77469c
 import "C"
 
-const csrcHash = "2bcb9b2b2fcd1047"
+const csrcHash = "ab8e397f4b77469c"

@@ -627,14 +627,23 @@ static int looks_like_tls(struct tl_loop *l, struct tl_conn *c, char *peek, size
 	return 0;
 }
 
+/* rec_scratch_free wipes and frees the shadow's scratch buffer: it held
+ * the plaintext of the records the library read before the hand-over. */
+static void rec_scratch_free(struct tl_tls *t)
+{
+	if (t->scratch)
+		OPENSSL_cleanse(t->scratch, TL_REC_SCRATCH);
+	free(t->scratch);
+	t->scratch = NULL;
+}
+
 /* rec_stop keeps the connection on SSL_read for good: the secret and
  * keys are wiped. */
 static void rec_stop(struct tl_tls *t)
 {
 	t->rec_track = 0;
 	tl_tlsrec_free(&t->rec);
-	free(t->scratch);
-	t->scratch = NULL;
+	rec_scratch_free(t);
 }
 
 /* rec_setup decides, once the handshake is done, whether our record
@@ -679,8 +688,7 @@ static void rec_try(struct tl_tls *t)
 #endif
 	t->rec_track = 0;
 	t->rec_on = 1;
-	free(t->scratch);
-	t->scratch = NULL;
+	rec_scratch_free(t);
 }
 
 static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)

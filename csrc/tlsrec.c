@@ -20,6 +20,8 @@
 #define TLREC_MAX_CONTENT (1u << 14)     /* TLSPlaintext limit (5.1) */
 #define TLREC_HS_NEW_SESSION_TICKET 4
 #define TLREC_HS_KEY_UPDATE 24
+#define TLREC_USER_CANCELED 90
+#define TLREC_MAX_USER_CANCELED 4 /* BoringSSL's kMaxWarningAlerts */
 
 static int rec_unhex(int ch)
 {
@@ -158,6 +160,7 @@ void tl_tlsrec_free(struct tl_tlsrec *r)
 	r->ctx = NULL;
 	OPENSSL_cleanse(r->secret, sizeof(r->secret));
 	OPENSSL_cleanse(r->iv, sizeof(r->iv));
+	OPENSSL_cleanse(r->tail, sizeof(r->tail)); /* a byte of plaintext */
 	r->secret_len = 0;
 }
 
@@ -332,6 +335,7 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 	case 23:
 		if (r->hs_have || r->hs_left)
 			return rec_fail(r, "application data inside a handshake message");
+		r->user_canceled = 0;
 		*n = i;
 		return i ? TL_REC_DATA : TL_REC_AGAIN; /* zero-length data is allowed */
 	case 22:
@@ -348,6 +352,14 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 			return rec_fail(r, "malformed alert");
 		if (r->dst[1] == 0)
 			return TL_REC_EOF; /* close_notify */
+		/* user_canceled as a warning is skipped, as both libraries do in
+		 * TLS 1.3 (JDK 11 servers send it before close_notify), but only
+		 * a few in a row, as they do: a stream of them is no data. */
+		if (r->dst[0] == 1 && r->dst[1] == TLREC_USER_CANCELED) {
+			if (++r->user_canceled > TLREC_MAX_USER_CANCELED)
+				return rec_fail(r, "too many user_canceled alerts");
+			return TL_REC_AGAIN;
+		}
 		snprintf(r->err, sizeof(r->err), "TLS alert %u from the server", r->dst[1]);
 		return TL_REC_ERR;
 	default:

@@ -173,9 +173,9 @@ func craftServer(t *testing.T, script func(s *recSealer, w io.Writer)) (string, 
 // craftRun dials url and pumps until the end: the messages checked in
 // order (wstest payloads of size), the final event, the client's record
 // count and PoolStats.TLSRecords.
-func craftRun(t *testing.T, url string, recs <-chan int, size int) (int, *finalEvent, int, uint64) {
+func craftRun(t *testing.T, cfg Config, url string, recs <-chan int, size int) (int, *finalEvent, int, uint64) {
 	t.Helper()
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, cfg, hangGuard)
 	c, err := p.DialAsync(url, tlsOpts)
 	if err != nil {
 		t.Fatal(err)
@@ -206,18 +206,22 @@ func TestTLSRecordCraftedControl(t *testing.T) {
 		b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 		w.Write(b)
 	})
-	craftClean(t, url, recs, 3)
+	craftClean(t, Config{}, url, recs, 3)
 }
 
 // craftClean is craftRun for a script that ends with close_notify after
 // want frames, one per record: all arrive, each opened by our layer, and
 // the connection ends as on a close_notify. Returns the client's record
 // count.
-func craftClean(t *testing.T, url string, recs <-chan int, want int) int {
+func craftClean(t *testing.T, cfg Config, url string, recs <-chan int, want int) int {
 	t.Helper()
-	got, f, crecs, ours := craftRun(t, url, recs, 64)
-	if got != want || ours != uint64(want) {
-		t.Errorf("got %d messages, %d records opened by our layer, want %d and %d (final %+v)", got, ours, want, want, f)
+	got, f, crecs, ours := craftRun(t, cfg, url, recs, 64)
+	wantOurs := uint64(want)
+	if cfg.NoTLSRecordLayer {
+		wantOurs = 0
+	}
+	if got != want || ours != wantOurs {
+		t.Errorf("got %d messages, %d records opened by our layer, want %d and %d (final %+v)", got, ours, want, wantOurs, f)
 	}
 	if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrConnectionLost) || f.Code != 1006 {
 		t.Errorf("final %+v, want EventError ErrConnectionLost 1006 (close_notify)", f)
@@ -241,7 +245,29 @@ func TestTLSRecordKeyUpdateSplit(t *testing.T) {
 		b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 		w.Write(b)
 	})
-	craftClean(t, url, recs, 2)
+	craftClean(t, Config{}, url, recs, 2)
+}
+
+// TestTLSRecordUserCanceled: user_canceled before close_notify (JDK 11
+// servers close so). Both libraries skip user_canceled in TLS 1.3 (a few
+// in a row), so the record layer does too: the data after it arrives and
+// the close_notify ends the connection as usual, not "TLS alert 90".
+// The same with NoTLSRecordLayer shows the library's behaviour.
+func TestTLSRecordUserCanceled(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ours", true: "library"}[off], func(t *testing.T) {
+			url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
+				var b []byte
+				b = append(b, s.seal(ctData, frame(0, 64), 0)...)
+				b = append(b, s.seal(ctAlert, []byte{1, 90}, 0)...)
+				b = append(b, s.seal(ctData, frame(1, 64), 0)...)
+				b = append(b, s.seal(ctAlert, []byte{1, 90}, 0)...)
+				b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
+				w.Write(b)
+			})
+			craftClean(t, Config{NoTLSRecordLayer: off}, url, recs, 2)
+		})
+	}
 }
 
 // TestTLSRecordKeyUpdateFlood: 64 KeyUpdates with update_requested in a
@@ -263,7 +289,7 @@ func TestTLSRecordKeyUpdateFlood(t *testing.T) {
 		b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 		w.Write(b)
 	})
-	crecs := craftClean(t, url, recs, 2)
+	crecs := craftClean(t, Config{}, url, recs, 2)
 	t.Logf("client records after the hand-over: %d", crecs)
 	if crecs < 2 || crecs > n/4 {
 		t.Errorf("client sent %d records for %d KeyUpdate requests, want a KeyUpdate per burst and a close_notify", crecs, n)
@@ -285,6 +311,13 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 		{"inner-over-2^14+1", "bad record length", func(s *recSealer) []byte { return s.seal(ctData, frame(1, 64), 1<<14) }},
 		{"alert-3-bytes", "malformed alert", func(s *recSealer) []byte { return s.seal(ctAlert, []byte{1, 0, 0}, 0) }},
 		{"fatal-alert", "alert 40", func(s *recSealer) []byte { return s.seal(ctAlert, []byte{2, 40}, 0) }},
+		{"user-canceled-x5", "too many user_canceled", func(s *recSealer) []byte {
+			var r []byte
+			for range 5 {
+				r = append(r, s.seal(ctAlert, []byte{1, 90}, 0)...)
+			}
+			return r
+		}},
 		// RFC 8446 5.1: no other record type inside a handshake message;
 		// a close_notify there is no clean end (a NewSessionTicket
 		// announcing 100 body bytes, 10 sent).
@@ -313,7 +346,7 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 				w.Write(b)
 				w.(interface{ CloseWrite() error }).CloseWrite()
 			})
-			got, f, _, _ := craftRun(t, url, recs, 64)
+			got, f, _, _ := craftRun(t, Config{}, url, recs, 64)
 			if got != 1 {
 				t.Errorf("got %d messages, want 1", got)
 			}
