@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x0ff4182da907e2ec
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x7ab75f04b84e6a98
 import "C"
 
-const csrcHash = "0ff4182da907e2ec"
+const csrcHash = "7ab75f04b84e6a98"

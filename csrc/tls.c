@@ -54,7 +54,7 @@ struct tl_tls {
 	uint8_t reoffer;  /* the next feed starts with the frame held last (tl_conn.rx_held_ok holds) */
 	int handshake_done;
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
-	int consumed;     /* the library took ciphertext since the last flush check */
+	int consumed;     /* the library took ciphertext (or rec_read queued our KeyUpdate) since the last flush check */
 	int shutdown_sent; /* our close_notify is queued */
 	/* Our own record layer (tlsrec.h). rec_want: the config allows it and
 	 * the keylog callback keeps the server's secret; rec_track: the
@@ -428,6 +428,21 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	return tl_tls_drive(l, c) == TL_FEED_DEAD ? -1 : 0;
 }
 
+/* key_update_queued says whether a KeyUpdate of ours waits in the library
+ * for the next write. OpenSSL 3 refuses SSL_key_update (and SSL_shutdown)
+ * while one does: the queued one puts the connection back "in init" until
+ * a write sends it. BoringSSL has no getter, and needs none: a second
+ * SSL_key_update while one is pending adds nothing and succeeds. */
+static int key_update_queued(SSL *ssl)
+{
+#ifdef OPENSSL_IS_BORINGSSL
+	(void)ssl;
+	return 0;
+#else
+	return SSL_get_key_update_type(ssl) != SSL_KEY_UPDATE_NONE;
+#endif
+}
+
 void tl_tls_close_notify(struct tl_conn *c)
 {
 	struct tl_tls *t = c->tls;
@@ -437,6 +452,11 @@ void tl_tls_close_notify(struct tl_conn *c)
 	if (tl_tls_seal(t->l, c) < 0)
 		return;
 	t->shutdown_sent = 1;
+	/* Our KeyUpdate, queued for a burst of the server's requests, goes
+	 * first (the empty write sends it): OpenSSL would not shut down with
+	 * it pending. */
+	if (key_update_queued(t->ssl))
+		SSL_write(t->ssl, "", 0);
 	/* Writes close_notify through the slot BIO into the out buffer; 0
 	 * (the peer's is still to come) is the expected result. */
 	SSL_shutdown(t->ssl);
@@ -607,14 +627,23 @@ static int looks_like_tls(struct tl_loop *l, struct tl_conn *c, char *peek, size
 	return 0;
 }
 
+/* rec_scratch_free wipes and frees the shadow's scratch buffer: it held
+ * the plaintext of the records the library read before the hand-over. */
+static void rec_scratch_free(struct tl_tls *t)
+{
+	if (t->scratch)
+		OPENSSL_cleanse(t->scratch, TL_REC_SCRATCH);
+	free(t->scratch);
+	t->scratch = NULL;
+}
+
 /* rec_stop keeps the connection on SSL_read for good: the secret and
  * keys are wiped. */
 static void rec_stop(struct tl_tls *t)
 {
 	t->rec_track = 0;
 	tl_tlsrec_free(&t->rec);
-	free(t->scratch);
-	t->scratch = NULL;
+	rec_scratch_free(t);
 }
 
 /* rec_setup decides, once the handshake is done, whether our record
@@ -659,8 +688,7 @@ static void rec_try(struct tl_tls *t)
 #endif
 	t->rec_track = 0;
 	t->rec_on = 1;
-	free(t->scratch);
-	t->scratch = NULL;
+	rec_scratch_free(t);
 }
 
 static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
@@ -759,16 +787,18 @@ static int rec_read(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		return 1;
 	case TL_REC_KEYREQ:
 		/* The server asked for our KeyUpdate (4.6.3): the write side is
-		 * the library's, which queues it and sends it on the next write;
-		 * the empty one flushes it into the out buffer now. */
-		if (SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) != 1) {
+		 * the library's, which queues it (one at a time: a request while
+		 * ours is queued adds nothing) and sends it on the next write.
+		 * That is the empty one at the end of tl_tls_drive, so a burst of
+		 * requests gets one answer, as 4.6.3 says of a silent receiver,
+		 * not one per record piling up for a peer that does not read. */
+		if (!key_update_queued(t->ssl) && SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) != 1) {
 			t->rec_end = 1;
 			tls_fail(l, c, TL_TLS_GENERIC, "cannot send our KeyUpdate");
 			tl_tlsrec_free(&t->rec);
 			return -1;
 		}
-		if (!tl_conn_ending(c) && !c->close_sent)
-			SSL_write(t->ssl, "", 0);
+		t->consumed = 1;
 		err_clear();
 		return 1;
 	case TL_REC_MORE:

@@ -20,6 +20,8 @@
 #define TLREC_MAX_CONTENT (1u << 14)     /* TLSPlaintext limit (5.1) */
 #define TLREC_HS_NEW_SESSION_TICKET 4
 #define TLREC_HS_KEY_UPDATE 24
+#define TLREC_USER_CANCELED 90
+#define TLREC_MAX_USER_CANCELED 4 /* BoringSSL's kMaxWarningAlerts */
 
 static int rec_unhex(int ch)
 {
@@ -158,6 +160,7 @@ void tl_tlsrec_free(struct tl_tlsrec *r)
 	r->ctx = NULL;
 	OPENSSL_cleanse(r->secret, sizeof(r->secret));
 	OPENSSL_cleanse(r->iv, sizeof(r->iv));
+	OPENSSL_cleanse(r->tail, sizeof(r->tail)); /* a byte of plaintext */
 	r->secret_len = 0;
 }
 
@@ -189,11 +192,12 @@ static int rec_key_update(struct tl_tlsrec *r)
  * record (p, n) as a stream continued from the last one: NewSessionTicket
  * is skipped (resumption tickets arrive while the library still reads,
  * see tls.c), KeyUpdate rekeys, anything else (a post-handshake
- * CertificateRequest we never offered, a second Finished) is an error. */
+ * CertificateRequest we never offered, a second Finished) is an error.
+ * A message may span records (5.1), a KeyUpdate too: its header may end
+ * one record and its body byte come in the next; but the body byte must
+ * end its record, as nothing may span the key change it makes. */
 static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 {
-	int rc = TL_REC_AGAIN;
-
 	while (n > 0) {
 		if (r->hs_have < 4) {
 			r->hs_hdr[r->hs_have++] = *p++;
@@ -202,22 +206,26 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 				continue;
 			r->hs_type = r->hs_hdr[0];
 			r->hs_left = (uint32_t)r->hs_hdr[1] << 16 | (uint32_t)r->hs_hdr[2] << 8 | r->hs_hdr[3];
-			if (r->hs_type == TLREC_HS_KEY_UPDATE) {
-				/* KeyUpdate is one byte and must end its record:
-				 * "Handshake messages MUST NOT span key changes" (5.1). */
-				if (r->hs_left != 1 || n != 1)
-					return rec_fail(r, "malformed KeyUpdate");
-				if (p[0] > 1)
-					return rec_fail(r, "KeyUpdate with an unknown request");
-				rc = rec_key_update(r);
-				if (rc == TL_REC_AGAIN && p[0] == 1)
-					rc = TL_REC_KEYREQ; /* update_requested: ours must follow */
-				r->hs_have = 0;
-				r->hs_left = 0;
-				return rc;
-			}
-			if (r->hs_type != TLREC_HS_NEW_SESSION_TICKET)
+			if (r->hs_type == TLREC_HS_KEY_UPDATE && r->hs_left != 1)
+				return rec_fail(r, "malformed KeyUpdate");
+			if (r->hs_type != TLREC_HS_KEY_UPDATE && r->hs_type != TLREC_HS_NEW_SESSION_TICKET)
 				return rec_fail(r, "unexpected post-handshake message");
+			if (r->hs_left == 0)
+				return rec_fail(r, "empty NewSessionTicket");
+			continue;
+		}
+		if (r->hs_type == TLREC_HS_KEY_UPDATE) {
+			int rc;
+			if (n != 1)
+				return rec_fail(r, "KeyUpdate not at the end of its record");
+			if (p[0] > 1)
+				return rec_fail(r, "KeyUpdate with an unknown request");
+			r->hs_have = 0;
+			r->hs_left = 0;
+			rc = rec_key_update(r);
+			if (rc == TL_REC_AGAIN && p[0] == 1)
+				rc = TL_REC_KEYREQ; /* update_requested: ours must follow */
+			return rc;
 		}
 		{
 			size_t k = n < r->hs_left ? n : r->hs_left;
@@ -228,7 +236,7 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 				r->hs_have = 0;
 		}
 	}
-	return rc;
+	return TL_REC_AGAIN;
 }
 
 /* rec_begin_record checks the header just read and sets the cipher up for the
@@ -327,6 +335,7 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 	case 23:
 		if (r->hs_have || r->hs_left)
 			return rec_fail(r, "application data inside a handshake message");
+		r->user_canceled = 0;
 		*n = i;
 		return i ? TL_REC_DATA : TL_REC_AGAIN; /* zero-length data is allowed */
 	case 22:
@@ -334,11 +343,23 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 			return rec_fail(r, "empty handshake record");
 		return rec_handshake(r, r->dst, i);
 	case 21:
-		/* An alert is two bytes, level and description (6). */
+		/* An alert is two bytes, level and description (6); like any
+		 * other record type it must not come inside a handshake message
+		 * (5.1): a close_notify there is no clean end. */
+		if (r->hs_have || r->hs_left)
+			return rec_fail(r, "alert inside a handshake message");
 		if (i != 2)
 			return rec_fail(r, "malformed alert");
 		if (r->dst[1] == 0)
 			return TL_REC_EOF; /* close_notify */
+		/* user_canceled as a warning is skipped, as both libraries do in
+		 * TLS 1.3 (JDK 11 servers send it before close_notify), but only
+		 * a few in a row, as they do: a stream of them is no data. */
+		if (r->dst[0] == 1 && r->dst[1] == TLREC_USER_CANCELED) {
+			if (++r->user_canceled > TLREC_MAX_USER_CANCELED)
+				return rec_fail(r, "too many user_canceled alerts");
+			return TL_REC_AGAIN;
+		}
 		snprintf(r->err, sizeof(r->err), "TLS alert %u from the server", r->dst[1]);
 		return TL_REC_ERR;
 	default:

@@ -9,7 +9,8 @@
  * verifies. Handles what a client may receive after the handshake:
  * application data, NewSessionTicket (skipped), KeyUpdate (the next read
  * secret; an update_requested is reported so the library sends ours),
- * alerts (close_notify reported, anything else an error). The write side
+ * alerts (close_notify reported, a few user_canceled skipped, anything
+ * else an error). The write side
  * stays the library's. */
 #ifndef TALARIS_TLSREC_H
 #define TALARIS_TLSREC_H
@@ -63,6 +64,7 @@ struct tl_tlsrec {
 	uint8_t hs_have;
 	uint32_t hs_left;      /* body bytes of the current message still to come */
 	uint8_t hs_type;
+	uint8_t user_canceled; /* user_canceled alerts skipped since the last application data */
 	char err[96];
 };
 
