@@ -57,6 +57,13 @@
 // both sides.
 // WaitSpin never sleeps (one core each), WaitBlock never spins.
 //
+// Config.InlineLoop (opt-in, Loops must be 1) runs the loop without a
+// thread of its own: the goroutine that created the Pool runs it inside
+// Pump*, Dial, blocking sends and Close, one cgo call per batch of events.
+// A reply then wakes one thread instead of two, but the Pool makes
+// progress only while that goroutine is in one of those calls; another
+// goroutine's Pump* returns ErrNotLoopThread.
+//
 // # Memory lifetime
 //
 // A payload slice given to a callback points into a C arena, not the Go
@@ -205,6 +212,14 @@
 // same address and server name on the same Pool resumes the last TLS
 // session (ConnStats.Resumed). docs/ARCHITECTURE.md has the table of
 // verdicts, the same with either backend.
+//
+// On TLS 1.3 with an AES-GCM suite, after the first application data the
+// loop opens the server's records itself with the library's AES-GCM,
+// straight from the receive slots into the memory events point at, with
+// no copies through the library (KeyUpdate, NewSessionTicket and alerts
+// handled as RFC 8446 says; PoolStats.TLSRecords counts the records).
+// Config.NoTLSRecordLayer keeps the library's SSL_read throughout; TLS 1.2
+// and ChaCha20-Poly1305 always use it.
 //
 // # Observability
 //
