@@ -388,19 +388,29 @@ func testTLSInPlaceFloodSlowPump(t *testing.T, bundle bool) {
 	}
 }
 
-// TestTLSInPlaceCloseRace: Pool.Close and Conn.Close race a wss:// flood
-// whose payloads lie in plaintext slots, from other goroutines, while the
-// callback reads every payload byte: the slots outlive every event the
-// pump still holds (the pump frees the loop on its way out), so nothing
-// read is garbage, and the pump ends with ErrPoolClosed.
+// TestTLSInPlaceCloseRace: Pool.Close and Conn.Close race wss:// floods
+// (TLS 1.3) from other goroutines, while the callback reads every payload
+// byte: the slots outlive every event the pump still holds (the pump frees
+// the loop on its way out), so nothing read is garbage, and the pump ends
+// with ErrPoolClosed. The rows: our record layer opening records into
+// plaintext slots (default, without recv bundles, and with one 4 KiB
+// slot per completion, so records straddle slots and the close arrives
+// mid-record), and the library's SSL_read path into them
+// (NoTLSRecordLayer); PoolStats.TLSRecords says which one ran.
 func TestTLSInPlaceCloseRace(t *testing.T) {
 	s := ipStream{msgs: uniform(scaled(200_000), 256, 1), chunk: 16000}
-	url := ipServer(t, s, 0)
+	url := ipServer(t, s, tls.VersionTLS13)
 	for _, cc := range []struct {
-		name string
-		cfg  Config
-	}{{"default", Config{}}, {"nobundle", Config{NoRecvBundle: true}}} {
-		for it := range 6 {
+		name   string
+		cfg    Config
+		rounds int
+	}{
+		{"default", Config{}, 6},
+		{"nobundle", Config{NoRecvBundle: true}, 6},
+		{"1slot", Config{NoRecvBundle: true, BufSize: 4096}, 4},
+		{"notlsrec", Config{NoTLSRecordLayer: true}, 4},
+	} {
+		for it := range cc.rounds {
 			t.Run(fmt.Sprintf("%s/%d", cc.name, it), func(t *testing.T) {
 				p := newTestPool(t, cc.cfg, hangGuard)
 				var conns []Conn
@@ -422,6 +432,9 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 					if r := res[c]; r.err != nil || r.otherOrg > 0 {
 						t.Errorf("conn %d: %v (%d payloads of unknown origin)", i, r.err, r.otherOrg)
 					}
+				}
+				if n, off := p.Stats().TLSRecords, cc.cfg.NoTLSRecordLayer; (n > 0) == off {
+					t.Errorf("TLSRecords = %d with NoTLSRecordLayer %v: the wrong record path ran", n, off)
 				}
 			})
 		}

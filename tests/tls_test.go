@@ -265,40 +265,76 @@ func (b *batchConn) Flush() error {
 	return err
 }
 
-// tlsRawServer accepts TLS connections, answers the WebSocket upgrade and
-// runs handler. It returns the wss:// URL.
-func tlsRawServer(t *testing.T, cfg *tls.Config, handler func(tc *tls.Conn, bc *batchConn, br *bufio.Reader)) string {
+// trackedListener is a test server's loopback listener: the connections
+// it tracks are closed and the goroutines it runs are waited for when the
+// test ends (after the listener closes, so Accept returns), so no server
+// goroutine outlives its test.
+type trackedListener struct {
+	net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+func newTrackedListener(t *testing.T) *trackedListener {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
+	l := &trackedListener{Listener: ln}
 	t.Cleanup(func() {
 		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
+		l.mu.Lock()
+		l.closed = true
+		for _, c := range l.conns {
 			c.Close()
 		}
-		mu.Unlock()
-		wg.Wait()
+		l.mu.Unlock()
+		l.wg.Wait()
 	})
-	wg.Add(1)
+	return l
+}
+
+// track closes cs when the test ends, or at once if it has ended (a
+// connection accepted during the cleanup must not keep a goroutine
+// blocked on it).
+func (l *trackedListener) track(cs ...net.Conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		for _, c := range cs {
+			c.Close()
+		}
+		return
+	}
+	l.conns = append(l.conns, cs...)
+}
+
+// run runs f in a goroutine the test's end waits for. Called from the
+// test or from a goroutine run started (which holds the wait open).
+func (l *trackedListener) run(f func()) {
+	l.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer l.wg.Done()
+		f()
+	}()
+}
+
+// tlsRawServer accepts TLS connections, answers the WebSocket upgrade and
+// runs handler. It returns the wss:// URL.
+func tlsRawServer(t *testing.T, cfg *tls.Config, handler func(tc *tls.Conn, bc *batchConn, br *bufio.Reader)) string {
+	t.Helper()
+	l := newTrackedListener(t)
+	l.run(func() {
 		for {
-			nc, err := ln.Accept()
+			nc, err := l.Accept()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, nc)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			l.track(nc)
+			l.run(func() {
 				defer nc.Close()
 				bc := &batchConn{Conn: nc}
 				tc := tls.Server(bc, cfg)
@@ -314,10 +350,10 @@ func tlsRawServer(t *testing.T, cfg *tls.Config, handler func(tc *tls.Conn, bc *
 					return
 				}
 				handler(tc, bc, br)
-			}()
+			})
 		}
-	}()
-	return "wss://" + ln.Addr().String()
+	})
+	return "wss://" + l.Addr().String()
 }
 
 // readClose reads client frames until its close frame.

@@ -11,7 +11,6 @@ import (
 	"net"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,26 +265,9 @@ func TestTLSRecordCloseNotify(t *testing.T) {
 // and the 101's records have other lengths). It returns its address.
 func corruptProxy(t *testing.T, upstream string, recLen, nth int) string {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cc, err := ln.Accept()
+	l := newTrackedListener(t)
+	l.run(func() {
+		cc, err := l.Accept()
 		if err != nil {
 			return
 		}
@@ -294,13 +276,9 @@ func corruptProxy(t *testing.T, upstream string, recLen, nth int) string {
 			cc.Close()
 			return
 		}
-		mu.Lock()
-		conns = append(conns, cc, sc)
-		mu.Unlock()
-		wg.Add(2)
-		go func() { defer wg.Done(); io.Copy(sc, cc); sc.(*net.TCPConn).CloseWrite() }()
-		go func() {
-			defer wg.Done()
+		l.track(cc, sc)
+		l.run(func() { io.Copy(sc, cc); sc.(*net.TCPConn).CloseWrite() })
+		l.run(func() {
 			defer cc.(*net.TCPConn).CloseWrite()
 			br := bufio.NewReader(sc)
 			seen := 0
@@ -322,9 +300,9 @@ func corruptProxy(t *testing.T, upstream string, recLen, nth int) string {
 					return
 				}
 			}
-		}()
-	}()
-	return ln.Addr().String()
+		})
+	})
+	return l.Addr().String()
 }
 
 // TestTLSRecordCorrupt: a proxy flips one ciphertext byte of the 50th
@@ -365,48 +343,6 @@ func TestTLSRecordCorrupt(t *testing.T) {
 				t.Errorf("TLSRecords = %d with NoTLSRecordLayer %v", ours, off)
 			}
 		})
-	}
-}
-
-// TestTLSRecordCloseRace: Pool.Close and Conn.Close race wss floods opened
-// by our record layer (recv bundles and one 4 KiB slot per completion, so
-// records straddle slots and close arrives mid-record), from other
-// goroutines, while the callback checks every payload byte.
-func TestTLSRecordCloseRace(t *testing.T) {
-	s := ipStream{msgs: uniform(scaled(200_000), 256, 1), chunk: 16000}
-	url := ipServer(t, s, tls.VersionTLS13)
-	for _, cc := range []struct {
-		name string
-		cfg  Config
-	}{{"default", Config{}}, {"1slot", Config{NoRecvBundle: true, BufSize: 4096}}} {
-		for it := range 4 {
-			t.Run(fmt.Sprintf("%s/%d", cc.name, it), func(t *testing.T) {
-				p := newTestPool(t, cc.cfg, hangGuard)
-				var conns []Conn
-				res := map[Conn]*ipResult{}
-				for range 3 {
-					c, err := p.DialAsync(url, tlsOpts)
-					if err != nil {
-						t.Fatal(err)
-					}
-					conns = append(conns, c)
-					res[c] = &ipResult{}
-				}
-				floodCloseRace(t, p, conns, it, func(c Conn, ev Event) int {
-					r := res[c]
-					r.check(p, s, ev)
-					return r.got
-				})
-				for i, c := range conns {
-					if r := res[c]; r.err != nil || r.otherOrg > 0 {
-						t.Errorf("conn %d: %v (%d payloads of unknown origin)", i, r.err, r.otherOrg)
-					}
-				}
-				if p.Stats().TLSRecords == 0 {
-					t.Error("TLSRecords = 0: the record layer did not run")
-				}
-			})
-		}
 	}
 }
 
