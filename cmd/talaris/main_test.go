@@ -90,6 +90,45 @@ func TestFeedCounts(t *testing.T) {
 
 // TestBenchHarness runs the bench's own ingress, latency, rtt, floor and
 // decode code paths briefly and checks the accounting, not the speed.
+// TestBenchWindowsNeverEmpty: a latency, rtt or orders window closes
+// only once it holds a sample, and the orders window opens only once S
+// is stuck. A stall under load (a descheduled VM, a busy box) longer than
+// the window, straddling it, is what emptied it ("talaris latency: no
+// frames" in TestBenchHarness; reproduced with a 300 ms SIGSTOP of the
+// process across the warm-up's end): the clock is read only between pump
+// calls and round trips. A 1 ns window is the same case without the
+// stall: shorter than any gap between two looks at the clock, it is
+// always straddled. (The Go peers' rtt and orders loops record the round
+// trip that ends their window, so they never closed empty.)
+func TestBenchWindowsNeverEmpty(t *testing.T) {
+	addr := startTestFeed(t)
+	b := &bench{warm: 20 * time.Millisecond, latDur: time.Nanosecond, rttDur: time.Nanosecond, loopCPU: -1, clientCPU: -1,
+		feed: &feedProc{WS: addr}, ordersDur: time.Nanosecond, stallBytes: 1 << 20}
+	paced, echo := "ws://"+addr+"/paced?size=64&rate=5000", "ws://"+addr+"/echo"
+	for _, tc := range []struct {
+		name string
+		run  func() (Result, error)
+	}{
+		{"talaris latency", func() (Result, error) { return b.talLatency("latency", variant("block"), paced) }},
+		{"talaris rtt", func() (Result, error) { return b.talLatency("rtt", variant("block"), echo) }},
+		{"gorilla latency", func() (Result, error) { return b.peerLatency("latency", goPeers[0], paced) }},
+		{"gorilla rtt", func() (Result, error) { return b.peerLatency("rtt", goPeers[0], echo) }},
+		{"talaris orders", func() (Result, error) { return b.talOrders(variant("default")) }},
+		{"gorilla orders", func() (Result, error) { return b.peerOrders(goPeers[0]) }},
+	} {
+		r, err := tc.run()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if r.Frames == 0 || r.Count == 0 {
+			t.Fatalf("%s: %d frames, %d samples in a 1 ns window", tc.name, r.Frames, r.Count)
+		}
+		if tc.name == "talaris orders" && !strings.Contains(r.Note, "S accepted 1.0 MiB") {
+			t.Fatalf("talaris orders: the window opened before S was stuck: %q", r.Note)
+		}
+	}
+}
+
 func TestBenchHarness(t *testing.T) {
 	addr := startTestFeed(t)
 	b := &bench{warm: 50 * time.Millisecond, dur: 200 * time.Millisecond, latDur: 200 * time.Millisecond, rttDur: 100 * time.Millisecond,
