@@ -88,7 +88,7 @@ uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t *n)
 #endif
 		b->ooo++;
 		b->in_use++;
-		*n = 0;
+		*n = 1; /* bid alone: the caller takes its one slot */
 		return p;
 	}
 	/* Unclaimed positions only: a position another claim took is that

@@ -60,15 +60,18 @@ static inline uint8_t *tl_bufring_slot(const struct tl_bufring *b, uint32_t bid)
  * ones and returns bid's position, *n cut to the positions claimed: the
  * claim ends at the ring's tail or at a position an earlier claim took (a
  * completion can name neither; what it says beyond is lost, counted in
- * ooo). *n = 0 when bid is in no unclaimed position (then only bid itself
- * is counted as ours). */
+ * ooo). When bid is in no unclaimed position, *n = 1: bid alone is known
+ * to be ours (counted in use and in ooo), and the position returned (the
+ * tail) holds none of the claim, so the caller reads no id from it. *n is
+ * never 0 for a claim of at least one buffer. */
 uint32_t tl_bufring_claim_slow(struct tl_bufring *b, uint32_t bid, uint32_t *n);
 
 /* tl_bufring_claim notes that a completion handed us *n buffers, bid first
  * and the others the *n - 1 ring entries after it, and returns bid's
  * position (positions are 32-bit counters that wrap: every value is one).
- * *n is left as it is, or cut by tl_bufring_claim_slow (0: bid in no
- * position). The caller reads the ids (tl_bufring_bid_at(pos + i)) before
+ * *n is left as it is, or cut by tl_bufring_claim_slow (to 1, bid alone,
+ * when bid is in no position: the caller then reads no id at pos). The
+ * caller reads the ids (tl_bufring_bid_at(pos + i), i >= 1) before
  * it recycles any buffer: a recycle may reuse the entries of claimed
  * positions. */
 static inline uint32_t tl_bufring_claim(struct tl_bufring *b, uint32_t bid, uint32_t *n)

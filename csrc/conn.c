@@ -634,6 +634,45 @@ int tl_conn_fair_still_held(const struct tl_loop *l, const struct tl_conn *c)
 	       l->evq.own_bytes[c->slot] > l->cfg.conn_max_bytes / 2;
 }
 
+/* conn_room is how much c may publish before conn_held_slow has to
+ * decide whether it waits: events and payload bytes (UINT64_MAX: no
+ * bound), and skip_w, the arena write position its fair skip ends at
+ * (UINT64_MAX: none). No bound while counting is off (c is alone: loop.c
+ * turns it on from two connections with a socket, and nobody's message
+ * can wait behind it); up to fair_skip while c is heavy with nobody to
+ * protect (fair_skip_set); else what is left of its share on the cached
+ * counts (they only overstate; bytes may be 0: a message without payload
+ * still fits). Returns 0 when c is at or past its share of events or past
+ * its share of bytes (conn_held_slow decides), else 1. conn_held asks it
+ * per message, feed_burst once for a burst. */
+struct conn_room {
+	uint64_t events, bytes, skip_w;
+};
+
+static inline __attribute__((always_inline)) int conn_room(const struct tl_loop *l, const struct tl_conn *c,
+							     struct conn_room *r)
+{
+	const struct tl_evq *q = &l->evq;
+	uint32_t oe, me = l->cfg.conn_max_events;
+	uint64_t ob, mb = l->cfg.conn_max_bytes;
+
+	r->events = r->bytes = r->skip_w = UINT64_MAX;
+	if (!q->counting)
+		return 1;
+	if (q->tail < c->fair_skip && q->wpos < c->fair_skip_w) {
+		r->events = c->fair_skip - q->tail;
+		r->skip_w = c->fair_skip_w;
+		return 1;
+	}
+	oe = q->own_events[c->slot];
+	ob = q->own_bytes[c->slot];
+	if (oe >= me || ob > mb)
+		return 0;
+	r->events = me - oe;
+	r->bytes = mb - ob;
+	return 1;
+}
+
 /* conn_held says whether c must wait before it publishes its next
  * peer-driven event (a data message, a ping or a pong) with an n-byte
  * payload: c already has its share of the event ring pending, appended
@@ -654,16 +693,10 @@ int tl_conn_fair_still_held(const struct tl_loop *l, const struct tl_conn *c)
  * past it while the flood has nobody to protect. */
 static inline __attribute__((always_inline)) int conn_held(struct tl_loop *l, struct tl_conn *c, size_t n)
 {
-	struct tl_evq *q = &l->evq;
+	struct conn_room r;
 
-	/* Counting is off while c is alone (loop.c turns it on from two
-	 * connections with a socket): nobody's message can wait behind it. */
-	if (!q->counting || __builtin_expect(q->own_events[c->slot] < l->cfg.conn_max_events &&
-						     q->own_bytes[c->slot] + n <= l->cfg.conn_max_bytes,
-					     1))
+	if (__builtin_expect(conn_room(l, c, &r) && n <= r.bytes, 1))
 		return 0;
-	if (q->tail < c->fair_skip && q->wpos < c->fair_skip_w)
-		return 0; /* heavy with nobody to protect (conn_held_slow) */
 	return conn_held_slow(l, c, n);
 }
 
@@ -1106,33 +1139,22 @@ static inline __attribute__((always_inline)) size_t feed_burst(struct tl_loop *l
 {
 	struct tl_evq *q = &l->evq;
 	struct tl_evq_run r;
-	uint64_t max_ev = UINT64_MAX, max_bytes = UINT64_MAX, maxmsg = l->cfg.max_message, skip_w = UINT64_MAX;
+	struct conn_room room;
+	uint64_t maxmsg = l->cfg.max_message;
 	int inplace = conn_inplace(l, c);
 
-	if (q->counting) {
-		/* conn_held's test, for the whole burst: under the share on the
-		 * cached counts (they only overstate), or heavy with nobody to
-		 * protect until fair_skip; the message that would pass the share
-		 * goes through conn_held itself. */
-		uint32_t me = l->cfg.conn_max_events, oe = q->own_events[c->slot];
-		uint64_t mb = l->cfg.conn_max_bytes, ob = q->own_bytes[c->slot];
-		if (q->tail < c->fair_skip && q->wpos < c->fair_skip_w) {
-			max_ev = c->fair_skip - q->tail;
-			skip_w = c->fair_skip_w;
-		} else {
-			if (oe >= me || ob >= mb)
-				return off;
-			max_ev = me - oe;
-			max_bytes = mb - ob;
-		}
-	}
-	tl_evq_run_begin(q, &r, c->slot, c->gen, !inplace, max_ev);
-	if (r.wend > skip_w)
-		r.wend = skip_w; /* copy mode: a skip ends where the arena would come under pressure */
+	/* conn_held's test, for the whole burst: the message that would pass
+	 * the share goes through conn_held itself (a share with no byte left
+	 * too: the burst is for payloads). */
+	if (!conn_room(l, c, &room) || room.bytes == 0)
+		return off;
+	tl_evq_run_begin(q, &r, c->slot, c->gen, !inplace, room.events);
+	if (r.wend > room.skip_w)
+		r.wend = room.skip_w; /* copy mode: a skip ends where the arena would come under pressure */
 	/* Two copies of the loop, each with its mode a constant: the in-place
 	 * one (receive slots, the Decoder's buffer) carries no arena state. */
-	off = inplace ? burst_frames(&r, p, n, off, maxmsg, max_bytes, 0)
-		      : burst_frames(&r, p, n, off, maxmsg, max_bytes, 1);
+	off = inplace ? burst_frames(&r, p, n, off, maxmsg, room.bytes, 0)
+		      : burst_frames(&r, p, n, off, maxmsg, room.bytes, 1);
 	if (r.tail != q->tail) {
 		/* Counted before tl_evq_run_end: an early publish there stores
 		 * the pool's counters with the tail. */

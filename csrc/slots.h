@@ -177,8 +177,8 @@ static inline uint32_t tl_slots_take(struct tl_slots *s, int hs, uint32_t bid, i
 	uint32_t cnt = left > g->size ? (left + g->size - 1) / g->size : 1;
 	uint32_t pos = tl_bufring_claim(g, bid, &cnt), prev = 0;
 
-	if (cnt == 0)
-		cnt = 1; /* only bid is known (never expected: tl_bufring_claim_slow) */
+	/* cnt >= 1: a claim whose bid is in no position is bid alone
+	 * (never expected: tl_bufring_claim_slow). */
 	for (uint32_t i = 0; i < cnt; i++) {
 		uint32_t q = base + (i ? tl_bufring_bid_at(g, pos + i) : bid);
 		s->len[q] = left < g->size ? left : g->size;
