@@ -8,11 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	. "github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
+	"golang.org/x/sys/unix"
 )
 
 // The inline loop (Config.InlineLoop; docs/ARCHITECTURE.md, "Inline
@@ -458,5 +464,248 @@ func TestInlineFloodCloseRace(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// slowUpgrade starts a gorilla server (ws, or wss when secure) that
+// answers the upgrade only after delay, then sends "hello" and reads
+// until the connection ends; every ended connection is reported on the
+// returned channel.
+func slowUpgrade(t *testing.T, delay time.Duration, secure bool) (string, <-chan struct{}) {
+	ended := make(chan struct{}, 16)
+	up := websocket.Upgrader{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { ended <- struct{}{} }()
+		time.Sleep(delay)
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if c.WriteMessage(websocket.TextMessage, []byte("hello")) != nil {
+			return
+		}
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	if secure {
+		srv.TLS = serverTLS(t, testCertFile, testKeyFile, 0, 0)
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	if secure {
+		return "wss" + strings.TrimPrefix(srv.URL, "https"), ended
+	}
+	return "ws" + strings.TrimPrefix(srv.URL, "http"), ended
+}
+
+// dialAway dials url from another goroutine with a context of d and
+// reports its error (a Conn it returned is an error too: these dials
+// must give up).
+func dialAway(p *Pool, url string, opts *DialOptions, d time.Duration) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		c, err := p.Dial(ctx, url, opts)
+		if err == nil {
+			err = fmt.Errorf("dial returned %v", c)
+		}
+		res <- err
+	}()
+	return res
+}
+
+// TestInlineAbandonedDial: a Dial from a goroutine that does not pump
+// gives up (its context ends) while its connection waits for a slow
+// upgrade; the pool's goroutine, which ran the loop while the dial
+// started, pumps again only after the server answered the upgrade and
+// sent a message. The caller never got the Conn, so nothing of it may
+// surface: no EventOpen, no message; the connection is closed (the
+// server sees it end) and its slot freed (ConnCount 0). The threaded
+// mode, the model, is held to the same.
+func TestInlineAbandonedDial(t *testing.T) {
+	for _, mode := range []string{"inline", "threaded"} {
+		for _, secure := range []bool{false, true} {
+			name := mode + "/ws"
+			opts := (*DialOptions)(nil)
+			if secure {
+				name, opts = mode+"/wss", tlsOpts
+			}
+			t.Run(name, func(t *testing.T) {
+				url, ended := slowUpgrade(t, 500*time.Millisecond, secure)
+				var got []string
+				record := func(c Conn, ev Event) { got = append(got, fmt.Sprintf("%v %q", ev.Kind, ev.Payload)) }
+				cfg := Config{OnEvent: record}
+				if mode == "inline" {
+					cfg.InlineLoop = true
+				}
+				p := newTestPool(t, cfg, hangGuard)
+				start := time.Now()
+				dialed := dialAway(p, url, opts, 250*time.Millisecond)
+				// Run the loop while the dial starts (connect, TLS, the
+				// upgrade request), then not at all.
+				for time.Since(start) < 100*time.Millisecond {
+					if _, err := p.PumpEventsNowait(record); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if err := <-dialed; !errors.Is(err, ErrTimeout) {
+					t.Fatalf("dial with a 250 ms context, upgrade after 500 ms: %v", err)
+				}
+				// The upgrade and "hello" arrive while nobody pumps.
+				time.Sleep(800*time.Millisecond - time.Since(start))
+				deadline := time.Now().Add(5 * time.Second)
+				for p.ConnCount() != 0 || time.Since(start) < time.Second {
+					if time.Now().After(deadline) {
+						t.Fatalf("abandoned dial still counted 5 s on (events %q)", got)
+					}
+					if _, err := p.PumpEventsNowait(record); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if len(got) != 0 {
+					t.Fatalf("events of a Conn the caller never got: %q", got)
+				}
+				select {
+				case <-ended:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the server's connection did not end")
+				}
+			})
+		}
+	}
+}
+
+// TestInlineDialWhileCallbackWaits: the pool's goroutine is inside a
+// pump callback (not running the loop) that waits for another
+// goroutine's Dial; that Dial's context ends. Dial must return
+// ErrTimeout with its context, not when the callback returns (it did not
+// while the pump was claimed, and a callback waiting for it never
+// returned); its connection then never surfaces, and the pool's own
+// connection goes on.
+func TestInlineDialWhileCallbackWaits(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
+			slow, _ := slowUpgrade(t, 300*time.Millisecond, secure)
+			echo := wstest.NewGorilla().Start(t).URL + "/echo"
+			p, c := dialOpts(t, inlineCfg, echo, nil)
+			opts := (*DialOptions)(nil)
+			if secure {
+				opts = tlsOpts
+			}
+			if err := c.SendText([]byte("go")); err != nil {
+				t.Fatal(err)
+			}
+			var dialErr error
+			waited := time.Duration(-1)
+			var others []string
+			echoes := 0
+			for echoes < 2 {
+				if _, err := p.Pump(func(cc Conn, ev Event) {
+					if cc != c {
+						others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
+						return
+					}
+					if ev.Kind != EventText {
+						return
+					}
+					echoes++
+					if echoes == 1 {
+						start := time.Now()
+						res := dialAway(p, slow, opts, 200*time.Millisecond)
+						select {
+						case dialErr = <-res:
+							waited = time.Since(start)
+						case <-time.After(5 * time.Second):
+						}
+						if err := c.SendText([]byte("again")); err != nil {
+							t.Error(err)
+						}
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if waited < 0 || !errors.Is(dialErr, ErrTimeout) {
+				t.Fatalf("Dial with a 200 ms context, the loop's goroutine in a callback waiting for it: %v after %v", dialErr, waited)
+			}
+			// The abandoned connection ends (the loop aborts it, maybe
+			// before it connected) without an event; the pool's own one
+			// stays.
+			deadline := time.Now().Add(10 * time.Second)
+			for p.ConnCount() != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d connections 10 s on", p.ConnCount())
+				}
+				if _, err := p.PumpEventsNowait(func(cc Conn, ev Event) {
+					if cc != c {
+						others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if len(others) != 0 || c.State() != StateOpen {
+				t.Fatalf("events of a Conn the caller never got: %q; own connection %v", others, c.State())
+			}
+		})
+	}
+}
+
+// TestInlineLoopCPU: LoopCPU pins the inline loop's thread (the Pool's
+// goroutine's) while the Pool lives, round trips run pinned, and the
+// Pool's Close on that goroutine gives the thread its mask back; a CPU
+// that does not exist fails NewPool, leaving the mask as it was.
+func TestInlineLoopCPU(t *testing.T) {
+	runtime.LockOSThread() // observe one thread across Close's unlock
+	defer runtime.UnlockOSThread()
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		t.Fatal(err)
+	}
+	cpu := -1
+	for i := 0; i < 1024; i++ {
+		if before.IsSet(i) {
+			cpu = i // the last CPU allowed
+		}
+	}
+	if before.Count() < 2 {
+		t.Skip("one CPU allowed: pinning would not show")
+	}
+	srv := wstest.NewGorilla().Start(t)
+	p, c := dialOpts(t, Config{InlineLoop: true, LoopCPU: cpu, LoopCPUSet: true}, srv.URL+"/echo", nil)
+	var now unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &now); err != nil {
+		t.Fatal(err)
+	}
+	if now.Count() != 1 || !now.IsSet(cpu) {
+		t.Fatalf("inline loop's thread allowed on %d CPUs (CPU %d set: %v), want only CPU %d", now.Count(), cpu, now.IsSet(cpu), cpu)
+	}
+	if seen, err := pingPong(p, c, 200); err != nil || seen != 200 {
+		t.Fatalf("%d/200 echoes: %v", seen, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SchedGetaffinity(0, &now); err != nil {
+		t.Fatal(err)
+	}
+	if now != before {
+		t.Fatalf("after Close the thread's mask has %d CPUs, before NewPool %d", now.Count(), before.Count())
+	}
+	if _, err := NewPool(Config{InlineLoop: true, LoopCPU: 4095, LoopCPUSet: true}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("NewPool pinned to CPU 4095: %v", err)
+	}
+	if err := unix.SchedGetaffinity(0, &now); err != nil || now != before {
+		t.Fatalf("after a failed NewPool the mask has %d CPUs (%v), before %d", now.Count(), err, before.Count())
 	}
 }
