@@ -140,10 +140,31 @@ func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payloa
 	return nil
 }
 
+// lockSend takes sendMu. On an inline loop's own goroutine it never
+// sleeps on the lock: its holder may be another goroutine waiting in
+// reserve for ring room that only this thread's loop can make, so while
+// the lock is taken this goroutine runs the loop (iterations that do not
+// wait), which drains the ring and wakes the holder. Anywhere else it is
+// sendMu.Lock.
+func (p *shard) lockSend() {
+	if p.p.cfg.InlineLoop {
+		for {
+			if p.sendMu.TryLock() {
+				return
+			}
+			if !p.p.runInline(C.TL_INLINE_NOWAIT) {
+				break // another goroutine, or the loop stopped: the holder's wait ends without us
+			}
+			runtime.Gosched()
+		}
+	}
+	p.sendMu.Lock()
+}
+
 // command appends and publishes one record on slot's loop.
 func (p *Pool) command(op, flags uint8, code uint16, slot, gen uint32, payload []byte) error {
 	sh := p.shardOf[slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	if err := sh.putRecord(op, flags, code, slot, gen, payload); err != nil {
 		return err
@@ -214,7 +235,7 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	p := c.p
 	defer p.exit()
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	if held, ok := c.takeDirect(len(b)); ok {
 		sh.sendMu.Unlock()
 		return c.sendDirect(op, b, held) // stamps for the reply spin itself
@@ -368,7 +389,7 @@ func (c Conn) inject(b []byte) error {
 
 func (c Conn) tryInject(b []byte) error {
 	sh := c.p.shardOf[c.slot] // the caller is inside p.enter
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
 		return err
@@ -425,7 +446,7 @@ func (c Conn) control(op uint8, b []byte) error {
 	p := c.p
 	defer p.exit()
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	// Before the upgrade completes the loop has nowhere to put a control
 	// frame (only data messages wait for the open): say so instead of
@@ -465,7 +486,7 @@ func (c Conn) endConn(op uint8, code uint16, payload []byte) error {
 	p := c.p
 	defer p.exit()
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	if p.closed.Load() {
 		return ErrPoolClosed

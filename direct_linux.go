@@ -212,7 +212,7 @@ func (c Conn) handoff(rest []byte, held uint32) error {
 		testHookHandoff()
 	}
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	p.txAcc[c.slot].Add(uint64(len(rest)))
 	if err := sh.putRecord(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, rest); err != nil {

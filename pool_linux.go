@@ -646,7 +646,7 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].state)), uint32(StateConnecting))
 	// Send admission starts over; sendMu orders it against senders that
 	// still hold the slot's previous Conn (they fail its live check).
-	sh.sendMu.Lock()
+	sh.lockSend()
 	p.txAcc[s].Store(0)
 	p.txFull[s].Store(0)
 	d := &p.direct[s]

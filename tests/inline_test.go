@@ -12,12 +12,14 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	. "github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 	"golang.org/x/sys/unix"
 )
 
@@ -707,5 +709,82 @@ func TestInlineLoopCPU(t *testing.T) {
 	}
 	if err := unix.SchedGetaffinity(0, &now); err != nil || now != before {
 		t.Fatalf("after a failed NewPool the mask has %d CPUs (%v), before %d", now.Count(), err, before.Count())
+	}
+}
+
+// TestInlineSendersShareRing: another goroutine floods one connection
+// (through the command ring: no direct sends, wss) while the pool's
+// goroutine answers echoes on another from its callback. The ring (64
+// KiB) fills: the other goroutine waits for room holding the ring's
+// producer lock, and the callback's send needs that lock - it must run
+// the loop meanwhile (only its thread can drain the ring), not block on
+// the lock (a deadlock until Close, before). Every message of both
+// arrives.
+func TestInlineSendersShareRing(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
+			var sunk atomic.Int64
+			sink := wstest.NewGorilla()
+			sink.OnMessage = func(ws.Opcode, []byte) { sunk.Add(1) }
+			echo := wstest.NewGorilla()
+			var opts *DialOptions
+			if secure {
+				cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
+				sink, echo, opts = sink.StartTLS(t, cfg), echo.StartTLS(t, cfg), tlsOpts
+			} else {
+				sink, echo = sink.Start(t), echo.Start(t)
+			}
+			p, a := dialOpts(t, Config{InlineLoop: true, CmdRingSize: 64 << 10, NoDirectSend: true}, echo.URL+"/echo", opts)
+			ctx, cancel := dialCtx(t)
+			defer cancel()
+			// B is dialed from another goroutine while this one pumps
+			// (a Dial from the loop's goroutine runs the loop itself).
+			const n = 2000
+			flood := make(chan error, 1)
+			go func() {
+				b, err := p.Dial(ctx, sink.URL+"/collect", opts)
+				if err != nil {
+					flood <- err
+					return
+				}
+				msg := make([]byte, 8<<10)
+				for i := 0; i < n; i++ {
+					for {
+						err := b.SendBinary(msg)
+						if !errors.Is(err, ErrWouldBlock) {
+							if err != nil {
+								flood <- err
+								return
+							}
+							break
+						}
+						time.Sleep(100 * time.Microsecond)
+					}
+				}
+				flood <- nil
+			}()
+			if seen, err := pingPong(p, a, 3000); err != nil || seen != 3000 {
+				t.Fatalf("%d/3000 echoes beside the flood: %v", seen, err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			done := false
+			for !done || sunk.Load() < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("flood done %v, %d/%d messages at the sink", done, sunk.Load(), n)
+				}
+				select {
+				case err := <-flood:
+					if err != nil {
+						t.Fatal(err)
+					}
+					done = true
+				default:
+				}
+				if _, err := p.PumpNowait(func(Conn, Opcode, []byte) {}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
 	}
 }
