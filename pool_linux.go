@@ -877,11 +877,17 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	// without a lost wake-up. Never after Dial returned: the command needs
 	// Dial's enter (and its slot reference).
 	var abortMu sync.Mutex
-	waiting := true
+	waiting, refused := true, false
 	stop := context.AfterFunc(ctx, func() {
 		abortMu.Lock()
 		if waiting {
-			p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil) // fails only once the pool closes
+			// Fails once the pool closes; and on an inline loop's full
+			// ring (this is never the loop's goroutine): a wait there
+			// would keep Dial past its context. Another goroutine's
+			// Dial then claims the connection (below), which aborts it
+			// at the latest when it would open; the loop's goroutine's
+			// Dial sends the abort itself.
+			refused = p.commandOr(cmdClose, cmdfIfDialing, 1000, slot, gen, nil, true) == errRingFull
 		}
 		abortMu.Unlock()
 	})
@@ -936,6 +942,14 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 		}
 		if p.cfg.InlineLoop {
 			if p.runInline(C.TL_INLINE_ONCE) {
+				if cancelled != nil {
+					abortMu.Lock()
+					if refused {
+						refused = false
+						p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil) // (it runs the loop for room)
+					}
+					abortMu.Unlock()
+				}
 				continue
 			}
 			// Another goroutine's Dial on an inline pool: the loop runs
