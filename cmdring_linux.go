@@ -56,7 +56,14 @@ func (p *Pool) maxRecord() int {
 // and wakes after a drain while prod_waiting is set (and Close does too).
 // It returns ErrPoolClosed once the pool closes; a direct send's rest
 // (rest) still goes in until the loop is gone (Pool.close).
-func (p *shard) reserve(n uint64, rest bool) (uint64, error) {
+//
+// refuse: the caller may still take its command back (nothing of it is
+// in the ring: a send's first record, a ping). On an inline loop's ring,
+// from another goroutine than the loop's, it then gets errRingFull
+// instead of the sleep: only the loop's goroutine makes room, and it may
+// not run the loop for a long time (Send* promise not to wait;
+// SendContext waits with its context, waitRing).
+func (p *shard) reserve(n uint64, rest, refuse bool) (uint64, error) {
 	spins := 0
 	for {
 		if p.refuses(rest) {
@@ -90,6 +97,9 @@ func (p *shard) reserve(n uint64, rest bool) (uint64, error) {
 			spins++
 			runtime.Gosched()
 			continue
+		}
+		if refuse && p.p.cfg.InlineLoop {
+			return 0, errRingFull
 		}
 		// Announce, then recheck (Dekker with the loop's seq_cst store of
 		// head and load of prod_waiting), then sleep until a drain.
@@ -126,9 +136,9 @@ func (p *shard) refuses(rest bool) bool {
 
 // putRecord appends one record for global slot slot (one of the shard's)
 // without publishing it. Called with sendMu held.
-func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte) error {
+func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte, refuse bool) error {
 	n := cmdHdr + (uint64(len(payload))+15)&^15
-	off, err := p.reserve(n, op == cmdDirect)
+	off, err := p.reserve(n, op == cmdDirect, refuse)
 	if err != nil {
 		return err
 	}
@@ -140,12 +150,39 @@ func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payloa
 	return nil
 }
 
+// lockSend takes sendMu. On an inline loop's own goroutine it never
+// sleeps on the lock: its holder may be another goroutine waiting in
+// reserve for ring room that only this thread's loop can make, so while
+// the lock is taken this goroutine runs the loop (iterations that do not
+// wait), which drains the ring and wakes the holder. Anywhere else it is
+// sendMu.Lock.
+func (p *shard) lockSend() {
+	if p.p.cfg.InlineLoop {
+		for {
+			if p.sendMu.TryLock() {
+				return
+			}
+			if !p.p.runInline(C.TL_INLINE_NOWAIT) {
+				break // another goroutine, or the loop stopped: the holder's wait ends without us
+			}
+			runtime.Gosched()
+		}
+	}
+	p.sendMu.Lock()
+}
+
 // command appends and publishes one record on slot's loop.
 func (p *Pool) command(op, flags uint8, code uint16, slot, gen uint32, payload []byte) error {
+	return p.commandOr(op, flags, code, slot, gen, payload, false)
+}
+
+// commandOr is command; refuse as for reserve (errRingFull instead of a
+// wait that only an inline loop's goroutine can end).
+func (p *Pool) commandOr(op, flags uint8, code uint16, slot, gen uint32, payload []byte, refuse bool) error {
 	sh := p.shardOf[slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
-	if err := sh.putRecord(op, flags, code, slot, gen, payload); err != nil {
+	if err := sh.putRecord(op, flags, code, slot, gen, payload, refuse); err != nil {
 		return err
 	}
 	sh.publish()
@@ -214,7 +251,7 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	p := c.p
 	defer p.exit()
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	if held, ok := c.takeDirect(len(b)); ok {
 		sh.sendMu.Unlock()
 		return c.sendDirect(op, b, held) // stamps for the reply spin itself
@@ -229,7 +266,63 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	if p.replySpin != 0 {
 		p.noteSend(sh, nanotime()) // before the loop can send it (sendDirect says why)
 	}
-	return c.putChunksLocked(cmdSend, op, b)
+	if err := c.putChunksLocked(cmdSend, op, b); err != nil {
+		return c.unadmit(uint64(len(b)), err)
+	}
+	return nil
+}
+
+// errRingFull is a send refused because an inline loop's command ring is
+// full and the caller is not the loop's goroutine (reserve): an
+// ErrWouldBlock that SendContext waits out on the ring (waitRing).
+var errRingFull = fmt.Errorf("%w: the command ring is full until the inline loop's goroutine runs the loop", ErrWouldBlock)
+
+// unadmit takes back the units of a command the ring refused whole
+// (errRingFull; counted as a full queue) and returns err. Called with
+// sendMu held, like admit.
+func (c Conn) unadmit(units uint64, err error) error {
+	if err == errRingFull {
+		c.p.txAcc[c.slot].Add(^(units - 1))
+		c.p.countFull(c.slot)
+	}
+	return err
+}
+
+// waitRing sleeps until the command ring of c's loop has room for n
+// bytes, the pool closes or ctx is done (a SendContext refused with
+// errRingFull). The loop bumps space_seq after a drain while prod_waiting
+// is set, Close bumps it, and so does ctx's AfterFunc: no wake-up is
+// lost (the 1 s timeout covers another producer clearing prod_waiting).
+// The caller is inside p.enter.
+func (c Conn) waitRing(ctx context.Context, n uint64) error {
+	sh := c.p.shardOf[c.slot]
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		atomic.AddUint32(sh.spaceSeq, 1)
+		futexWake(sh.spaceSeq)
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
+	n = cmdHdr + (min(n, uint64(c.p.maxRecord()))+15)&^15
+	for {
+		atomic.StoreUint32(sh.prodWaiting, 1)
+		seq := atomic.LoadUint32(sh.spaceSeq)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("talaris: send: %w", err)
+		}
+		if c.p.closed.Load() {
+			return ErrPoolClosed
+		}
+		// Room for the record, wherever the tail is (a wrap may pad it).
+		if atomic.LoadUint64(sh.cmdTail)+2*n-atomic.LoadUint64(sh.cmdHead) <= sh.cmdSize {
+			return nil
+		}
+		futexWait(sh.spaceSeq, seq, time.Second)
+	}
 }
 
 // noteSend stamps an accepted send for the reply spin (Config.ReplySpin):
@@ -274,8 +367,13 @@ func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
 	}
 	defer c.p.exit()
 	err := c.trySend(op, b, true)
-	for err == ErrWouldBlock || err == errInGap {
-		if err = c.waitWritable(ctx, uint64(len(b))); err == nil {
+	for err == ErrWouldBlock || err == errInGap || err == errRingFull {
+		if err == errRingFull {
+			err = c.waitRing(ctx, uint64(len(b)))
+		} else {
+			err = c.waitWritable(ctx, uint64(len(b)))
+		}
+		if err == nil {
 			err = c.trySend(op, b, false)
 		}
 	}
@@ -368,7 +466,7 @@ func (c Conn) inject(b []byte) error {
 
 func (c Conn) tryInject(b []byte) error {
 	sh := c.p.shardOf[c.slot] // the caller is inside p.enter
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	if err := c.admit(uint64(len(b))); err != nil {
 		return err
@@ -400,7 +498,7 @@ func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte) error {
 				flags |= cmdfFin
 			}
 		}
-		if err := sh.putRecord(cmd, flags, 0, c.slot, c.gen, chunk); err != nil {
+		if err := sh.putRecord(cmd, flags, 0, c.slot, c.gen, chunk, first && cmd == cmdSend); err != nil {
 			return err
 		}
 		b = b[len(chunk):]
@@ -425,7 +523,7 @@ func (c Conn) control(op uint8, b []byte) error {
 	p := c.p
 	defer p.exit()
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	// Before the upgrade completes the loop has nowhere to put a control
 	// frame (only data messages wait for the open): say so instead of
@@ -439,8 +537,8 @@ func (c Conn) control(op uint8, b []byte) error {
 		}
 		return err
 	}
-	if err := sh.putRecord(op, 0, 0, c.slot, c.gen, b); err != nil {
-		return err
+	if err := sh.putRecord(op, 0, 0, c.slot, c.gen, b, true); err != nil {
+		return c.unadmit(uint64(len(b))+ctrlUnits, err)
 	}
 	sh.publish()
 	return nil
@@ -465,7 +563,7 @@ func (c Conn) endConn(op uint8, code uint16, payload []byte) error {
 	p := c.p
 	defer p.exit()
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	if p.closed.Load() {
 		return ErrPoolClosed
@@ -477,7 +575,7 @@ func (c Conn) endConn(op uint8, code uint16, payload []byte) error {
 	seq := (*uint32)(unsafe.Pointer(&p.pub[c.slot].tx_seq))
 	atomic.AddUint32(seq, 1)
 	futexWake(seq)
-	if err := sh.putRecord(op, 0, code, c.slot, c.gen, payload); err != nil {
+	if err := sh.putRecord(op, 0, code, c.slot, c.gen, payload, false); err != nil {
 		return err
 	}
 	sh.publish()

@@ -126,11 +126,16 @@ type Config struct {
 	// themselves - one cgo call per batch of events, which waits in the
 	// kernel when there is nothing to do - so a message wakes one thread,
 	// not the loop thread and then the pump. Connections make progress
-	// only while that goroutine pumps, dials or closes: a Pump from
-	// another goroutine returns ErrNotLoopThread, a Dial from another
-	// goroutine waits for that goroutine's pump, and a Close from another
-	// goroutine closes the sockets without their close handshakes.
-	// Loops must be 1. docs/ARCHITECTURE.md, "Inline loop".
+	// only while that goroutine pumps, dials, sends or closes. From
+	// another goroutine: Pump returns ErrNotLoopThread (once it would
+	// have to run the loop: events already published are delivered), Dial
+	// waits for that goroutine's pump (when its context ends first it
+	// returns ErrTimeout and the connection never opens), Send* return
+	// ErrWouldBlock while the command ring (CmdRingSize) is full, and
+	// Close closes the sockets without their close handshakes.
+	// Loops must be 1. LoopCPU (or LoopCPUs[0]) pins that goroutine's
+	// thread, which is the loop's, until the Pool's Close on it restores
+	// the thread's previous CPU mask. docs/ARCHITECTURE.md, "Inline loop".
 	InlineLoop bool
 
 	EventRingSize uint32 // events in the C->Go ring, a power of two (65536)

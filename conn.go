@@ -121,6 +121,9 @@ func (c Conn) Pool() *Pool { return c.p }
 // ErrWouldBlock (not counted in SendQueueFull) and queues nothing; a
 // message that raced the drop is dropped, never sent on the next
 // connection (DialOptions.Subscribe is what every new connection gets).
+// With Config.InlineLoop, from a goroutine other than the Pool's, it also
+// returns ErrWouldBlock (counted) when the command ring is full until
+// that goroutine runs the loop again.
 func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }
 
 // SendBinary queues b as one binary message, like SendText.

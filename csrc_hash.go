@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x065c6ef7f1a92f96
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6983c25035b06da4
 import "C"
 
-const csrcHash = "065c6ef7f1a92f96"
+const csrcHash = "6983c25035b06da4"

@@ -212,10 +212,10 @@ func (c Conn) handoff(rest []byte, held uint32) error {
 		testHookHandoff()
 	}
 	sh := p.shardOf[c.slot]
-	sh.sendMu.Lock()
+	sh.lockSend()
 	defer sh.sendMu.Unlock()
 	p.txAcc[c.slot].Add(uint64(len(rest)))
-	if err := sh.putRecord(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, rest); err != nil {
+	if err := sh.putRecord(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, rest, false); err != nil {
 		return err // the pool closed: the loop is gone, and the socket with it
 	}
 	sh.publish()

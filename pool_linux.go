@@ -157,6 +157,11 @@ type pool struct {
 	bellSleeps      atomic.Uint64 // PoolStats.BellSleeps
 	bellRings       atomic.Uint64 // PoolStats.BellRings
 	bellEvents      [8]unix.EpollEvent
+
+	// inlineAff is the CPU mask the thread of an inline loop had before
+	// NewPool pinned it to LoopCPU (nil: not pinned); the loop's own
+	// Close restores it before it unlocks the thread.
+	inlineAff *unix.CPUSet
 }
 
 // closingBias is added to inflight by Close: far above any real count.
@@ -217,15 +222,19 @@ func newPool(cfg Config) (*Pool, error) {
 		cc.tls_record_layer = 1
 	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
+	p := &Pool{}
 	if d.InlineLoop {
 		cc.inline_loop = 1
 		// The ring is created on this thread, which alone may run it:
 		// this goroutine stays on it until Close.
 		runtime.LockOSThread()
+		if err := p.pinInline(d); err != nil {
+			runtime.UnlockOSThread()
+			return nil, err
+		}
 	}
 	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 
-	p := &Pool{}
 	p.cfg = d
 	if d.ReplySpin > 0 && (d.LoopWait == WaitAdaptive || d.ConsumerWait == WaitAdaptive) {
 		p.replySpin = int64(d.ReplySpin)
@@ -255,6 +264,7 @@ func newPool(cfg Config) (*Pool, error) {
 		if err != nil {
 			p.freeShards()
 			if d.InlineLoop {
+				p.unpinInline()
 				runtime.UnlockOSThread()
 			}
 			return nil, err
@@ -291,6 +301,42 @@ func newPool(cfg Config) (*Pool, error) {
 	p.quiet = make([]atomic.Uint32, d.MaxConns)
 	p.drained = make(chan struct{})
 	return p, nil
+}
+
+// pinInline pins the calling thread, which runs an inline loop, to the
+// loop's CPU (LoopCPUs[0], else LoopCPU when LoopCPUSet), as a loop
+// thread pins itself: the loop and the pump are this one thread. The
+// mask it had is kept for unpinInline.
+func (p *Pool) pinInline(d Config) error {
+	cpu := d.LoopCPU
+	if len(d.LoopCPUs) > 0 {
+		cpu = d.LoopCPUs[0]
+	}
+	if cpu < 0 {
+		return nil
+	}
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return fmt.Errorf("%w: pin the inline loop's thread to CPU %d: %w", ErrInvalidConfig, cpu, err)
+	}
+	set.Set(cpu) // (ignored past the set's end)
+	if set.Count() != 1 {
+		return fmt.Errorf("%w: pin the inline loop's thread to CPU %d: no such CPU", ErrInvalidConfig, cpu)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("%w: pin the inline loop's thread to CPU %d: %w", ErrInvalidConfig, cpu, err)
+	}
+	p.inlineAff = &old
+	return nil
+}
+
+// unpinInline gives the calling thread (the inline loop's) the mask it
+// had before pinInline, before the thread goes back to the scheduler.
+func (p *Pool) unpinInline() {
+	if p.inlineAff != nil {
+		unix.SchedSetaffinity(0, p.inlineAff) // best effort: the mask was this thread's
+		p.inlineAff = nil
+	}
 }
 
 // openBell creates the pump's doorbell (Config.ReplyDoorbell): an
@@ -410,6 +456,7 @@ func (p *Pool) close() error {
 		futexWake(sh.spaceSeq)
 		if C.tl_loop_inline_owner(sh.loop) != 0 {
 			defer runtime.UnlockOSThread()
+			defer p.unpinInline()
 		}
 		C.tl_loop_stop(sh.loop)
 		sh.gone.Store(true)
@@ -599,7 +646,7 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&p.pub[s].state)), uint32(StateConnecting))
 	// Send admission starts over; sendMu orders it against senders that
 	// still hold the slot's previous Conn (they fail its live check).
-	sh.sendMu.Lock()
+	sh.lockSend()
 	p.txAcc[s].Store(0)
 	p.txFull[s].Store(0)
 	d := &p.direct[s]
@@ -830,11 +877,17 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	// without a lost wake-up. Never after Dial returned: the command needs
 	// Dial's enter (and its slot reference).
 	var abortMu sync.Mutex
-	waiting := true
+	waiting, refused := true, false
 	stop := context.AfterFunc(ctx, func() {
 		abortMu.Lock()
 		if waiting {
-			p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil) // fails only once the pool closes
+			// Fails once the pool closes; and on an inline loop's full
+			// ring (this is never the loop's goroutine): a wait there
+			// would keep Dial past its context. Another goroutine's
+			// Dial then claims the connection (below), which aborts it
+			// at the latest when it would open; the loop's goroutine's
+			// Dial sends the abort itself.
+			refused = p.commandOr(cmdClose, cmdfIfDialing, 1000, slot, gen, nil, true) == errRingFull
 		}
 		abortMu.Unlock()
 	})
@@ -889,13 +942,27 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 		}
 		if p.cfg.InlineLoop {
 			if p.runInline(C.TL_INLINE_ONCE) {
+				if cancelled != nil {
+					abortMu.Lock()
+					if refused {
+						refused = false
+						p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil) // (it runs the loop for room)
+					}
+					abortMu.Unlock()
+				}
 				continue
 			}
-			if cancelled != nil && p.pumping.Load() != 1 {
-				// Another goroutine's Dial on an inline pool nobody
-				// pumps: the abort waits in the command ring. (While
-				// the loop's goroutine pumps, the wait below sees the
-				// abort's outcome, or the open that beat it.)
+			// Another goroutine's Dial on an inline pool: the loop runs
+			// only when the pool's goroutine drives it (which may be
+			// never, or only after a callback that waits for this Dial
+			// returned), so the abort may wait in the command ring
+			// while the upgrade completes. Dial returns at once and
+			// claims the connection as abandoned: the loop then aborts
+			// it where it would open (tl_pub_claim_open), so no event of
+			// a Conn its caller never got surfaces. The claim fails only
+			// when the loop opened it first: Dial returns it (the wait
+			// below sees the open), as with a loop thread.
+			if cancelled != nil && atomic.CompareAndSwapUint32((*uint32)(unsafe.Pointer(&pb.dial_claim)), C.TL_CLAIM_NONE, C.TL_CLAIM_ABANDONED) {
 				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
 				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
 				return Conn{}, err

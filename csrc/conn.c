@@ -770,6 +770,13 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 			memcpy(pub->proto, rs.protocol, pl);
 		pub->proto[pl] = 0;
 	}
+	if (tl_pub_claim_open(l, c) < 0) {
+		/* Its Dial gave up while nobody ran the (inline) loop: the
+		 * caller never had the Conn, so it must never open. */
+		*used = n;
+		tl_conn_fail(l, c, TL_E_ABORTED, 0, 0, "dial abandoned: its context ended");
+		return TL_FEED_DEAD;
+	}
 	*used = take - (c->hs_len - rs.head_len);
 	free(c->hs);
 	c->hs = NULL;

@@ -56,6 +56,15 @@ void tl_pub_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 	pub_tx_notify(l, c); /* and a SendContext on tx_seq: it returns once the connection ends */
 }
 
+int tl_pub_claim_open(struct tl_loop *l, struct tl_conn *c)
+{
+	uint32_t *w = &l->pub[c->slot].dial_claim, none = TL_CLAIM_NONE;
+	/* Acquire/release pair with Go's CAS: one of the two wins. */
+	if (__atomic_compare_exchange_n(w, &none, TL_CLAIM_LOOP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return 0;
+	return none == TL_CLAIM_ABANDONED ? -1 : 0;
+}
+
 void tl_pub_detail(struct tl_loop *l, struct tl_conn *c, const char *msg)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];

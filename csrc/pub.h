@@ -16,6 +16,13 @@ struct tl_conn;
  * starts c's heartbeat (tl_timer_hb_start). */
 void tl_pub_set_state(struct tl_loop *l, struct tl_conn *c, int st);
 
+/* tl_pub_claim_open decides, before c's open is published, between the
+ * loop and a Dial that gave up (tl_conn_pub.dial_claim, TL_CLAIM_*).
+ * Returns 0 when c may open (the loop's claim, or an earlier one), -1
+ * when its Dial abandoned it: the caller must fail it instead (its
+ * caller never had the Conn). */
+int tl_pub_claim_open(struct tl_loop *l, struct tl_conn *c);
+
 /* tl_pub_detail stores msg (copied, truncated; NULL: empty) as c's public
  * error detail. */
 void tl_pub_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);

@@ -203,13 +203,24 @@ struct tl_conn_pub {
 	uint32_t tx_seq;     /* futex word: bumped when tx_done advances or the state changes */
 	uint32_t tx_waiters; /* Go goroutines sleeping on tx_seq; C wakes only when not 0 */
 	uint32_t gap;     /* 1 from a reconnecting drop until the next open: Send* refuse */
-	uint32_t pad0;
+	uint32_t dial_claim; /* TL_CLAIM_*: who decided a Dial's fate first (tl_pub_claim_open) */
 	uint64_t reconnects; /* successful re-opens of this handle */
 	/* Direct sends (txown.h): who may write this plain connection's
 	 * socket, and the socket Go writes while it holds it. */
 	uint32_t tx_own;  /* TL_OWN_* state | TL_OWN_WANT | epoch << TL_OWN_EPOCH_SHIFT */
 	int32_t tx_fd;    /* the socket; valid while tx_own is FREE or GO */
 };
+
+/* dial_claim values. Go resets the word to NONE with the block. An inline
+ * loop's Dial from another goroutine whose context ended cannot wait for
+ * the loop (nobody may be running it): it CASes NONE -> ABANDONED and
+ * returns; the loop CASes NONE -> LOOP before it publishes an open
+ * (tl_pub_claim_open). Whoever wins decides: an abandoned connection is
+ * aborted instead of opening (its caller never had the Conn), a claimed
+ * one is returned by Dial. */
+#define TL_CLAIM_NONE 0u
+#define TL_CLAIM_ABANDONED 1u
+#define TL_CLAIM_LOOP 2u
 
 /* tx_own states (bits 0-1). The loop owns a connection's socket output
  * (TL_OWN_LOOP, also the zero value Go resets the block to) until it has
@@ -289,6 +300,7 @@ TL_LAYOUT(tl_conn_pub, tx_done, 248);
 TL_LAYOUT(tl_conn_pub, tx_seq, 256);
 TL_LAYOUT(tl_conn_pub, tx_waiters, 260);
 TL_LAYOUT(tl_conn_pub, gap, 264);
+TL_LAYOUT(tl_conn_pub, dial_claim, 268);
 TL_LAYOUT(tl_conn_pub, reconnects, 272);
 TL_LAYOUT(tl_conn_pub, tx_own, 280);
 TL_LAYOUT(tl_conn_pub, tx_fd, 284);

@@ -8,11 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	. "github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+	"golang.org/x/sys/unix"
 )
 
 // The inline loop (Config.InlineLoop; docs/ARCHITECTURE.md, "Inline
@@ -459,4 +467,633 @@ func TestInlineFloodCloseRace(t *testing.T) {
 			})
 		}
 	}
+}
+
+// slowUpgrade starts a gorilla server (ws, or wss when secure) that
+// answers the upgrade only after delay, then sends "hello" and reads
+// until the connection ends; every ended connection is reported on the
+// returned channel.
+func slowUpgrade(t *testing.T, delay time.Duration, secure bool) (string, <-chan struct{}) {
+	ended := make(chan struct{}, 16)
+	up := websocket.Upgrader{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { ended <- struct{}{} }()
+		time.Sleep(delay)
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if c.WriteMessage(websocket.TextMessage, []byte("hello")) != nil {
+			return
+		}
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	if secure {
+		srv.TLS = serverTLS(t, testCertFile, testKeyFile, 0, 0)
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	if secure {
+		return "wss" + strings.TrimPrefix(srv.URL, "https"), ended
+	}
+	return "ws" + strings.TrimPrefix(srv.URL, "http"), ended
+}
+
+// dialAway dials url from another goroutine with a context of d and
+// reports its error (a Conn it returned is an error too: these dials
+// must give up).
+func dialAway(p *Pool, url string, opts *DialOptions, d time.Duration) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		c, err := p.Dial(ctx, url, opts)
+		if err == nil {
+			err = fmt.Errorf("dial returned %v", c)
+		}
+		res <- err
+	}()
+	return res
+}
+
+// TestInlineAbandonedDial: a Dial from a goroutine that does not pump
+// gives up (its context ends) while its connection waits for a slow
+// upgrade; the pool's goroutine, which ran the loop while the dial
+// started, pumps again only after the server answered the upgrade and
+// sent a message. The caller never got the Conn, so nothing of it may
+// surface: no EventOpen, no message; the connection is closed (the
+// server sees it end) and its slot freed (ConnCount 0). The threaded
+// mode, the model, is held to the same.
+func TestInlineAbandonedDial(t *testing.T) {
+	for _, mode := range []string{"inline", "threaded"} {
+		for _, secure := range []bool{false, true} {
+			name := mode + "/ws"
+			opts := (*DialOptions)(nil)
+			if secure {
+				name, opts = mode+"/wss", tlsOpts
+			}
+			t.Run(name, func(t *testing.T) {
+				url, ended := slowUpgrade(t, 500*time.Millisecond, secure)
+				var got []string
+				record := func(c Conn, ev Event) { got = append(got, fmt.Sprintf("%v %q", ev.Kind, ev.Payload)) }
+				cfg := Config{OnEvent: record}
+				if mode == "inline" {
+					cfg.InlineLoop = true
+				}
+				p := newTestPool(t, cfg, hangGuard)
+				start := time.Now()
+				dialed := dialAway(p, url, opts, 250*time.Millisecond)
+				// Run the loop while the dial starts (connect, TLS, the
+				// upgrade request), then not at all.
+				for time.Since(start) < 100*time.Millisecond {
+					if _, err := p.PumpEventsNowait(record); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if err := <-dialed; !errors.Is(err, ErrTimeout) {
+					t.Fatalf("dial with a 250 ms context, upgrade after 500 ms: %v", err)
+				}
+				// The upgrade and "hello" arrive while nobody pumps.
+				time.Sleep(800*time.Millisecond - time.Since(start))
+				deadline := time.Now().Add(5 * time.Second)
+				for p.ConnCount() != 0 || time.Since(start) < time.Second {
+					if time.Now().After(deadline) {
+						t.Fatalf("abandoned dial still counted 5 s on (events %q)", got)
+					}
+					if _, err := p.PumpEventsNowait(record); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if len(got) != 0 {
+					t.Fatalf("events of a Conn the caller never got: %q", got)
+				}
+				select {
+				case <-ended:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the server's connection did not end")
+				}
+			})
+		}
+	}
+}
+
+// TestInlineDialWhileCallbackWaits: the pool's goroutine is inside a
+// pump callback (not running the loop) that waits for another
+// goroutine's Dial; that Dial's context ends. Dial must return
+// ErrTimeout with its context, not when the callback returns (it did not
+// while the pump was claimed, and a callback waiting for it never
+// returned); its connection then never surfaces, and the pool's own
+// connection goes on.
+func TestInlineDialWhileCallbackWaits(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
+			slow, _ := slowUpgrade(t, 300*time.Millisecond, secure)
+			echo := wstest.NewGorilla().Start(t).URL + "/echo"
+			p, c := dialOpts(t, inlineCfg, echo, nil)
+			opts := (*DialOptions)(nil)
+			if secure {
+				opts = tlsOpts
+			}
+			if err := c.SendText([]byte("go")); err != nil {
+				t.Fatal(err)
+			}
+			var dialErr error
+			waited := time.Duration(-1)
+			var others []string
+			echoes := 0
+			for echoes < 2 {
+				if _, err := p.Pump(func(cc Conn, ev Event) {
+					if cc != c {
+						others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
+						return
+					}
+					if ev.Kind != EventText {
+						return
+					}
+					echoes++
+					if echoes == 1 {
+						start := time.Now()
+						res := dialAway(p, slow, opts, 200*time.Millisecond)
+						select {
+						case dialErr = <-res:
+							waited = time.Since(start)
+						case <-time.After(5 * time.Second):
+						}
+						if err := c.SendText([]byte("again")); err != nil {
+							t.Error(err)
+						}
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if waited < 0 || !errors.Is(dialErr, ErrTimeout) {
+				t.Fatalf("Dial with a 200 ms context, the loop's goroutine in a callback waiting for it: %v after %v", dialErr, waited)
+			}
+			// The abandoned connection ends (the loop aborts it, maybe
+			// before it connected) without an event; the pool's own one
+			// stays.
+			deadline := time.Now().Add(10 * time.Second)
+			for p.ConnCount() != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d connections 10 s on", p.ConnCount())
+				}
+				if _, err := p.PumpEventsNowait(func(cc Conn, ev Event) {
+					if cc != c {
+						others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if len(others) != 0 || c.State() != StateOpen {
+				t.Fatalf("events of a Conn the caller never got: %q; own connection %v", others, c.State())
+			}
+		})
+	}
+}
+
+// TestInlineLoopCPU: LoopCPU pins the inline loop's thread (the Pool's
+// goroutine's) while the Pool lives, round trips run pinned, and the
+// Pool's Close on that goroutine gives the thread its mask back; a CPU
+// that does not exist fails NewPool, leaving the mask as it was.
+func TestInlineLoopCPU(t *testing.T) {
+	runtime.LockOSThread() // observe one thread across Close's unlock
+	defer runtime.UnlockOSThread()
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		t.Fatal(err)
+	}
+	cpu := -1
+	for i := 0; i < 1024; i++ {
+		if before.IsSet(i) {
+			cpu = i // the last CPU allowed
+		}
+	}
+	if before.Count() < 2 {
+		t.Skip("one CPU allowed: pinning would not show")
+	}
+	srv := wstest.NewGorilla().Start(t)
+	p, c := dialOpts(t, Config{InlineLoop: true, LoopCPU: cpu, LoopCPUSet: true}, srv.URL+"/echo", nil)
+	var now unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &now); err != nil {
+		t.Fatal(err)
+	}
+	if now.Count() != 1 || !now.IsSet(cpu) {
+		t.Fatalf("inline loop's thread allowed on %d CPUs (CPU %d set: %v), want only CPU %d", now.Count(), cpu, now.IsSet(cpu), cpu)
+	}
+	if seen, err := pingPong(p, c, 200); err != nil || seen != 200 {
+		t.Fatalf("%d/200 echoes: %v", seen, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SchedGetaffinity(0, &now); err != nil {
+		t.Fatal(err)
+	}
+	if now != before {
+		t.Fatalf("after Close the thread's mask has %d CPUs, before NewPool %d", now.Count(), before.Count())
+	}
+	if _, err := NewPool(Config{InlineLoop: true, LoopCPU: 4095, LoopCPUSet: true}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("NewPool pinned to CPU 4095: %v", err)
+	}
+	if err := unix.SchedGetaffinity(0, &now); err != nil || now != before {
+		t.Fatalf("after a failed NewPool the mask has %d CPUs (%v), before %d", now.Count(), err, before.Count())
+	}
+}
+
+// TestInlineSendersShareRing: another goroutine floods one connection
+// (through the command ring: no direct sends, wss) while the pool's
+// goroutine answers echoes on another from its callback. The ring (64
+// KiB) fills: the other goroutine waits for room holding the ring's
+// producer lock, and the callback's send needs that lock - it must run
+// the loop meanwhile (only its thread can drain the ring), not block on
+// the lock (a deadlock until Close, before). Every message of both
+// arrives.
+func TestInlineSendersShareRing(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
+			var sunk atomic.Int64
+			sink := wstest.NewGorilla()
+			sink.OnMessage = func(ws.Opcode, []byte) { sunk.Add(1) }
+			echo := wstest.NewGorilla()
+			var opts *DialOptions
+			if secure {
+				cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
+				sink, echo, opts = sink.StartTLS(t, cfg), echo.StartTLS(t, cfg), tlsOpts
+			} else {
+				sink, echo = sink.Start(t), echo.Start(t)
+			}
+			p, a := dialOpts(t, Config{InlineLoop: true, CmdRingSize: 64 << 10, NoDirectSend: true}, echo.URL+"/echo", opts)
+			ctx, cancel := dialCtx(t)
+			defer cancel()
+			// B is dialed from another goroutine while this one pumps
+			// (a Dial from the loop's goroutine runs the loop itself).
+			const n = 2000
+			flood := make(chan error, 1)
+			go func() {
+				b, err := p.Dial(ctx, sink.URL+"/collect", opts)
+				if err != nil {
+					flood <- err
+					return
+				}
+				msg := make([]byte, 8<<10)
+				for i := 0; i < n; i++ {
+					for {
+						err := b.SendBinary(msg)
+						if !errors.Is(err, ErrWouldBlock) {
+							if err != nil {
+								flood <- err
+								return
+							}
+							break
+						}
+						time.Sleep(100 * time.Microsecond)
+					}
+				}
+				flood <- nil
+			}()
+			if seen, err := pingPong(p, a, 3000); err != nil || seen != 3000 {
+				t.Fatalf("%d/3000 echoes beside the flood: %v", seen, err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			done := false
+			for !done || sunk.Load() < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("flood done %v, %d/%d messages at the sink", done, sunk.Load(), n)
+				}
+				select {
+				case err := <-flood:
+					if err != nil {
+						t.Fatal(err)
+					}
+					done = true
+				default:
+				}
+				if _, err := p.PumpNowait(func(Conn, Opcode, []byte) {}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
+	}
+}
+
+// TestInlinePeerDrops: the peer goes away without a close frame after a
+// stream (FIN; a reset; over wss also without close_notify, in the middle
+// of a record) while the pool's goroutine pumps: every message before
+// the drop arrives checked (a reset may destroy some in flight), the
+// final event is EventError ErrConnectionLost 1006 as with a loop
+// thread, and afterwards sends and Close say ErrClosed, PumpData
+// ErrNoConns (no wait for a connection that is gone), and the pool
+// still dials.
+func TestInlinePeerDrops(t *testing.T) {
+	for _, tg := range inlineTargets(t) {
+		queries := []string{"", "&rst=1"}
+		if tg.opts != nil {
+			queries = append(queries, "&trunc=1", "&trunc=1&partial=1")
+		}
+		for _, q := range queries {
+			t.Run(tg.name+"/"+q, func(t *testing.T) {
+				p := newTestPool(t, inlineCfg, hangGuard)
+				ctx, cancel := dialCtx(t)
+				defer cancel()
+				const n = 5000
+				c, err := p.Dial(ctx, fmt.Sprintf("%s/drop?n=%d&size=100%s", tg.url, n, q), tg.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				chk := wstest.NewChecker(100)
+				var end *Event
+				for end == nil {
+					if _, err := p.Pump(checkedStream(t, chk, &end)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if chk.Count() != n && !strings.Contains(q, "rst") {
+					t.Errorf("got %d messages, want %d", chk.Count(), n)
+				}
+				if end.Kind != EventError || !errors.Is(end.Err, ErrConnectionLost) || end.Code != CloseAbnormal {
+					t.Errorf("final event %v %d %v, want EventError ErrConnectionLost 1006", end.Kind, end.Code, end.Err)
+				}
+				if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+					t.Errorf("send after the drop: %v", err)
+				}
+				if err := c.Close(CloseNormal, ""); !errors.Is(err, ErrClosed) {
+					t.Errorf("close after the drop: %v", err)
+				}
+				if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrNoConns) {
+					t.Errorf("pump with no connection: %v", err)
+				}
+				c2, err := p.Dial(ctx, tg.url+"/echo", tg.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if seen, err := pingPong(p, c2, 10); err != nil || seen != 10 {
+					t.Fatalf("%d/10 echoes after the drop: %v", seen, err)
+				}
+			})
+		}
+	}
+}
+
+// TestInlineMethodsRaceClose: from another goroutine, every Conn and Pool
+// method in turn (Send*, SendContext, Ping, Pong, Stats, State, Metrics,
+// Dial, DialAsync, then Close or Abort) on a connection to a peer that
+// echoes or that stops reading, while the pool's goroutine pumps and a
+// third goroutine closes the pool at a different moment each round. No
+// call may hang (each round is bounded by the hang guard), panic, or
+// return an error outside the documented ones; the pump ends with
+// ErrPoolClosed.
+func TestInlineMethodsRaceClose(t *testing.T) {
+	echo := wstest.NewGorilla().Start(t).URL + "/echo"
+	stopped := delayedEcho(t, 0, bellStopRead, 2)
+	allowed := []error{ErrClosed, ErrPoolClosed, ErrWouldBlock, ErrTimeout, context.DeadlineExceeded, ErrNotLoopThread}
+	check := func(what string, err error) {
+		if err == nil {
+			return
+		}
+		for _, a := range allowed {
+			if errors.Is(err, a) {
+				return
+			}
+		}
+		t.Errorf("%s: %v", what, err)
+	}
+	for i := 0; i < 12; i++ {
+		url := echo
+		if i%2 == 1 {
+			url = stopped
+		}
+		p, c := dialOpts(t, Config{InlineLoop: true, MaxSendQueue: 256 << 10, CloseTimeout: 100 * time.Millisecond}, url, nil)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			msg := make([]byte, 32<<10)
+			for j := 0; ; j++ {
+				check("SendBinary", c.SendBinary(msg))
+				check("SendText", c.SendText([]byte("x")))
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+				check("SendContext", c.SendContext(ctx, OpBinary, msg))
+				cancel()
+				check("Ping", c.Ping(nil))
+				check("Pong", c.Pong(nil))
+				_ = c.Stats()
+				_ = c.State()
+				_ = p.Stats()
+				_ = p.Metrics()
+				if j%8 == 7 {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+					_, err := p.Dial(ctx, url, nil)
+					cancel()
+					check("Dial", err)
+					_, err = p.DialAsync(url, nil)
+					check("DialAsync", err)
+				}
+				if j == 40 {
+					if i%4 < 2 {
+						check("Close", c.Close(CloseNormal, "bye"))
+					} else {
+						check("Abort", c.Abort())
+					}
+				}
+				if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrNotLoopThread) && !errors.Is(err, ErrConcurrentPump) && !errors.Is(err, ErrPoolClosed) {
+					t.Errorf("pump from another goroutine: %v", err)
+				}
+				if p.ConnCount() == 0 && c.State() == StateClosed {
+					return
+				}
+				time.Sleep(100 * time.Microsecond)
+				if errors.Is(c.SendText(nil), ErrPoolClosed) {
+					return
+				}
+			}
+		}()
+		closed := make(chan error, 1)
+		go func() {
+			time.Sleep(time.Duration(i) * 7 * time.Millisecond)
+			closed <- p.Close()
+		}()
+		var err error
+		for err == nil || errors.Is(err, ErrConcurrentPump) { // (the other goroutine's Pump holds the claim a moment)
+			_, err = p.Pump(func(Conn, Event) {})
+		}
+		if !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrNoConns) {
+			t.Fatalf("round %d: pump: %v", i, err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatalf("round %d: close: %v", i, err)
+		}
+		<-done
+	}
+}
+
+// TestInlineRingFullNobodyPumps: another goroutine sends while the pool's
+// goroutine does not run the loop, until the command ring (4 KiB) is
+// full. Send* and Ping then return ErrWouldBlock at once, as they
+// promise, and SendContext returns with its context (before: all three
+// waited for room until the pool's goroutine pumped); nothing accepted
+// is lost: once the pool's goroutine pumps, every accepted message comes
+// back from the echo server in order, and a SendContext goes through.
+func TestInlineRingFullNobodyPumps(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
+			srv := wstest.NewGorilla()
+			var opts *DialOptions
+			if secure {
+				srv, opts = srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)), tlsOpts
+			} else {
+				srv = srv.Start(t)
+			}
+			p, c := dialOpts(t, Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, srv.URL+"/echo", opts)
+			type result struct {
+				accepted       int
+				send, ping, sc error
+			}
+			res := make(chan result, 1)
+			go func() {
+				var r result
+				msg := make([]byte, 200)
+				for r.send == nil && r.accepted < 1000 {
+					binary.LittleEndian.PutUint64(msg, uint64(r.accepted))
+					if r.send = c.SendBinary(msg); r.send == nil {
+						r.accepted++
+					}
+				}
+				for i := 0; i < 1000 && r.ping == nil; i++ {
+					r.ping = c.Ping(nil) // (a ping's record is smaller)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				r.sc = c.SendContext(ctx, OpBinary, msg)
+				cancel()
+				res <- r
+			}()
+			var r result
+			select {
+			case r = <-res:
+			case <-time.After(5 * time.Second):
+				p.Close() // let the sender go: the test failed
+				r = <-res
+				t.Fatalf("sends to a full ring still waiting 5 s on (%d accepted; %v %v %v)", r.accepted, r.send, r.ping, r.sc)
+			}
+			if !errors.Is(r.send, ErrWouldBlock) || !errors.Is(r.ping, ErrWouldBlock) || !errors.Is(r.sc, context.DeadlineExceeded) {
+				t.Fatalf("full ring after %d messages: send %v, ping %v, SendContext %v", r.accepted, r.send, r.ping, r.sc)
+			}
+			// The pool's goroutine pumps: everything accepted arrives,
+			// and another goroutine's SendContext waits for room.
+			sent := make(chan error, 1)
+			go func() {
+				ctx, cancel := dialCtx(t)
+				defer cancel()
+				msg := make([]byte, 200)
+				binary.LittleEndian.PutUint64(msg, uint64(r.accepted))
+				sent <- c.SendContext(ctx, OpBinary, msg)
+			}()
+			seen := 0
+			for seen <= r.accepted {
+				if _, err := p.PumpData(func(cc Conn, op Opcode, pl []byte) {
+					if got := binary.LittleEndian.Uint64(pl); got != uint64(seen) {
+						t.Fatalf("echo %d is message %d", seen, got)
+					}
+					seen++
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestInlineDialAbortFullRing: another goroutine's Dial is in the ring
+// when a third goroutine fills it (sends until ErrWouldBlock) and
+// nobody runs the loop; the Dial's context ends. Its abort finds no room:
+// Dial must still return ErrTimeout with its context (before: the abort
+// waited for room, and Dial for the abort, until the pool closed). Once
+// the pool's goroutine pumps, every accepted message is echoed and the
+// abandoned connection ends at its upgrade without an event.
+func TestInlineDialAbortFullRing(t *testing.T) {
+	slow, _ := slowUpgrade(t, time.Second, false)
+	echo := wstest.NewGorilla().Start(t).URL + "/echo"
+	p, c := dialOpts(t, Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, echo, nil)
+	start := time.Now()
+	dialed := dialAway(p, slow, nil, 300*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the DIAL is in the ring
+	filled := make(chan error, 1)
+	accepted := 0
+	go func() { // (this goroutine's sends would run the loop)
+		msg := make([]byte, 200)
+		for {
+			binary.LittleEndian.PutUint64(msg, uint64(accepted))
+			err := c.SendBinary(msg)
+			if errors.Is(err, ErrWouldBlock) {
+				break
+			}
+			if err != nil {
+				filled <- err
+				return
+			}
+			accepted++
+		}
+		for i := 0; i < 1000; i++ { // a ping's record is the abort's size
+			if err := c.Ping(nil); err != nil {
+				if !errors.Is(err, ErrWouldBlock) {
+					filled <- err
+					return
+				}
+				break
+			}
+		}
+		filled <- nil
+	}()
+	if err := <-filled; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-dialed:
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("dial: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		p.Close()
+		t.Fatalf("a 300 ms Dial still waiting %v on, its abort behind a full ring", time.Since(start))
+	}
+	seen := 0
+	var others []string
+	deadline := time.Now().Add(10 * time.Second)
+	for seen < accepted || p.ConnCount() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d/%d echoes, %d connections", seen, accepted, p.ConnCount())
+		}
+		if _, err := p.PumpEventsNowait(func(cc Conn, ev Event) {
+			switch {
+			case cc != c:
+				others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
+			case ev.Kind == EventBinary:
+				if got := binary.LittleEndian.Uint64(ev.Payload); got != uint64(seen) {
+					t.Errorf("echo %d is message %d", seen, got)
+				}
+				seen++
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(others) != 0 {
+		t.Fatalf("events of a Conn the caller never got: %q", others)
+	}
+	t.Logf("%d messages echoed, the abandoned dial gone, %v after the start", accepted, time.Since(start))
 }
