@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x7ab75f04b84e6a98
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6b1b7338e32de8a7
 import "C"
 
-const csrcHash = "7ab75f04b84e6a98"
+const csrcHash = "6b1b7338e32de8a7"
