@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6b1b7338e32de8a7
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xddab1ad6fa4afa42
 import "C"
 
-const csrcHash = "6b1b7338e32de8a7"
+const csrcHash = "ddab1ad6fa4afa42"

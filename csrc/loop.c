@@ -578,6 +578,10 @@ static inline void note_answer(struct tl_loop *l, uint64_t pub_ns)
  * a send to retry or to hand back, nor for an inline loop (its caller
  * looks at Go's side between waits). */
 #define TL_MW_STREAK 4
+/* A busy iteration that received less than this many receive slots of
+ * bytes (but some) while the gate is open: the loop is ahead of the
+ * flood, and its next look would take a small completion (busy_batch). */
+#define TL_MW_SMALL_SLOTS 16u
 
 /* batch_gate updates the gate's state at a blocking wait bounded by
  * wait_ns (0: none) and says whether that wait may be batched. */
@@ -596,6 +600,26 @@ static int batch_gate(struct tl_loop *l, uint64_t wait_ns)
 	if (l->mw_streak < TL_MW_STREAK)
 		l->mw_streak++;
 	return l->mw_streak >= TL_MW_STREAK && wait_ns > l->cfg.min_wait_ns && !l->stalled && !l->rx_want &&
+	       !l->tx_retry && !l->tx_deferred && !l->cfg.inline_loop;
+}
+
+/* busy_batch says whether the look after a busy iteration should be a
+ * batched wait (up to cfg.min_wait_ns, not longer: the loop has not
+ * announced a sleep, so Go's commands do not wake it) instead of a look
+ * that takes whatever trickled in meanwhile: a loop ahead of a flood
+ * otherwise turns it into many small completions and publishes, each a
+ * kernel entry and often a futex wake of the pump. Only while the gate is
+ * open (batch_gate's streak, no send since) and the iteration received
+ * some bytes but fewer than TL_MW_SMALL_SLOTS slots: a loop behind the
+ * flood (large completions) or busy with commands looks at once. */
+static int busy_batch(struct tl_loop *l)
+{
+	uint64_t wire = __atomic_load_n(&l->stats->wire_bytes, __ATOMIC_RELAXED);
+	uint64_t got = wire - l->mw_iter;
+
+	l->mw_iter = wire;
+	return l->mw_streak >= TL_MW_STREAK && got && got < (uint64_t)TL_MW_SMALL_SLOTS * l->cfg.buf_size &&
+	       __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED) == l->mw_sent && !l->stalled && !l->rx_want &&
 	       !l->tx_retry && !l->tx_deferred && !l->cfg.inline_loop;
 }
 
@@ -647,6 +671,8 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		if (io_uring_cq_ready(&l->ring) || adaptive_spin(l) || reply_spin(l))
 			return;
 	} else if (busy || spin || l->cfg.loop_wait == TL_WAIT_SPIN_THEN_BLOCK || l->cfg.loop_wait == TL_WAIT_DEFAULT) {
+		if (busy && l->mw_ok && busy_batch(l) && wait_batched(l, l->cfg.min_wait_ns) == 0)
+			return;
 		io_uring_submit(&l->ring);
 		if (loop_defers(l))
 			io_uring_get_events(&l->ring);

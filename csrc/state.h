@@ -88,6 +88,7 @@ struct tl_loop {
 	uint32_t mw_streak;       /* blocking waits in a row that each followed >= one slot of received bytes */
 	uint64_t mw_wire;         /* stats->wire_bytes when the last blocking wait ended */
 	uint64_t mw_sent;         /* tl_cmdring.sent_ns when the streak was last reset */
+	uint64_t mw_iter;         /* stats->wire_bytes at the last busy look (busy_batch) */
 	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
 	 * the connections again next iteration (the wait is 1 ms meanwhile) */
 	uint32_t tx_retry;
