@@ -40,6 +40,37 @@ func mwServers(t *testing.T) (plain, secure string) {
 		wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL
 }
 
+// mwTransport is one transport a test runs over: ws:// or wss:// (with
+// the options that trust the test CA).
+type mwTransport struct {
+	name string
+	url  string
+	opts *DialOptions
+}
+
+func mwTransports(plain, secure string) []mwTransport {
+	return []mwTransport{{"ws", plain, nil}, {"wss", secure, tlsOpts}}
+}
+
+// pumpStreams pumps p until every connection in sts has its final event,
+// feeding each connection's events to its streamState (afterBatch, when
+// not nil, runs after every Pump), then verifies every stream.
+func pumpStreams(t *testing.T, p *Pool, sts map[Conn]*streamState, label string, afterBatch func()) {
+	t.Helper()
+	finals := 0
+	pumpUntil(t, p, func(c Conn, ev Event) {
+		if st := sts[c]; st != nil {
+			st.on(ev)
+			if ev.Kind == EventClose || ev.Kind == EventError {
+				finals++
+			}
+		}
+	}, func() bool { return finals == len(sts) }, afterBatch)
+	for c, st := range sts {
+		st.verify(t, fmt.Sprintf("%sslot %d", label, c.Slot()))
+	}
+}
+
 // chunkedFlood starts a gorilla server (TLS when secure) that writes the
 // frames of spec's /stream (wstest.AppendStreamMessage) in chunks of
 // about 32 KiB, gap apart, then closes with 1000 "done": a flood faster
@@ -98,11 +129,7 @@ func TestMinWaitFlood(t *testing.T) {
 		{"off", Config{MinWait: -1}, false},
 		{"default", Config{}, false},
 	} {
-		for _, tr := range []struct {
-			name string
-			url  string
-			opts *DialOptions
-		}{{"ws", plain, nil}, {"wss", secure, tlsOpts}} {
+		for _, tr := range mwTransports(plain, secure) {
 			t.Run(tc.name+"/"+tr.name, func(t *testing.T) {
 				p := newTestPool(t, tc.cfg, hangGuard)
 				sts := map[Conn]*streamState{}
@@ -113,18 +140,7 @@ func TestMinWaitFlood(t *testing.T) {
 					}
 					sts[c] = newStreamState(spec)
 				}
-				finals := 0
-				pumpUntil(t, p, func(c Conn, ev Event) {
-					if st := sts[c]; st != nil {
-						st.on(ev)
-						if ev.Kind == EventClose || ev.Kind == EventError {
-							finals++
-						}
-					}
-				}, func() bool { return finals == len(sts) }, nil)
-				for c, st := range sts {
-					st.verify(t, fmt.Sprintf("slot %d", c.Slot()))
-				}
+				pumpStreams(t, p, sts, "", nil)
 				st := p.Stats()
 				t.Logf("%d batched waits, %d completions, %d pump sleeps, %d batches for %d messages",
 					st.MinWaits, st.CQEs, st.PumpSleeps, st.Batches, 2*spec.n)
@@ -203,11 +219,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 		}
 	})
 	plain, secure := mwServers(t)
-	for _, tr := range []struct {
-		name string
-		url  string
-		opts *DialOptions
-	}{{"ws", plain, nil}, {"wss", secure, tlsOpts}} {
+	for _, tr := range mwTransports(plain, secure) {
 		t.Run("pingpong/"+tr.name, func(t *testing.T) {
 			p, c := dialOpts(t, cfg, tr.url+"/echo", tr.opts)
 			const n = 500
@@ -261,11 +273,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 func TestMinWaitCloseRace(t *testing.T) {
 	plain, secure := mwServers(t)
 	spec := mwFlood(scaled(200_000))
-	for _, tr := range []struct {
-		name string
-		url  string
-		opts *DialOptions
-	}{{"ws", plain, nil}, {"wss", secure, tlsOpts}} {
+	for _, tr := range mwTransports(plain, secure) {
 		for it := range 6 {
 			t.Run(fmt.Sprint(tr.name, "/", it), func(t *testing.T) {
 				p := newTestPool(t, Config{MinWait: 200 * time.Microsecond}, hangGuard)
@@ -312,11 +320,7 @@ func TestMinWaitCloseRace(t *testing.T) {
 func TestMinWaitFloodReset(t *testing.T) {
 	plain, secure := mwServers(t)
 	spec := mwFlood(scaled(100_000))
-	for _, tr := range []struct {
-		name string
-		url  string
-		opts *DialOptions
-	}{{"ws", plain, nil}, {"wss", secure, tlsOpts}} {
+	for _, tr := range mwTransports(plain, secure) {
 		for _, rst := range []bool{false, true} {
 			t.Run(fmt.Sprint(tr.name, "/rst=", rst), func(t *testing.T) {
 				p := newTestPool(t, Config{MinWait: testMinWait}, hangGuard)
