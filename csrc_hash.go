@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xddab1ad6fa4afa42
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x99ce77bb31854b8b
 import "C"
 
-const csrcHash = "ddab1ad6fa4afa42"
+const csrcHash = "99ce77bb31854b8b"

@@ -671,7 +671,8 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		if (io_uring_cq_ready(&l->ring) || adaptive_spin(l) || reply_spin(l))
 			return;
 	} else if (busy || spin || l->cfg.loop_wait == TL_WAIT_SPIN_THEN_BLOCK || l->cfg.loop_wait == TL_WAIT_DEFAULT) {
-		if (busy && l->mw_ok && busy_batch(l) && wait_batched(l, l->cfg.min_wait_ns) == 0)
+		/* a WaitSpin loop never sleeps, not even for a batch */
+		if (busy && !spin && l->mw_ok && busy_batch(l) && wait_batched(l, l->cfg.min_wait_ns) == 0)
 			return;
 		io_uring_submit(&l->ring);
 		if (loop_defers(l))

@@ -86,7 +86,7 @@ struct tl_loop {
 	int ring_reg;             /* io_uring_register_ring_fd succeeded: enter by the registered index */
 	uint32_t mw_ok;           /* cfg.min_wait_ns and the kernel has IORING_FEAT_MIN_TIMEOUT */
 	uint32_t mw_streak;       /* blocking waits in a row that each followed >= one slot of received bytes */
-	uint64_t mw_wire;         /* stats->wire_bytes when the last blocking wait ended */
+	uint64_t mw_wire;         /* stats->wire_bytes at the last blocking wait (nothing is counted while it sleeps) */
 	uint64_t mw_sent;         /* tl_cmdring.sent_ns when the streak was last reset */
 	uint64_t mw_iter;         /* stats->wire_bytes at the last busy look (busy_batch) */
 	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
