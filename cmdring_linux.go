@@ -263,7 +263,7 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 		}
 		return err
 	}
-	if p.replySpin != 0 {
+	if p.stampSends {
 		p.noteSend(sh, nanotime()) // before the loop can send it (sendDirect says why)
 	}
 	if err := c.putChunksLocked(cmdSend, op, b); err != nil {
@@ -325,7 +325,8 @@ func (c Conn) waitRing(ctx context.Context, n uint64) error {
 	}
 }
 
-// noteSend stamps an accepted send for the reply spin (Config.ReplySpin):
+// noteSend stamps an accepted send for the reply spin (Config.ReplySpin)
+// and the loop's batched wait (Config.MinWait, which a send ends):
 // the pump's (Pool.lastSend) and sh's loop's (tl_cmdring.sent_ns). Both
 // are hints read with relaxed loads; a lost race only shortens a spin.
 func (p *Pool) noteSend(sh *shard, now int64) {

@@ -119,6 +119,24 @@ type Config struct {
 	// fell from about 140us to about 50us (docs/ARCHITECTURE.md, "The
 	// reply spin").
 	ReplySpin time.Duration
+	// MinWait turns on minimum-wait batching of the loop's waits while a
+	// flood streams in (kernel 6.12+, IORING_FEAT_MIN_TIMEOUT; older
+	// kernels wait as without it). After several waits in a row that
+	// each followed at least BufSize received bytes, and no send since,
+	// the loop asks the kernel to wait up to MinWait for
+	// MinWaitCompletions completions before it takes what came, so the
+	// socket fills meanwhile and each wake-up (and publish to the pump)
+	// carries more. Data that comes while it waits is delayed by at most
+	// MinWait; a lone message, a ping-pong or a feed slower than BufSize
+	// per wait never turns it on. 0: the default (off; negative: off;
+	// docs/ARCHITECTURE.md, "Minimum-wait batching", has the
+	// measurements). PoolStats.MinWaits counts the batched waits.
+	MinWait time.Duration
+	// MinWaitCompletions is how many completions a batched wait
+	// (MinWait) waits for at most; with one connection each waits
+	// MinWait, with several it ends once that many have data (8; at
+	// least 2).
+	MinWaitCompletions int
 	// InlineLoop runs the loop without a thread of its own (opt-in; off):
 	// the goroutine that calls NewPool is locked to its OS thread
 	// (runtime.LockOSThread, until it calls Pool.Close), the io_uring is
@@ -244,22 +262,26 @@ type Config struct {
 // no default (SQPollCPU, LoopCPUSet). Keep the values written beside the
 // Config fields in step.
 var defaults = Config{
-	SQEntries:        256,
-	RingFlags:        RingSingleIssuer | RingDeferTaskrun,
-	SQPollIdle:       time.Millisecond,
-	BufSize:          16 << 10,
-	BufCount:         1024,
-	SpinTime:         20 * time.Microsecond,
-	ReplySpin:        300 * time.Microsecond,
-	EventRingSize:    1 << 16,
-	ArenaSize:        64 << 20,
-	CmdRingSize:      4 << 20,
-	MaxConns:         1024,
-	MaxMessageSize:   16 << 20,
-	HandshakeTimeout: 10 * time.Second,
-	CloseTimeout:     5 * time.Second,
-	MaxSendQueue:     64 << 20,
-	SampleEvery:      0, // off: stamping is opt-in
+	SQEntries:  256,
+	RingFlags:  RingSingleIssuer | RingDeferTaskrun,
+	SQPollIdle: time.Millisecond,
+	BufSize:    16 << 10,
+	BufCount:   1024,
+	SpinTime:   20 * time.Microsecond,
+	ReplySpin:  300 * time.Microsecond,
+	// Minimum-wait batching: off (negative) until measured to win;
+	// docs/ARCHITECTURE.md, "Minimum-wait batching".
+	MinWait:            -1,
+	MinWaitCompletions: 8,
+	EventRingSize:      1 << 16,
+	ArenaSize:          64 << 20,
+	CmdRingSize:        4 << 20,
+	MaxConns:           1024,
+	MaxMessageSize:     16 << 20,
+	HandshakeTimeout:   10 * time.Second,
+	CloseTimeout:       5 * time.Second,
+	MaxSendQueue:       64 << 20,
+	SampleEvery:        0, // off: stamping is opt-in
 	// One loop thread: 2, 3 and 4 measured no faster on a 2-vCPU machine
 	// that also runs the feed, at 5-30 % more CPU per message (ws);
 	// docs/ARCHITECTURE.md, "Loop threads per Pool".
@@ -339,6 +361,10 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	setDur(&d.SpinTime, def.SpinTime)
 	setDur(&d.ReplySpin, def.ReplySpin)
+	setDur(&d.MinWait, def.MinWait)
+	if d.MinWaitCompletions == 0 {
+		d.MinWaitCompletions = def.MinWaitCompletions
+	}
 	setU32(&d.EventRingSize, def.EventRingSize)
 	setU64(&d.MaxMessageSize, def.MaxMessageSize)
 	setU64(&d.ArenaSize, arenaFor(def.ArenaSize, d.MaxMessageSize))
@@ -374,6 +400,10 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: InlineLoop needs Loops 1", ErrInvalidConfig)
 	case len(d.LoopCPUs) > d.Loops:
 		return d, fmt.Errorf("%w: LoopCPUs has more entries than Loops", ErrInvalidConfig)
+	case d.MinWait > 0 && d.MinWait < time.Microsecond, d.MinWait > time.Second:
+		return d, fmt.Errorf("%w: MinWait must be between 1us and 1s (or negative: off)", ErrInvalidConfig)
+	case d.MinWaitCompletions < 2 || d.MinWaitCompletions > 1<<16:
+		return d, fmt.Errorf("%w: MinWaitCompletions must be between 2 and 65536", ErrInvalidConfig)
 	case !utf8.ValidString(d.Name):
 		return d, fmt.Errorf("%w: Name must be valid UTF-8 (it is a Prometheus label value)", ErrInvalidConfig)
 	}

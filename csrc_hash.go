@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6983c25035b06da4
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x97db6513a046d34a
 import "C"
 
-const csrcHash = "6983c25035b06da4"
+const csrcHash = "97db6513a046d34a"

@@ -114,7 +114,7 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 	// Stamped before the bytes go: an answer can come back before a
 	// stamp taken after them, and the pump would then spin for it in vain.
 	var now int64 // one clock read for both stamps
-	if p.replySpin != 0 {
+	if p.stampSends {
 		now = nanotime()
 		p.noteSend(p.shardOf[c.slot], now)
 	}

@@ -38,6 +38,9 @@ type PoolStats struct {
 	// (Config.ReplySpin); ReplyLate those that ended without one (each
 	// turns the reply spin off until an answer again comes in time).
 	ReplySpins, ReplyLate uint64
+	// MinWaits counts the loop's waits that were batched (Config.MinWait:
+	// the kernel waited up to MinWait for more completions).
+	MinWaits uint64
 }
 
 // NewPool starts a C loop thread configured by cfg.

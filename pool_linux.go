@@ -139,6 +139,7 @@ type pool struct {
 	// ended empty since an answer last came in time (both the pumper's).
 	replySpin  int64
 	pumpReply  bool // replySpin != 0 and the pump waits adaptively: it takes the spin
+	stampSends bool // noteSend on every accepted send: replySpin != 0 or Config.MinWait on
 	lastSend   atomic.Int64
 	answered   int64
 	replyLate  bool
@@ -221,6 +222,10 @@ func newPool(cfg Config) (*Pool, error) {
 	if !d.NoTLSRecordLayer {
 		cc.tls_record_layer = 1
 	}
+	if d.MinWait > 0 {
+		cc.min_wait_ns = C.uint64_t(d.MinWait)
+		cc.min_wait_nr = C.uint32_t(d.MinWaitCompletions)
+	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
 	p := &Pool{}
 	if d.InlineLoop {
@@ -242,6 +247,9 @@ func newPool(cfg Config) (*Pool, error) {
 		// (loop.c, reply_spin), not in Go.
 		p.pumpReply = d.ConsumerWait == WaitAdaptive && !d.InlineLoop
 	}
+	// The loop's batched wait (Config.MinWait) stops at a send, so sends
+	// are stamped for it too (loop.c, batch_gate).
+	p.stampSends = p.replySpin != 0 || d.MinWait > 0
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
 		p.rec = newMetricsRecorder()
@@ -584,6 +592,7 @@ func (p *Pool) poolStats() PoolStats {
 		Reconnects: uint64(s.reconnects),
 		FairHolds:  uint64(s.fair_holds),
 		TLSRecords: uint64(s.tls_records),
+		MinWaits:   uint64(s.min_waits),
 		BellSleeps: p.bellSleeps.Load(),
 		BellRings:  p.bellRings.Load(),
 		ReplySpins: p.replySpins.Load(),

@@ -552,6 +552,111 @@ static inline void note_answer(struct tl_loop *l, uint64_t pub_ns)
 	l->last_pub_ns = pub_ns;
 }
 
+/* Minimum-wait batching (cfg.min_wait_ns; kernel 6.12+,
+ * IORING_FEAT_MIN_TIMEOUT). A loop that outruns a flood empties the
+ * socket, sleeps and is woken for the next few kilobytes: one wake-up of
+ * a halted vCPU, a task switch and a publish (often a futex wake of the
+ * pump) per small completion. With min_wait_usec the kernel waits up to
+ * that long for wait_nr completions and then returns with whatever came,
+ * so the socket fills meanwhile and the next completion carries a larger
+ * bundle. Under DEFER_TASKRUN a connection whose recv already has task
+ * work queued adds no second item, so with one connection the wait is
+ * simply min_wait_usec; with many it ends at wait_nr of them. Data that
+ * arrives after min_wait_usec (nothing having come before) wakes the loop
+ * at once: a wait is delayed by at most min_wait_usec, and only data that
+ * came within it.
+ *
+ * The gate (batch_gate) keeps a lone message from waiting: it batches only
+ * after TL_MW_STREAK blocking waits in a row each followed iterations that
+ * received at least one receive slot (cfg.buf_size) of bytes - the socket
+ * filled that much while the loop was busy, which a feed of one message
+ * every 50 us, a ping-pong or an idle connection never does - and no send
+ * since the streak began (tl_cmdring.sent_ns: an answer may be due, and
+ * the reply spin's case is a lone completion). A wait that follows less
+ * than a slot ends the streak, so after a flood at most one wait is
+ * batched. Not taken with a stalled connection, a recv waiting for slots,
+ * a send to retry or to hand back, nor for an inline loop (its caller
+ * looks at Go's side between waits). */
+#define TL_MW_STREAK 4
+/* A busy iteration that received less than this many receive slots of
+ * bytes (but some) while the gate is open: the loop is ahead of the
+ * flood, and its next look would take a small completion (busy_batch). */
+#define TL_MW_SMALL_SLOTS 16u
+
+/* batch_gate updates the gate's state at a blocking wait bounded by
+ * wait_ns (0: none) and says whether that wait may be batched. */
+static int batch_gate(struct tl_loop *l, uint64_t wait_ns)
+{
+	uint64_t wire = __atomic_load_n(&l->stats->wire_bytes, __ATOMIC_RELAXED); /* written by this thread only */
+	uint64_t sent = __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED);
+	int heavy = wire - l->mw_wire >= l->cfg.buf_size;
+
+	l->mw_wire = wire;
+	if (sent != l->mw_sent || !heavy) {
+		l->mw_sent = sent;
+		l->mw_streak = 0;
+		return 0;
+	}
+	if (l->mw_streak < TL_MW_STREAK)
+		l->mw_streak++;
+	return l->mw_streak >= TL_MW_STREAK && wait_ns > l->cfg.min_wait_ns && !l->stalled && !l->rx_want &&
+	       !l->tx_retry && !l->tx_deferred && !l->cfg.inline_loop;
+}
+
+/* busy_batch says whether the look after a busy iteration should be a
+ * batched wait (up to cfg.min_wait_ns, not longer: the loop has not
+ * announced a sleep, so Go's commands do not wake it) instead of a look
+ * that takes whatever trickled in meanwhile: a loop ahead of a flood
+ * otherwise turns it into many small completions and publishes, each a
+ * kernel entry and often a futex wake of the pump. Only while the gate is
+ * open (batch_gate's streak, no send since) and the iteration received
+ * some bytes but fewer than TL_MW_SMALL_SLOTS slots: a loop behind the
+ * flood (large completions) or busy with commands looks at once. */
+static int busy_batch(struct tl_loop *l)
+{
+	uint64_t wire = __atomic_load_n(&l->stats->wire_bytes, __ATOMIC_RELAXED);
+	uint64_t got = wire - l->mw_iter;
+
+	l->mw_iter = wire;
+	return l->mw_streak >= TL_MW_STREAK && got && got < (uint64_t)TL_MW_SMALL_SLOTS * l->cfg.buf_size &&
+	       __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED) == l->mw_sent && !l->stalled && !l->rx_want &&
+	       !l->tx_retry && !l->tx_deferred && !l->cfg.inline_loop;
+}
+
+/* wait_batched submits what is queued and waits up to wait_ns for
+ * cfg.min_wait_nr completions, returning after cfg.min_wait_ns with any
+ * that came (see above). liburing 2.3 has no helper for min_wait_usec, so
+ * it enters the ring itself (by the registered index when there is one).
+ * Returns 0 when it waited (completions or not: -ETIME, -EINTR are
+ * waits), -1 when the kernel refused the argument - the caller then waits
+ * as before, and mw_ok is cleared for good. */
+static int wait_batched(struct tl_loop *l, uint64_t wait_ns)
+{
+	struct __kernel_timespec ts;
+	struct io_uring_getevents_arg arg;
+	unsigned flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
+	int fd = l->ring.ring_fd;
+	long ret;
+
+	io_uring_submit(&l->ring); /* no syscall when nothing is queued */
+	ts.tv_sec = (long long)(wait_ns / 1000000000ull);
+	ts.tv_nsec = (long long)(wait_ns % 1000000000ull);
+	memset(&arg, 0, sizeof(arg));
+	arg.pad = (uint32_t)(l->cfg.min_wait_ns / 1000); /* min_wait_usec */
+	arg.ts = (uint64_t)(uintptr_t)&ts;
+	if (l->ring_reg) {
+		fd = l->ring.enter_ring_fd;
+		flags |= IORING_ENTER_REGISTERED_RING;
+	}
+	ret = syscall(__NR_io_uring_enter, fd, 0u, l->cfg.min_wait_nr, flags, &arg, sizeof(arg));
+	if (ret < 0 && errno == EINVAL) {
+		l->mw_ok = 0;
+		return -1;
+	}
+	STAT_ADD(l, min_waits, 1);
+	return 0;
+}
+
 static void loop_iteration_wait(struct tl_loop *l, int busy)
 {
 	struct __kernel_timespec ts;
@@ -566,6 +671,9 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 		if (io_uring_cq_ready(&l->ring) || adaptive_spin(l) || reply_spin(l))
 			return;
 	} else if (busy || spin || l->cfg.loop_wait == TL_WAIT_SPIN_THEN_BLOCK || l->cfg.loop_wait == TL_WAIT_DEFAULT) {
+		/* a WaitSpin loop never sleeps, not even for a batch */
+		if (busy && !spin && l->mw_ok && busy_batch(l) && wait_batched(l, l->cfg.min_wait_ns) == 0)
+			return;
 		io_uring_submit(&l->ring);
 		if (loop_defers(l))
 			io_uring_get_events(&l->ring);
@@ -621,7 +729,9 @@ static void loop_iteration_wait(struct tl_loop *l, int busy)
 	 * the pump is this thread, so space wakes it by no eventfd). */
 	if (l->cfg.inline_loop && (wait_ns == 0 || wait_ns > TL_INLINE_CAP_NS))
 		wait_ns = TL_INLINE_CAP_NS;
-	if (wait_ns) {
+	if (wait_ns && l->mw_ok && batch_gate(l, wait_ns) && wait_batched(l, wait_ns) == 0) {
+		/* waited, batched */
+	} else if (wait_ns) {
 		ts.tv_sec = (long long)(wait_ns / 1000000000ull);
 		ts.tv_nsec = (long long)(wait_ns % 1000000000ull);
 		io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
@@ -896,8 +1006,11 @@ static int setup_ring(struct tl_loop *l)
 	l->ring_ok = 1;
 	l->recv_bundle = l->cfg.recv_bundle && (p.features & IORING_FEAT_RECVSEND_BUNDLE);
 	l->bundle_len = l->recv_bundle ? TL_BUNDLE_SLOTS * l->cfg.buf_size : 0;
+	/* min_wait_usec: never fewer than 2 completions to wait for (1
+	 * would end the wait at the first, as without it) */
+	l->mw_ok = l->cfg.min_wait_ns >= 1000 && l->cfg.min_wait_nr >= 2 && (p.features & IORING_FEAT_MIN_TIMEOUT);
 	/* Registered ring fd: fewer fd lookups per enter. Best effort. */
-	io_uring_register_ring_fd(&l->ring);
+	l->ring_reg = io_uring_register_ring_fd(&l->ring) == 1;
 	{
 		unsigned workers[2] = {2, 2};
 		io_uring_register_iowq_max_workers(&l->ring, workers);

@@ -82,6 +82,13 @@ struct tl_loop {
 	uint32_t reply_late;      /* a reply spin ended empty and no answer came in time since */
 	uint32_t send_follows;    /* the last send came within TL_PRESEND(cfg) of the publish before it */
 	uint64_t last_pub_ns;     /* the last publish to an awake pump (0: it slept) */
+	/* loop.c: minimum-wait batching (cfg.min_wait_ns; wait_batched) */
+	int ring_reg;             /* io_uring_register_ring_fd succeeded: enter by the registered index */
+	uint32_t mw_ok;           /* cfg.min_wait_ns and the kernel has IORING_FEAT_MIN_TIMEOUT */
+	uint32_t mw_streak;       /* blocking waits in a row that each followed >= one slot of received bytes */
+	uint64_t mw_wire;         /* stats->wire_bytes at the last blocking wait (nothing is counted while it sleeps) */
+	uint64_t mw_sent;         /* tl_cmdring.sent_ns when the streak was last reset */
+	uint64_t mw_iter;         /* stats->wire_bytes at the last busy look (busy_batch) */
 	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
 	 * the connections again next iteration (the wait is 1 ms meanwhile) */
 	uint32_t tx_retry;

@@ -62,7 +62,14 @@ struct tl_config {
 	 * are opened by our own record layer (tlsrec.h) once the library has
 	 * read the first application data; 0: SSL_read throughout. */
 	uint32_t tls_record_layer;
-	uint32_t pad_tls;
+	/* Config.MinWaitCompletions: the batched wait (min_wait_ns) waits for
+	 * this many completions (at least 2). */
+	uint32_t min_wait_nr;
+	/* Config.MinWait (0: off): while a flood streams in, the loop's wait
+	 * asks the kernel (IORING_FEAT_MIN_TIMEOUT, 6.12+) to wait up to this
+	 * long for min_wait_nr completions before it takes what came
+	 * (loop.c, wait_batched). */
+	uint64_t min_wait_ns;
 };
 
 /* TL_PRESEND is how long the loop's reply spin waits, after a publish to
@@ -82,6 +89,7 @@ struct tl_pool_stats {
 	uint64_t sendq_full;   /* reads held back because a connection's own replies (pongs, close) passed max_send_queue */
 	uint64_t fair_holds;   /* connections held at their conn_max_events / conn_max_bytes (also counted in stalls) */
 	uint64_t tls_records;  /* TLS application-data records opened by our record layer (tlsrec.h), not SSL_read */
+	uint64_t min_waits;    /* the loop's waits that were batched (cfg.min_wait_ns; loop.c, wait_batched) */
 };
 
 struct tl_loop;
@@ -224,7 +232,7 @@ void tl_decoder_free(struct tl_loop *l);
 const char *tl_tls_backend(void);
 
 /* Layouts Go fills in or reads (see ring.h for the rings). */
-_Static_assert(sizeof(struct tl_config) == 152, "tl_config size");
+_Static_assert(sizeof(struct tl_config) == 160, "tl_config size");
 TL_LAYOUT(tl_config, sq_entries, 0);
 TL_LAYOUT(tl_config, ring_flags, 8);
 TL_LAYOUT(tl_config, sq_thread_cpu, 16);
@@ -245,7 +253,9 @@ TL_LAYOUT(tl_config, conn_max_events, 120);
 TL_LAYOUT(tl_config, conn_max_bytes, 128);
 TL_LAYOUT(tl_config, reply_spin_ns, 136);
 TL_LAYOUT(tl_config, tls_record_layer, 144);
-_Static_assert(sizeof(struct tl_pool_stats) == 120, "tl_pool_stats size");
+TL_LAYOUT(tl_config, min_wait_nr, 148);
+TL_LAYOUT(tl_config, min_wait_ns, 152);
+_Static_assert(sizeof(struct tl_pool_stats) == 128, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
 TL_LAYOUT(tl_pool_stats, reconnects, 64);
@@ -253,6 +263,7 @@ TL_LAYOUT(tl_pool_stats, msgs, 72);
 TL_LAYOUT(tl_pool_stats, sendq_full, 96);
 TL_LAYOUT(tl_pool_stats, fair_holds, 104);
 TL_LAYOUT(tl_pool_stats, tls_records, 112);
+TL_LAYOUT(tl_pool_stats, min_waits, 120);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);

@@ -16,6 +16,11 @@
 #ifndef IORING_FEAT_RECVSEND_BUNDLE
 #define IORING_FEAT_RECVSEND_BUNDLE (1U << 14)
 #endif
+/* Minimum-wait batching (kernel 6.12+): struct io_uring_getevents_arg's
+ * pad is min_wait_usec there (loop.c, wait_batched). */
+#ifndef IORING_FEAT_MIN_TIMEOUT
+#define IORING_FEAT_MIN_TIMEOUT (1U << 15)
+#endif
 
 /* TL_BUNDLE_SLOTS caps one bundle completion at this many receive slots
  * (sqe->len = TL_BUNDLE_SLOTS x BufSize: a per-recv cap, Linux 6.1x;

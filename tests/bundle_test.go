@@ -71,18 +71,7 @@ func TestRecvBundleFloodSlowPump(t *testing.T) {
 		for range 4 {
 			sts[dial(t, p, srv.URL+spec.path())] = newStreamState(spec)
 		}
-		finals := 0
-		pumpUntil(t, p, func(c Conn, ev Event) {
-			if st := sts[c]; st != nil {
-				st.on(ev)
-				if ev.Kind == EventClose || ev.Kind == EventError {
-					finals++
-				}
-			}
-		}, func() bool { return finals == len(sts) }, func() { time.Sleep(200 * time.Microsecond) })
-		for c, st := range sts {
-			st.verify(t, fmt.Sprintf("round %d slot %d", round, c.Slot()))
-		}
+		pumpStreams(t, p, sts, fmt.Sprintf("round %d ", round), func() { time.Sleep(200 * time.Microsecond) })
 	}
 	st := p.Stats()
 	t.Logf("stats %+v", st)

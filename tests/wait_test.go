@@ -33,6 +33,9 @@ var waitConfigs = []struct {
 	// stay on for the whole test (Config.ReplySpin).
 	{"noreplyspin", Config{ReplySpin: -1}},
 	{"replyspin-10ms", Config{ReplySpin: 10 * time.Millisecond}},
+	// The default with the loop's minimum-wait batching on (Config.MinWait:
+	// a ping-pong never takes it, TestMinWaitNotTakenAtLowRates).
+	{"minwait", Config{MinWait: 50 * time.Microsecond}},
 	{"adaptive", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive}},
 	// A long SpinTime keeps both adaptive spins on for the whole test.
 	{"adaptive-1ms", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive, SpinTime: time.Millisecond}},

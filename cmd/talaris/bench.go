@@ -138,6 +138,8 @@ type talVariant struct {
 	noTLSRec   bool          // Config.NoTLSRecordLayer
 	replySpin  time.Duration // Config.ReplySpin (0: the default)
 	inline     bool          // Config.InlineLoop
+	minWait    time.Duration // Config.MinWait (0: the default; negative: off)
+	minWaitN   int           // Config.MinWaitCompletions (0: the default)
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -200,6 +202,16 @@ var talVariants = []talVariant{
 	// (Config.InlineLoop; issue 9 item 4).
 	{name: "inline", inline: true},
 	{name: "inline-noreplyspin", inline: true, replySpin: -1},
+	// The default with the loop's minimum-wait batching off, or on with
+	// another wait or completion count (Config.MinWait,
+	// Config.MinWaitCompletions; issue 13 item 2).
+	{name: "nominwait", minWait: -1},
+	{name: "minwait20", minWait: 20 * time.Microsecond},
+	{name: "minwait50", minWait: 50 * time.Microsecond},
+	{name: "minwait100", minWait: 100 * time.Microsecond},
+	{name: "minwait200", minWait: 200 * time.Microsecond},
+	{name: "minwait50-n64", minWait: 50 * time.Microsecond, minWaitN: 64},
+	{name: "minwait100-n64", minWait: 100 * time.Microsecond, minWaitN: 64},
 }
 
 // variantNames lists the variants for --help.
@@ -881,7 +893,8 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
 		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
-		NoRecvBundle: v.noBundle, NoTLSRecordLayer: v.noTLSRec, ReplySpin: v.replySpin, InlineLoop: v.inline}
+		NoRecvBundle: v.noBundle, NoTLSRecordLayer: v.noTLSRec, ReplySpin: v.replySpin, InlineLoop: v.inline,
+		MinWait: v.minWait, MinWaitCompletions: v.minWaitN}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
@@ -945,12 +958,14 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 
 // waitNote says, per thousand messages, how often the loop held a
 // connection at its share of the ring, was woken, and the pump slept, and
-// how many batches, completions and recv re-arms they took.
+// how many batches, completions, recv re-arms and batched loop waits
+// (Config.MinWait) they took.
 func waitNote(a, b talaris.PoolStats, msgs uint64) string {
 	k := float64(max(msgs, 1)) / 1000
-	return fmt.Sprintf("per 1000 messages: %.2f fair holds, %.2f loop wakes, %.2f pump sleeps, %.2f batches, %.2f completions, %.2f re-arms",
+	return fmt.Sprintf("per 1000 messages: %.2f fair holds, %.2f loop wakes, %.2f pump sleeps, %.2f batches, %.2f completions, %.2f re-arms, %.2f min-waits",
 		float64(b.FairHolds-a.FairHolds)/k, float64(b.LoopWakes-a.LoopWakes)/k, float64(b.PumpSleeps-a.PumpSleeps)/k,
-		float64(b.Batches-a.Batches)/k, float64(b.CQEs-a.CQEs)/k, float64(b.Rearms-a.Rearms)/k)
+		float64(b.Batches-a.Batches)/k, float64(b.CQEs-a.CQEs)/k, float64(b.Rearms-a.Rearms)/k,
+		float64(b.MinWaits-a.MinWaits)/k)
 }
 
 // talDialAll dials n connections at once with DialAsync and pumps until

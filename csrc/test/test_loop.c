@@ -109,6 +109,10 @@ static int next_event(struct harness *h, struct tl_event *out, uint8_t *payload,
  * with and without recv bundles). */
 static uint32_t recv_bundle;
 
+/* min_wait_ns is the next loops' tl_config.min_wait_ns (0: off; with
+ * min_wait_nr 8): test_socket runs once with minimum-wait batching on. */
+static uint64_t min_wait_ns;
+
 /* ring_flags is the next loops' tl_config.ring_flags (0: none). */
 static uint32_t ring_flags;
 
@@ -123,6 +127,7 @@ static void start_cfg(struct harness *h, uint32_t ev_size, uint32_t sample_every
 		.max_conns = 8, .max_message = 1 << 20, .handshake_timeout_ns = 5000000000ull,
 		.close_timeout_ns = close_timeout_ns, .max_send_queue = 1 << 20, .sample_every = sample_every,
 		.recv_bundle = recv_bundle, .inline_loop = inline_loop,
+		.min_wait_ns = min_wait_ns, .min_wait_nr = min_wait_ns ? 8 : 0,
 	};
 	int err = 0;
 	char msg[160];
@@ -315,6 +320,8 @@ struct server {
 	uint16_t port;
 	int frames;
 	int refuse; /* answer 429 with Retry-After and a body, then close */
+	size_t chunk;    /* write the frames in chunks of about this many bytes (0: 1 MiB) */
+	unsigned gap_us; /* and sleep this long after each */
 };
 
 /* accept_request accepts one connection on lfd and reads its upgrade
@@ -398,9 +405,11 @@ static void *serve(void *arg)
 		uint8_t v[100];
 		memset(v, (uint8_t)i, sizeof(v));
 		n += frame(out + n, 1, TL_OP_BINARY, v, sizeof(v));
-		if (n > sizeof(out) - 256) {
+		if (n > sizeof(out) - 256 || (s->chunk && n >= s->chunk)) {
 			CHECK(write(fd, out, n) == (ssize_t)n);
 			n = 0;
+			if (s->gap_us)
+				usleep(s->gap_us);
 		}
 	}
 	n += frame(out + n, 1, TL_OP_CLOSE, "\x03\xe8" "done", 6);
@@ -417,7 +426,10 @@ static void test_socket(void)
 {
 	struct harness h;
 	struct tl_event ev;
-	struct server s = {.frames = 5000};
+	/* With minimum-wait batching on, chunks of 8 KiB 300 us apart: the
+	 * loop catches up, sleeps and is woken by two slots of data at a
+	 * time, which opens the batched wait's gate. */
+	struct server s = {.frames = 5000, .chunk = min_wait_ns ? 8192 : 0, .gap_us = min_wait_ns ? 300 : 0};
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
 	pthread_t th;
@@ -489,6 +501,13 @@ static void test_socket(void)
 		CHECK_EQ(s->main.in_use + s->hs.in_use, s->defer_tail - s->defer_head);
 		CHECK_EQ(s->main.ooo + s->hs.ooo, 0);
 		CHECK_EQ(s->main.nparked + s->hs.nparked, 0);
+	}
+	if (min_wait_ns) {
+		printf("test_socket: %lu batched waits (min_wait_ns %lu)\n", (unsigned long)h.l->stats->min_waits,
+		       (unsigned long)min_wait_ns);
+		CHECK(h.l->stats->min_waits > 0);
+	} else {
+		CHECK_EQ(h.l->stats->min_waits, 0);
 	}
 	tl_loop_free(h.l);
 }
@@ -948,6 +967,11 @@ int main(void)
 	 * then ends and is re-armed), slots held by in-place payloads. */
 	recv_bundle = 1;
 	test_socket();
+	/* The same with minimum-wait batching on (loop.c, wait_batched):
+	 * whether its gate opens depends on timing, what arrives does not. */
+	min_wait_ns = 50000;
+	test_socket();
+	min_wait_ns = 0;
 	recv_bundle = 0;
 	/* The inline loop: the same stream with the loop run by this thread
 	 * while it waits for events (tl_loop_inline_run), stopped here. */
