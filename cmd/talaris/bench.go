@@ -1278,8 +1278,9 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 		// can straddle the window, a round trip or one pump call for the
 		// whole of it: the loop only looks at the clock between them, so
 		// the window would close empty. It closes only once it holds a
-		// frame (the paced feed's next one is due within 1/rate).
-		if now.After(end) && frames > 0 {
+		// frame (the paced feed's next one is due within 1/rate), or 10 s
+		// after its end (a feed gone quiet: the row reports no frames).
+		if now.After(end) && (frames > 0 || now.Sub(end) > 10*time.Second) {
 			break
 		}
 		if wl == "latency" {
