@@ -106,9 +106,9 @@ go_fuzz_one() {
 	local mod=$1 rel=$2 name=$3 corpus
 	corpus="$mod/$rel/testdata/fuzz/$name"
 	local before
-	before=$(ls "$corpus" 2>/dev/null | wc -l)
+	before=$({ ls "$corpus" 2>/dev/null || true; } | wc -l) # (none yet: 0)
 	go -C "$mod" test "./$rel" -run '^$' -fuzz "^${name}\$" -fuzztime "${GO_FUZZTIME:-10s}" && return 0
-	if [ "$(ls "$corpus" 2>/dev/null | wc -l)" != "$before" ]; then
+	if [ "$({ ls "$corpus" 2>/dev/null || true; } | wc -l)" != "$before" ]; then
 		echo "fuzz: $name wrote a failing input to $corpus" >&2
 		return 1
 	fi
