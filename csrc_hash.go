@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x97db6513a046d34a
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa43121ca005b059c
 import "C"
 
-const csrcHash = "97db6513a046d34a"
+const csrcHash = "a43121ca005b059c"

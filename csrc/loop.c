@@ -583,6 +583,15 @@ static inline void note_answer(struct tl_loop *l, uint64_t pub_ns)
  * flood, and its next look would take a small completion (busy_batch). */
 #define TL_MW_SMALL_SLOTS 16u
 
+/* mw_nothing_waits says whether no work is held back that a batched
+ * wait would delay: a stalled connection, a recv waiting for slots, a
+ * send to retry or to hand back. An inline loop never batches: its
+ * caller looks at Go's side between waits. */
+static inline int mw_nothing_waits(const struct tl_loop *l)
+{
+	return !l->stalled && !l->rx_want && !l->tx_retry && !l->tx_deferred && !l->cfg.inline_loop;
+}
+
 /* batch_gate updates the gate's state at a blocking wait bounded by
  * wait_ns (0: none) and says whether that wait may be batched. */
 static int batch_gate(struct tl_loop *l, uint64_t wait_ns)
@@ -599,8 +608,7 @@ static int batch_gate(struct tl_loop *l, uint64_t wait_ns)
 	}
 	if (l->mw_streak < TL_MW_STREAK)
 		l->mw_streak++;
-	return l->mw_streak >= TL_MW_STREAK && wait_ns > l->cfg.min_wait_ns && !l->stalled && !l->rx_want &&
-	       !l->tx_retry && !l->tx_deferred && !l->cfg.inline_loop;
+	return l->mw_streak >= TL_MW_STREAK && wait_ns > l->cfg.min_wait_ns && mw_nothing_waits(l);
 }
 
 /* busy_batch says whether the look after a busy iteration should be a
@@ -619,8 +627,7 @@ static int busy_batch(struct tl_loop *l)
 
 	l->mw_iter = wire;
 	return l->mw_streak >= TL_MW_STREAK && got && got < (uint64_t)TL_MW_SMALL_SLOTS * l->cfg.buf_size &&
-	       __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED) == l->mw_sent && !l->stalled && !l->rx_want &&
-	       !l->tx_retry && !l->tx_deferred && !l->cfg.inline_loop;
+	       __atomic_load_n(&l->cmdq.r->sent_ns, __ATOMIC_RELAXED) == l->mw_sent && mw_nothing_waits(l);
 }
 
 /* wait_batched submits what is queued and waits up to wait_ns for
