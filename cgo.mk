@@ -10,7 +10,7 @@
 
 # The C core. Append new sources here (one list, no globbing, so a file
 # that is still being written does not break everybody's build).
-CORE_SRCS = csrc/utf8.c csrc/ws.c csrc/http.c csrc/bufring.c csrc/slots.c csrc/evq.c csrc/timer.c csrc/pub.c csrc/rx.c csrc/tx.c csrc/life.c csrc/tick.c csrc/loop.c csrc/cmdq.c csrc/decoder.c csrc/conn.c csrc/plain.c csrc/tls.c csrc/tlsrec.c csrc/tls_verify.c
+CORE_SRCS = csrc/utf8.c csrc/ws.c csrc/http.c csrc/bufring.c csrc/slots.c csrc/evq.c csrc/timer.c csrc/pub.c csrc/rx.c csrc/tx.c csrc/life.c csrc/tick.c csrc/loop.c csrc/cmdq.c csrc/decoder.c csrc/conn.c csrc/plain.c csrc/tls.c csrc/gcm.c csrc/tlsrec.c csrc/tls_verify.c
 
 CC       ?= cc
 FUZZ_CC  ?= clang

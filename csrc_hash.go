@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa43121ca005b059c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd9132bc120f1ddf2
 import "C"
 
-const csrcHash = "a43121ca005b059c"
+const csrcHash = "d9132bc120f1ddf2"

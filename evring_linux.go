@@ -10,6 +10,7 @@ package talaris
 /*
 #include <errno.h>
 #include "csrc/talaris.h"
+#include "csrc/gcm.h"
 */
 import "C"
 
@@ -743,6 +744,7 @@ type (
 
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
+	testhook.OwnGCM = func() bool { return C.tl_gcm_supported() != 0 }
 	testhook.ConnLoop = func(p any, slot int) int {
 		pool := p.(*Pool)
 		return slices.Index(pool.shards, pool.shardOf[slot])

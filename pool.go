@@ -30,6 +30,10 @@ type PoolStats struct {
 	Reconnects uint64 // successful re-opens by reconnect policies, all connections
 	FairHolds  uint64 // times a connection was held at its share of the ring (Config.MaxConnPendingEvents/Bytes; also counted in Stalls)
 	TLSRecords uint64 // TLS application-data records opened by talaris' own record layer, not the library's SSL_read (Config.NoTLSRecordLayer)
+	// TLSRecordsOwnGCM counts those of TLSRecords decrypted with talaris'
+	// own AES-GCM (on CPUs with VAES and VPCLMULQDQ, unless
+	// Config.TLSLibraryGCM), not the TLS library's.
+	TLSRecordsOwnGCM uint64
 	// BellSleeps counts the pump's sleeps on its reply doorbell (also
 	// counted in PumpSleeps); BellRings the wake-ups from them that a
 	// socket's data gave before the loop's publish (Config.ReplyDoorbell).

@@ -220,7 +220,10 @@ func newPool(cfg Config) (*Pool, error) {
 		cc.recv_bundle = 1
 	}
 	if !d.NoTLSRecordLayer {
-		cc.tls_record_layer = 1
+		cc.tls_record_layer = C.TL_TLSREC_ON
+		if d.TLSLibraryGCM {
+			cc.tls_record_layer = C.TL_TLSREC_LIB_GCM
+		}
 	}
 	if d.MinWait > 0 {
 		cc.min_wait_ns = C.uint64_t(d.MinWait)
@@ -588,15 +591,16 @@ func (p *Pool) poolStats() PoolStats {
 	return PoolStats{
 		Events: uint64(s.events), Batches: uint64(s.batches), CQEs: uint64(s.cqes), Rearms: uint64(s.rearms),
 		NoBufs: uint64(s.nobufs), Stalls: uint64(s.stalls), LoopWakes: uint64(s.loop_wakes),
-		PumpSleeps: uint64(s.pump_sleeps),
-		Reconnects: uint64(s.reconnects),
-		FairHolds:  uint64(s.fair_holds),
-		TLSRecords: uint64(s.tls_records),
-		MinWaits:   uint64(s.min_waits),
-		BellSleeps: p.bellSleeps.Load(),
-		BellRings:  p.bellRings.Load(),
-		ReplySpins: p.replySpins.Load(),
-		ReplyLate:  p.replyLates.Load(),
+		PumpSleeps:       uint64(s.pump_sleeps),
+		Reconnects:       uint64(s.reconnects),
+		FairHolds:        uint64(s.fair_holds),
+		TLSRecords:       uint64(s.tls_records),
+		TLSRecordsOwnGCM: uint64(s.tls_records_gcm),
+		MinWaits:         uint64(s.min_waits),
+		BellSleeps:       p.bellSleeps.Load(),
+		BellRings:        p.bellRings.Load(),
+		ReplySpins:       p.replySpins.Load(),
+		ReplyLate:        p.replyLates.Load(),
 	}
 }
 

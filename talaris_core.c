@@ -21,5 +21,6 @@
 #include "csrc/conn.c"
 #include "csrc/plain.c"
 #include "csrc/tls_verify.c"
+#include "csrc/gcm.c"
 #include "csrc/tlsrec.c"
 #include "csrc/tls.c"

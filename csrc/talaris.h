@@ -20,6 +20,13 @@ enum {
 	TL_WAIT_ADAPTIVE = 4, /* spin up to spin_ns after publishing, while replies come fast */
 };
 
+/* tl_config.tls_record_layer: who opens TLS 1.3 AES-GCM records. */
+enum {
+	TL_TLSREC_OFF = 0,     /* the library's SSL_read throughout */
+	TL_TLSREC_ON = 1,      /* our record layer, our AES-GCM where the CPU runs it */
+	TL_TLSREC_LIB_GCM = 2, /* our record layer, the library's AES-GCM */
+};
+
 /* tl_config carries Config after Go filled in its defaults. */
 struct tl_config {
 	uint32_t sq_entries, cq_entries;
@@ -58,9 +65,12 @@ struct tl_config {
 	 * for the answer's completion instead of sleeping, while answers
 	 * have been coming within it. */
 	uint64_t reply_spin_ns;
-	/* Config.NoTLSRecordLayer (off): TLS 1.3 AES-GCM connections' records
-	 * are opened by our own record layer (tlsrec.h) once the library has
-	 * read the first application data; 0: SSL_read throughout. */
+	/* Config.NoTLSRecordLayer (off) and Config.TLSLibraryGCM: TLS 1.3
+	 * AES-GCM connections' records are opened by our own record layer
+	 * (tlsrec.h) once the library has read the first application data,
+	 * with our AES-GCM (gcm.h) where the CPU runs it (TL_TLSREC_ON) or
+	 * the library's (TL_TLSREC_LIB_GCM); TL_TLSREC_OFF: SSL_read
+	 * throughout. */
 	uint32_t tls_record_layer;
 	/* Config.MinWaitCompletions: the batched wait (min_wait_ns) waits for
 	 * this many completions (at least 2). */
@@ -90,6 +100,7 @@ struct tl_pool_stats {
 	uint64_t fair_holds;   /* connections held at their conn_max_events / conn_max_bytes (also counted in stalls) */
 	uint64_t tls_records;  /* TLS application-data records opened by our record layer (tlsrec.h), not SSL_read */
 	uint64_t min_waits;    /* the loop's waits that were batched (cfg.min_wait_ns; loop.c, wait_batched) */
+	uint64_t tls_records_gcm; /* those of tls_records opened with our AES-GCM (gcm.h), not the library's */
 };
 
 struct tl_loop;
@@ -255,7 +266,7 @@ TL_LAYOUT(tl_config, reply_spin_ns, 136);
 TL_LAYOUT(tl_config, tls_record_layer, 144);
 TL_LAYOUT(tl_config, min_wait_nr, 148);
 TL_LAYOUT(tl_config, min_wait_ns, 152);
-_Static_assert(sizeof(struct tl_pool_stats) == 128, "tl_pool_stats size");
+_Static_assert(sizeof(struct tl_pool_stats) == 136, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
 TL_LAYOUT(tl_pool_stats, reconnects, 64);
@@ -264,6 +275,7 @@ TL_LAYOUT(tl_pool_stats, sendq_full, 96);
 TL_LAYOUT(tl_pool_stats, fair_holds, 104);
 TL_LAYOUT(tl_pool_stats, tls_records, 112);
 TL_LAYOUT(tl_pool_stats, min_waits, 120);
+TL_LAYOUT(tl_pool_stats, tls_records_gcm, 128);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);

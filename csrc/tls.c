@@ -56,7 +56,8 @@ struct tl_tls {
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext (or rec_read queued our KeyUpdate) since the last flush check */
 	int shutdown_sent; /* our close_notify is queued */
-	/* Our own record layer (tlsrec.h). rec_want: the config allows it and
+	/* Our own record layer (tlsrec.h). rec_want: the config allows it
+	 * (TL_TLSREC_ON or TL_TLSREC_LIB_GCM: whose AES-GCM opens) and
 	 * the keylog callback keeps the server's secret; rec_track: the
 	 * handshake is done, the suite fits, and rec follows every record the
 	 * library reads through the slot BIO (tl_tlsrec_shadow, into scratch)
@@ -359,7 +360,7 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 	t->l = l;
 	t->c = c;
 	t->pq = -1;
-	t->rec_want = l->cfg.tls_record_layer != 0;
+	t->rec_want = (uint8_t)l->cfg.tls_record_layer; /* TL_TLSREC_* */
 	c->tls = t;
 	if (d->ca_file_len || d->ca_pem_len || d->insecure) {
 		ctx = t->own_ctx = new_ctx();
@@ -662,6 +663,7 @@ static void rec_setup(struct tl_tls *t)
 	const SSL_CIPHER *ci = SSL_get_current_cipher(t->ssl);
 	uint16_t id = ci ? SSL_CIPHER_get_protocol_id(ci) : 0;
 
+	t->rec.lib_gcm = t->rec_want == TL_TLSREC_LIB_GCM;
 	t->rec_track = t->rec_want && SSL_version(t->ssl) == TLS1_3_VERSION && !SSL_has_pending(t->ssl) &&
 		       (t->scratch = malloc(TL_REC_SCRATCH)) != NULL && tl_tlsrec_start(&t->rec, id, 0) == 0;
 	t->rec_want = 0;
@@ -782,6 +784,8 @@ static int rec_read(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		t->held = 0;
 		tl_sample_pt(c);
 		__atomic_store_n(&l->stats->tls_records, l->stats->tls_records + 1, __ATOMIC_RELAXED);
+		if (t->rec.gcm)
+			__atomic_store_n(&l->stats->tls_records_gcm, l->stats->tls_records_gcm + 1, __ATOMIC_RELAXED);
 		return 1;
 	case TL_REC_AGAIN:
 		return 1;

@@ -1,8 +1,9 @@
 /* tlsrec.c - our own TLS 1.3 receive record layer (see tlsrec.h): RFC 8446
  * sections 5.2-5.4 (records, nonce, padding), 7.1-7.3 (key schedule) and
- * 4.6.3 (KeyUpdate), with the library's libcrypto (EVP AES-GCM, HMAC).
+ * 4.6.3 (KeyUpdate), with the library's libcrypto (HMAC, and EVP AES-GCM
+ * where gcm.h does not run).
  * Every check fails closed: an error ends the connection and nothing of
- * the record it is in is reported. Calls slots.h only. */
+ * the record it is in is reported. Calls slots.h and gcm.h only. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -107,7 +108,8 @@ static int rec_set_keys(struct tl_tlsrec *r)
 		return -1;
 	if (rec_expand_label(r, r->secret, "key", key, (size_t)klen) == 0 &&
 	    rec_expand_label(r, r->secret, "iv", r->iv, sizeof(r->iv)) == 0 &&
-	    EVP_DecryptInit_ex(r->ctx, NULL, NULL, key, NULL) == 1)
+	    EVP_DecryptInit_ex(r->ctx, NULL, NULL, key, NULL) == 1 &&
+	    (!r->gcm || tl_gcm_setkey(r->gcm, key, (size_t)klen) == 0))
 		rc = 0;
 	OPENSSL_cleanse(key, sizeof(key));
 	return rc;
@@ -142,6 +144,8 @@ int tl_tlsrec_start(struct tl_tlsrec *r, uint16_t suite, uint64_t seq)
 		return -1;
 	}
 	r->ctx = ctx;
+	/* No gcm state (old CPU, out of memory, lib_gcm): the library opens. */
+	r->gcm = r->lib_gcm ? NULL : tl_gcm_new();
 	if (rec_set_keys(r) < 0) {
 		tl_tlsrec_free(r);
 		return -1;
@@ -158,6 +162,8 @@ void tl_tlsrec_free(struct tl_tlsrec *r)
 	if (r->ctx)
 		EVP_CIPHER_CTX_free(r->ctx); /* both libraries cleanse the key schedule */
 	r->ctx = NULL;
+	tl_gcm_free(r->gcm); /* wipes it */
+	r->gcm = NULL;
 	OPENSSL_cleanse(r->secret, sizeof(r->secret));
 	OPENSSL_cleanse(r->iv, sizeof(r->iv));
 	OPENSSL_cleanse(r->tail, sizeof(r->tail)); /* a byte of plaintext */
@@ -270,7 +276,9 @@ static int rec_begin_record(struct tl_tlsrec *r, uint8_t *dst, size_t room)
 	memcpy(nonce, r->iv, sizeof(nonce));
 	for (int i = 0; i < 8; i++)
 		nonce[11 - i] ^= (uint8_t)(r->seq >> (8 * i));
-	if (EVP_DecryptInit_ex(r->ctx, NULL, NULL, NULL, nonce) != 1 ||
+	if (r->gcm)
+		tl_gcm_begin(r->gcm, nonce, r->hdr, TLREC_HDR);
+	else if (EVP_DecryptInit_ex(r->ctx, NULL, NULL, NULL, nonce) != 1 ||
 	    EVP_DecryptUpdate(r->ctx, NULL, &outl, r->hdr, TLREC_HDR) != 1)
 		return rec_fail(r, "cipher setup failed");
 	r->ct_len = len - TLREC_TAG;
@@ -297,7 +305,9 @@ static int rec_decrypt(struct tl_tlsrec *r, const uint8_t *p, size_t k)
 		} else {
 			out = r->tail + (at - r->room); /* rec_begin_record checked it fits */
 		}
-		if (EVP_DecryptUpdate(r->ctx, out, &outl, p, (int)n) != 1 || (size_t)outl != n)
+		if (r->gcm)
+			tl_gcm_decrypt(r->gcm, p, out, n);
+		else if (EVP_DecryptUpdate(r->ctx, out, &outl, p, (int)n) != 1 || (size_t)outl != n)
 			return -1;
 		r->ct_have += (uint32_t)n;
 		p += n;
@@ -315,8 +325,9 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 	size_t i;
 	uint8_t type = 0;
 
-	if (EVP_CIPHER_CTX_ctrl(r->ctx, EVP_CTRL_GCM_SET_TAG, TLREC_TAG, r->tag) != 1 ||
-	    EVP_DecryptFinal_ex(r->ctx, scratch, &outl) != 1)
+	if (r->gcm ? tl_gcm_finish(r->gcm, r->tag) != 0
+		   : EVP_CIPHER_CTX_ctrl(r->ctx, EVP_CTRL_GCM_SET_TAG, TLREC_TAG, r->tag) != 1 ||
+			     EVP_DecryptFinal_ex(r->ctx, scratch, &outl) != 1)
 		return rec_fail(r, "bad record MAC (decryption failed)");
 	r->hdr_have = 0;
 	r->seq++;

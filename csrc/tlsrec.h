@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gcm.h"
 #include "slots.h"
 
 /* Suites (IANA numbers) tl_tlsrec_start accepts. */
@@ -43,6 +44,8 @@ enum {
 
 struct tl_tlsrec {
 	void *ctx;             /* EVP_CIPHER_CTX, keyed with the current read key */
+	struct tl_gcm *gcm;    /* our AES-GCM (gcm.h), keyed the same, or NULL: ctx opens the records */
+	uint8_t lib_gcm;       /* set before tl_tlsrec_start: open with the library's AES-GCM even where gcm.h runs */
 	const void *md;        /* EVP_MD of the suite's hash (HKDF) */
 	uint8_t secret[48];    /* the current server application traffic secret */
 	uint32_t secret_len;   /* 0: none captured (the keylog line did not come) */
@@ -76,7 +79,9 @@ int tl_tlsrec_keylog(struct tl_tlsrec *r, const char *line);
 
 /* tl_tlsrec_start keys r for suite (TL_TLS_AES_*) from the secret
  * tl_tlsrec_keylog took, with seq the number of application records the
- * library already read under it (0 right after the handshake). Returns 0, or -1 (unsupported suite, no
+ * library already read under it (0 right after the handshake). Records
+ * are opened with gcm.h where the CPU runs it and r->lib_gcm is 0, else
+ * with the library's EVP AES-GCM. Returns 0, or -1 (unsupported suite, no
  * or mismatched secret, out of memory: r stays unused, the caller keeps
  * the library's path). */
 int tl_tlsrec_start(struct tl_tlsrec *r, uint16_t suite, uint64_t seq);
@@ -114,7 +119,7 @@ int tl_tlsrec_shadow(struct tl_tlsrec *r, const uint8_t *p, size_t n, uint8_t *s
  * of the next one read yet). */
 static inline int tl_tlsrec_boundary(const struct tl_tlsrec *r) { return r->hdr_have == 0; }
 
-/* tl_tlsrec_free wipes r's keys and secret and frees its cipher context.
+/* tl_tlsrec_free wipes r's keys and secret and frees its cipher contexts.
  * Safe on a zeroed or already freed r. */
 void tl_tlsrec_free(struct tl_tlsrec *r);
 

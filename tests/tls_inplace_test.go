@@ -409,6 +409,7 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 		{"nobundle", Config{NoRecvBundle: true}, 6},
 		{"1slot", Config{NoRecvBundle: true, BufSize: 4096}, 4},
 		{"notlsrec", Config{NoTLSRecordLayer: true}, 4},
+		{"libgcm", Config{TLSLibraryGCM: true}, 4},
 	} {
 		for it := range cc.rounds {
 			t.Run(fmt.Sprintf("%s/%d", cc.name, it), func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -74,6 +75,8 @@ func TestTLSRecordLayer(t *testing.T) {
 		{"aes256", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, Config{}, true},
 		{"aes128-1slot", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, Config{NoRecvBundle: true, BufSize: 4096}, true},
 		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, Config{NoRecvBundle: true, BufSize: 4096}, true},
+		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, Config{TLSLibraryGCM: true}, true},
+		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, Config{TLSLibraryGCM: true, NoRecvBundle: true, BufSize: 4096}, true},
 		{"chacha20", tls.TLS_CHACHA20_POLY1305_SHA256, tls.VersionTLS13, Config{}, true},
 		{"tls12", 0, tls.VersionTLS12, Config{}, false},
 		{"off", 0, tls.VersionTLS13, Config{NoTLSRecordLayer: true}, false},
@@ -117,6 +120,15 @@ func TestTLSRecordLayer(t *testing.T) {
 				}
 				if got != want {
 					t.Errorf("PoolStats.TLSRecords = %d, want %d", got, want)
+				}
+				// Which AES-GCM opened them: ours where the CPU runs it,
+				// unless TLSLibraryGCM; every record or none.
+				if own := p.Stats().TLSRecordsOwnGCM; testhook.OwnGCM() && !r.cfg.TLSLibraryGCM {
+					if own != got {
+						t.Errorf("PoolStats.TLSRecordsOwnGCM = %d of %d records", own, got)
+					}
+				} else if own != 0 {
+					t.Errorf("PoolStats.TLSRecordsOwnGCM = %d with TLSLibraryGCM %v, own GCM %v", own, r.cfg.TLSLibraryGCM, testhook.OwnGCM())
 				}
 			})
 		}

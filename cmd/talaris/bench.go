@@ -136,6 +136,7 @@ type talVariant struct {
 	loops      int           // Config.Loops (0: the default)
 	noBundle   bool          // Config.NoRecvBundle
 	noTLSRec   bool          // Config.NoTLSRecordLayer
+	libGCM     bool          // Config.TLSLibraryGCM
 	replySpin  time.Duration // Config.ReplySpin (0: the default)
 	inline     bool          // Config.InlineLoop
 	minWait    time.Duration // Config.MinWait (0: the default; negative: off)
@@ -193,6 +194,9 @@ var talVariants = []talVariant{
 	// The default with every TLS record opened by the library's SSL_read
 	// (Config.NoTLSRecordLayer; issue 13 item 1).
 	{name: "notlsrec", noTLSRec: true},
+	// The record layer with the TLS library's AES-GCM instead of talaris'
+	// own VAES code (Config.TLSLibraryGCM).
+	{name: "libgcm", libGCM: true},
 	// The default without the reply spin, or with another length
 	// (Config.ReplySpin; issue 9 item 4).
 	{name: "noreplyspin", replySpin: -1},
@@ -893,7 +897,7 @@ func (b *bench) peerDecode(p goPeer) (Result, error) {
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
 		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
-		NoRecvBundle: v.noBundle, NoTLSRecordLayer: v.noTLSRec, ReplySpin: v.replySpin, InlineLoop: v.inline,
+		NoRecvBundle: v.noBundle, NoTLSRecordLayer: v.noTLSRec, TLSLibraryGCM: v.libGCM, ReplySpin: v.replySpin, InlineLoop: v.inline,
 		MinWait: v.minWait, MinWaitCompletions: v.minWaitN}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true

@@ -21,7 +21,8 @@
  * key and iv at sequence numbers 0, 1, 2, and their inner plaintexts are
  * the NewSessionTicket below (type 22), 00..31 (type 23) and 01 00
  * (type 21). The client random in the keylog line is not the RFC's: the
- * layer ignores it. */
+ * layer ignores it. Every test runs twice: with our AES-GCM (gcm.h, where
+ * this CPU runs it) and with the library's (tl_tlsrec.lib_gcm). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,13 +112,19 @@ static size_t unhex(const char *s, uint8_t *out)
 	return n;
 }
 
+/* lib_gcm: the pass opens with the library's AES-GCM (tl_tlsrec.lib_gcm),
+ * else with gcm.h where this CPU runs it. */
+static int lib_gcm;
+
 static void start(struct tl_tlsrec *r)
 {
 	memset(r, 0, sizeof(*r));
+	r->lib_gcm = (uint8_t)lib_gcm;
 	CHECK_EQ(tl_tlsrec_keylog(r, keylog), 1);
 	CHECK_EQ(r->secret_len, 32);
 	CHECK_EQ(tl_tlsrec_start(r, TL_TLS_AES_128_GCM_SHA256, 0), 0);
 	CHECK(tl_tlsrec_active(r));
+	CHECK_EQ(r->gcm != NULL, !lib_gcm && tl_gcm_supported());
 }
 
 /* test_keys: the iv the layer derived is the RFC's; so is its key, seen
@@ -254,6 +261,26 @@ static void run(size_t cut, long flip_bit)
 	CHECK_CTX("");
 }
 
+/* run_all runs every test of this file once (with the lib_gcm set). */
+static void run_all(void)
+{
+	test_keys();
+	/* Whole; a byte at a time; cuts inside the 5-byte header, at the
+	 * tag's size and one past it, at the data record's length (so pieces
+	 * straddle records), and a record and a half. */
+	static const size_t cuts[] = {1, 2, 3, 5, 7, 16, 17, 64, 72, 100, 227, 340, sizeof(flight)};
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++)
+		run(cuts[i], -1);
+	/* One bit of the data record's ciphertext, of its first and last
+	 * byte and of its tag: the tag fails, the data is not reported. */
+	const long flips[] = {(long)(nst_end + 5) * 8, (long)(nst_end + 5 + 20) * 8 + 3,
+				     (long)(data_end - 17) * 8 + 7, (long)(data_end - 1) * 8};
+	for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
+		run(sizeof(flight), flips[i]);
+		run(1, flips[i]);
+	}
+}
+
 int main(void)
 {
 	size_t n;
@@ -270,20 +297,7 @@ int main(void)
 	flight_len += n;
 	CHECK_EQ(unhex(nst_hex, nst), sizeof(nst));
 
-	test_keys();
-	/* Whole; a byte at a time; cuts inside the 5-byte header, at the
-	 * tag's size and one past it, at the data record's length (so pieces
-	 * straddle records), and a record and a half. */
-	static const size_t cuts[] = {1, 2, 3, 5, 7, 16, 17, 64, 72, 100, 227, 340, sizeof(flight)};
-	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++)
-		run(cuts[i], -1);
-	/* One bit of the data record's ciphertext, of its first and last
-	 * byte and of its tag: the tag fails, the data is not reported. */
-	const long flips[] = {(long)(nst_end + 5) * 8, (long)(nst_end + 5 + 20) * 8 + 3,
-				     (long)(data_end - 17) * 8 + 7, (long)(data_end - 1) * 8};
-	for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
-		run(sizeof(flight), flips[i]);
-		run(1, flips[i]);
-	}
+	for (lib_gcm = 0; lib_gcm <= 1; lib_gcm++)
+		run_all();
 	CHECK_DONE("test_tlsrec");
 }

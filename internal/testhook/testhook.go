@@ -23,6 +23,12 @@ const (
 // it (linux and cgo only; nil elsewhere).
 var PayloadOrigin func(pool any, b []byte) int
 
+// OwnGCM says whether this CPU runs talaris' own AES-GCM (csrc/gcm.h:
+// VAES and VPCLMULQDQ), which the TLS record layer then uses unless
+// Config.TLSLibraryGCM. Package talaris sets it (linux and cgo only; nil
+// elsewhere).
+var OwnGCM func() bool
+
 // ConnLoop returns the index of the loop thread (Config.Loops) that serves
 // connection slot slot of *talaris.Pool pool. Package talaris sets it
 // (linux and cgo only; nil elsewhere).
