@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd9132bc120f1ddf2
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x38f4b5746d808758
 import "C"
 
-const csrcHash = "d9132bc120f1ddf2"
+const csrcHash = "38f4b5746d808758"

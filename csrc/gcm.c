@@ -5,8 +5,11 @@
  * multiply of two reversed elements gives their product reversed, one bit
  * short (255 bits): shift it left by one and reduce it modulo
  * x^128 + x^7 + x^2 + x + 1 in the same reversed order (gh_reduce).
- * Shift and reduction are linear, so eight products are summed unreduced
- * and reduced once: Y' = (Y + C1) H^8 + C2 H^7 + ... + C8 H (gh_eight).
+ * Shift and reduction are linear, so sixteen products are summed unreduced
+ * and reduced once: Y' = (Y + C1) H^16 + C2 H^15 + ... + C16 H (gcm_decrypt,
+ * gh_fold). Sixteen, not eight: the chain from one Y to the next (a
+ * multiply, the fold, the reduction) then runs under twice the AES work
+ * (bench_gcm: 0.152 against 0.178 ns/B for eight).
  * The counter block is kept reversed too: its 32-bit counter is then the
  * low lane, incremented with an add (inc32 wraps within those 32 bits). */
 #ifndef _GNU_SOURCE
@@ -26,7 +29,7 @@
 
 struct tl_gcm {
 	_Alignas(32) uint8_t rk[15][32]; /* round keys, each in both 128-bit lanes */
-	_Alignas(32) uint8_t hp[4][32];  /* H^8|H^7, H^6|H^5, H^4|H^3, H^2|H (low lane first), reversed */
+	_Alignas(32) uint8_t hp[8][32];  /* H^16|H^15, ..., H^2|H (low lane first), reversed */
 	_Alignas(16) uint8_t h[16];      /* H, reversed */
 	_Alignas(16) uint8_t y[16];      /* the GHASH accumulator, reversed */
 	_Alignas(16) uint8_t ctr[16];    /* the next counter block, reversed */
@@ -197,7 +200,7 @@ GCM_TARGET static inline __m128i key_fold(__m128i k, __m128i assist)
 
 GCM_TARGET static int gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t len)
 {
-	__m128i k[16], h, p[9]; /* k[15]: KEY256(14) computes one key too many */
+	__m128i k[16], h, p[17]; /* k[15]: KEY256(14) computes one key too many */
 
 	if (len == 16) {
 		k[0] = _mm_loadu_si128((const __m128i *)key);
@@ -232,10 +235,10 @@ GCM_TARGET static int gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t le
 	h = gcm_rev(aes_block(g, _mm_setzero_si128()));
 	_mm_store_si128((__m128i *)g->h, h);
 	p[1] = h;
-	for (int i = 2; i <= 8; i++)
+	for (int i = 2; i <= 16; i++)
 		p[i] = gh_mul(p[i - 1], h);
-	for (int i = 0; i < 4; i++) /* lane 0 the higher power: it meets the earlier block */
-		_mm256_store_si256((__m256i *)g->hp[i], _mm256_set_m128i(p[7 - 2 * i], p[8 - 2 * i]));
+	for (int i = 0; i < 8; i++) /* lane 0 the higher power: it meets the earlier block */
+		_mm256_store_si256((__m256i *)g->hp[i], _mm256_set_m128i(p[15 - 2 * i], p[16 - 2 * i]));
 	/* The key's copies on the stack go with the frame; wipe them. */
 	memset(k, 0, sizeof(k));
 	memset(p, 0, sizeof(p));
@@ -283,62 +286,56 @@ GCM_TARGET static void gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t 
 		gh_block(g, g->ct);
 		g->part = 0;
 	}
-	if (n >= 128) {
+	if (n >= 256) {
 		const __m256i two = _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 2);
 		__m128i y = _mm_load_si128((const __m128i *)g->y);
 		__m128i c = _mm_load_si128((const __m128i *)g->ctr);
 		__m256i ctr = _mm256_add_epi32(_mm256_broadcastsi128_si256(c), _mm256_set_epi32(0, 0, 0, 1, 0, 0, 0, 0));
 
-		for (; n >= 128; n -= 128, in += 128, out += 128) {
-			__m256i x0 = gcm_rev2(ctr), x1, x2, x3, rk;
+		for (; n >= 256; n -= 256, in += 256, out += 256) {
+			__m256i x[8], rk;
 			__m256i lo = _mm256_setzero_si256(), mid = lo, hi = lo;
 			unsigned r;
+			int i;
 
-			x1 = gcm_rev2(_mm256_add_epi32(ctr, two));
-			x2 = gcm_rev2(_mm256_add_epi32(ctr, _mm256_add_epi32(two, two)));
-			x3 = gcm_rev2(_mm256_add_epi32(ctr, _mm256_add_epi32(two, _mm256_add_epi32(two, two))));
-			ctr = _mm256_add_epi32(ctr, _mm256_slli_epi32(two, 2));
 			rk = _mm256_load_si256((const __m256i *)g->rk[0]);
-			x0 = _mm256_xor_si256(x0, rk);
-			x1 = _mm256_xor_si256(x1, rk);
-			x2 = _mm256_xor_si256(x2, rk);
-			x3 = _mm256_xor_si256(x3, rk);
-			/* The first four rounds carry GHASH's eight products (of the
+			_Pragma("GCC unroll 8")
+			for (i = 0; i < 8; i++) {
+				x[i] = _mm256_xor_si256(gcm_rev2(ctr), rk);
+				ctr = _mm256_add_epi32(ctr, two);
+			}
+			/* Rounds 1-8 carry GHASH's sixteen products (of the
 			 * ciphertext, which is there from the start): the AES and the
 			 * carry-less multiplies overlap, and the ciphertext is loaded
 			 * where it is used instead of held in registers. */
-			for (r = 1; r <= 4; r++) {
-				__m256i c = gcm_rev2(_mm256_loadu_si256((const __m256i *)(in + 32 * (r - 1))));
+			_Pragma("GCC unroll 8")
+			for (r = 1; r <= 8; r++) {
+				__m256i d = gcm_rev2(_mm256_loadu_si256((const __m256i *)(in + 32 * (r - 1))));
 				rk = _mm256_load_si256((const __m256i *)g->rk[r]);
-				x0 = _mm256_aesenc_epi128(x0, rk);
-				x1 = _mm256_aesenc_epi128(x1, rk);
+				_Pragma("GCC unroll 8")
+				for (i = 0; i < 4; i++)
+					x[i] = _mm256_aesenc_epi128(x[i], rk);
 				if (r == 1)
-					c = _mm256_xor_si256(c, _mm256_zextsi128_si256(y));
-				gh_mul2(c, _mm256_load_si256((const __m256i *)g->hp[r - 1]), &lo, &mid, &hi);
-				x2 = _mm256_aesenc_epi128(x2, rk);
-				x3 = _mm256_aesenc_epi128(x3, rk);
+					d = _mm256_xor_si256(d, _mm256_zextsi128_si256(y));
+				gh_mul2(d, _mm256_load_si256((const __m256i *)g->hp[r - 1]), &lo, &mid, &hi);
+				_Pragma("GCC unroll 8")
+				for (i = 4; i < 8; i++)
+					x[i] = _mm256_aesenc_epi128(x[i], rk);
 			}
 			y = gh_fold(lo, mid, hi);
 			for (; r < g->rounds; r++) {
 				rk = _mm256_load_si256((const __m256i *)g->rk[r]);
-				x0 = _mm256_aesenc_epi128(x0, rk);
-				x1 = _mm256_aesenc_epi128(x1, rk);
-				x2 = _mm256_aesenc_epi128(x2, rk);
-				x3 = _mm256_aesenc_epi128(x3, rk);
+				_Pragma("GCC unroll 8")
+				for (i = 0; i < 8; i++)
+					x[i] = _mm256_aesenc_epi128(x[i], rk);
 			}
 			rk = _mm256_load_si256((const __m256i *)g->rk[r]);
-			/* Load all of a vector's ciphertext before storing: in may be out. */
-			x0 = _mm256_xor_si256(_mm256_aesenclast_epi128(x0, rk), _mm256_loadu_si256((const __m256i *)in));
-			_mm256_storeu_si256((__m256i *)out, x0);
-			x1 = _mm256_xor_si256(_mm256_aesenclast_epi128(x1, rk),
-					      _mm256_loadu_si256((const __m256i *)(in + 32)));
-			_mm256_storeu_si256((__m256i *)(out + 32), x1);
-			x2 = _mm256_xor_si256(_mm256_aesenclast_epi128(x2, rk),
-					      _mm256_loadu_si256((const __m256i *)(in + 64)));
-			_mm256_storeu_si256((__m256i *)(out + 64), x2);
-			x3 = _mm256_xor_si256(_mm256_aesenclast_epi128(x3, rk),
-					      _mm256_loadu_si256((const __m256i *)(in + 96)));
-			_mm256_storeu_si256((__m256i *)(out + 96), x3);
+			/* Load each vector's ciphertext before storing it: in may be out. */
+			_Pragma("GCC unroll 8")
+			for (i = 0; i < 8; i++)
+				_mm256_storeu_si256((__m256i *)(out + 32 * i),
+						    _mm256_xor_si256(_mm256_aesenclast_epi128(x[i], rk),
+								     _mm256_loadu_si256((const __m256i *)(in + 32 * i))));
 		}
 		_mm_store_si128((__m128i *)g->y, y);
 		_mm_store_si128((__m128i *)g->ctr, _mm256_castsi256_si128(ctr));

@@ -1,5 +1,5 @@
 /* gcm.h - AES-GCM decryption (NIST SP 800-38D) on 256-bit vectors: VAES
- * for the counter mode, VPCLMULQDQ for GHASH, eight blocks per step with
+ * for the counter mode, VPCLMULQDQ for GHASH, sixteen blocks per step with
  * one reduction. The record layer (tlsrec.c) opens TLS 1.3 records with it
  * where the CPU has both (x86-64 with AVX2: AMD Zen 3 on, Intel Ice Lake
  * on); the libraries Debian ships run AES-GCM on 128-bit vectors only,
