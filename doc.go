@@ -214,12 +214,15 @@
 // verdicts, the same with either backend.
 //
 // On TLS 1.3 with an AES-GCM suite, after the first application data the
-// loop opens the server's records itself with the library's AES-GCM,
-// straight from the receive slots into the memory events point at, with
-// no copies through the library (KeyUpdate, NewSessionTicket and alerts
-// handled as RFC 8446 says; PoolStats.TLSRecords counts the records).
-// Config.NoTLSRecordLayer keeps the library's SSL_read throughout; TLS 1.2
-// and ChaCha20-Poly1305 always use it.
+// loop opens the server's records itself, straight from the receive
+// slots into the memory events point at, with no copies through the
+// library (KeyUpdate, NewSessionTicket and alerts handled as RFC 8446
+// says; PoolStats.TLSRecords counts the records). It decrypts them with
+// talaris' own AES-GCM on 256-bit vectors where the CPU has VAES and
+// VPCLMULQDQ (PoolStats.TLSRecordsOwnGCM; Config.TLSLibraryGCM keeps the
+// library's), else with the library's. Config.NoTLSRecordLayer keeps the
+// library's SSL_read throughout; TLS 1.2 and ChaCha20-Poly1305 always use
+// it.
 //
 // # Observability
 //
