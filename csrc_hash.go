@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd9132bc120f1ddf2
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x51ad383f8baae6c0
 import "C"
 
-const csrcHash = "d9132bc120f1ddf2"
+const csrcHash = "51ad383f8baae6c0"
