@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x38f4b5746d808758
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x8037a30f5fae5367
 import "C"
 
-const csrcHash = "38f4b5746d808758"
+const csrcHash = "8037a30f5fae5367"

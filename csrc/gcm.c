@@ -227,11 +227,20 @@ GCM_TARGET static int gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t le
 		KEY256(14, 0x40);
 		g->rounds = 14;
 	} else {
+		/* Unkeyed: nothing of the previous key stays. */
+		memset(g->rk, 0, sizeof(g->rk));
+		memset(g->hp, 0, sizeof(g->hp));
+		memset(g->h, 0, sizeof(g->h));
+		memset(g->ek0, 0, sizeof(g->ek0));
+		memset(g->ks, 0, sizeof(g->ks));
 		g->rounds = 0;
 		return -1;
 	}
-	for (unsigned r = 0; r <= g->rounds; r++)
-		_mm256_store_si256((__m256i *)g->rk[r], _mm256_broadcastsi128_si256(k[r]));
+	/* Round keys past the last (an AES-256 key's, when an AES-128 one
+	 * follows it) are wiped, not left behind. */
+	for (unsigned r = 0; r < 15; r++)
+		_mm256_store_si256((__m256i *)g->rk[r],
+				   r <= g->rounds ? _mm256_broadcastsi128_si256(k[r]) : _mm256_setzero_si256());
 	h = gcm_rev(aes_block(g, _mm_setzero_si128()));
 	_mm_store_si128((__m128i *)g->h, h);
 	p[1] = h;
@@ -411,6 +420,11 @@ void tl_gcm_begin(struct tl_gcm *g, const uint8_t nonce[12], const uint8_t *aad,
 void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out, size_t n) { gcm_decrypt(g, in, out, n); }
 
 int tl_gcm_finish(struct tl_gcm *g, const uint8_t tag[16]) { return gcm_finish(g, tag); }
+
+/* talaris_core.c includes every source in one unit: these go no further. */
+#undef KEY128
+#undef KEY256
+#undef GCM_TARGET
 
 #else /* not x86-64: the record layer keeps the library's AES-GCM */
 

@@ -27,7 +27,7 @@ struct tl_gcm *tl_gcm_new(void);
 void tl_gcm_free(struct tl_gcm *g);
 
 /* tl_gcm_setkey keys g with an AES key of len bytes (16 or 32). Returns 0,
- * or -1 for another length (g is then unkeyed). */
+ * or -1 for another length (g is then unkeyed, the previous key wiped). */
 int tl_gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t len);
 
 /* tl_gcm_begin starts a message under a 96-bit nonce with aad_len bytes of
