@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x8037a30f5fae5367
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x38ad07da1c80f973
 import "C"
 
-const csrcHash = "8037a30f5fae5367"
+const csrcHash = "38ad07da1c80f973"

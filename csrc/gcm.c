@@ -29,8 +29,7 @@
 
 struct tl_gcm {
 	_Alignas(32) uint8_t rk[15][32]; /* round keys, each in both 128-bit lanes */
-	_Alignas(32) uint8_t hp[8][32];  /* H^16|H^15, ..., H^2|H (low lane first), reversed */
-	_Alignas(16) uint8_t h[16];      /* H, reversed */
+	_Alignas(32) uint8_t hp[8][32];  /* H^16|H^15, ..., H^2|H (low lane first), reversed; gh_h */
 	_Alignas(16) uint8_t y[16];      /* the GHASH accumulator, reversed */
 	_Alignas(16) uint8_t ctr[16];    /* the next counter block, reversed */
 	_Alignas(16) uint8_t ek0[16];    /* E(K, J0): masks the tag */
@@ -116,26 +115,34 @@ GCM_TARGET static inline __m128i gh_reduce(__m128i lo, __m128i hi)
 	return _mm_xor_si128(hi, dx);
 }
 
+/* gh_combine adds the middle partial product mid (bits 64-191) into
+ * lo:hi and reduces the total. */
+GCM_TARGET static inline __m128i gh_combine(__m128i lo, __m128i mid, __m128i hi)
+{
+	return gh_reduce(_mm_xor_si128(lo, _mm_slli_si128(mid, 8)), _mm_xor_si128(hi, _mm_srli_si128(mid, 8)));
+}
+
 /* gh_mul returns a * b (both reversed), reduced. */
 GCM_TARGET static inline __m128i gh_mul(__m128i a, __m128i b)
 {
-	__m128i lo = _mm_clmulepi64_si128(a, b, 0x00);
-	__m128i hi = _mm_clmulepi64_si128(a, b, 0x11);
-	__m128i mid = _mm_xor_si128(_mm_clmulepi64_si128(a, b, 0x01), _mm_clmulepi64_si128(a, b, 0x10));
+	return gh_combine(_mm_clmulepi64_si128(a, b, 0x00),
+			  _mm_xor_si128(_mm_clmulepi64_si128(a, b, 0x01), _mm_clmulepi64_si128(a, b, 0x10)),
+			  _mm_clmulepi64_si128(a, b, 0x11));
+}
 
-	lo = _mm_xor_si128(lo, _mm_slli_si128(mid, 8));
-	hi = _mm_xor_si128(hi, _mm_srli_si128(mid, 8));
-	return gh_reduce(lo, hi);
+/* gh_h returns H (reversed): the high lane of the last power pair. */
+GCM_TARGET static inline __m128i gh_h(const struct tl_gcm *g)
+{
+	return _mm_load_si128((const __m128i *)(g->hp[7] + 16));
 }
 
 /* gh_block absorbs one 16-byte block (as in memory) into the accumulator. */
 GCM_TARGET static inline void gh_block(struct tl_gcm *g, const uint8_t *b)
 {
 	__m128i y = _mm_load_si128((const __m128i *)g->y);
-	__m128i h = _mm_load_si128((const __m128i *)g->h);
 
 	y = _mm_xor_si128(y, gcm_rev(_mm_loadu_si128((const __m128i *)b)));
-	_mm_store_si128((__m128i *)g->y, gh_mul(y, h));
+	_mm_store_si128((__m128i *)g->y, gh_mul(y, gh_h(g)));
 }
 
 /* gh_mul2 adds the unreduced products of two pairs of elements (one per
@@ -152,13 +159,9 @@ GCM_TARGET static inline void gh_mul2(__m256i a, __m256i b, __m256i *lo, __m256i
  * and reduces the total. */
 GCM_TARGET static inline __m128i gh_fold(__m256i lo, __m256i mid, __m256i hi)
 {
-	__m128i l = _mm_xor_si128(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-	__m128i m = _mm_xor_si128(_mm256_castsi256_si128(mid), _mm256_extracti128_si256(mid, 1));
-	__m128i h = _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-
-	l = _mm_xor_si128(l, _mm_slli_si128(m, 8));
-	h = _mm_xor_si128(h, _mm_srli_si128(m, 8));
-	return gh_reduce(l, h);
+	return gh_combine(_mm_xor_si128(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)),
+			  _mm_xor_si128(_mm256_castsi256_si128(mid), _mm256_extracti128_si256(mid, 1)),
+			  _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
 }
 
 /* aes_block encrypts one block with the round keys' low lanes. */
@@ -198,7 +201,7 @@ GCM_TARGET static inline __m128i key_fold(__m128i k, __m128i assist)
 		k[(i) + 1] = key_fold(k[(i) - 1], _mm_shuffle_epi32(_mm_aeskeygenassist_si128(k[i], 0), 0xaa));   \
 	} while (0)
 
-GCM_TARGET static int gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t len)
+GCM_TARGET int tl_gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t len)
 {
 	__m128i k[16], h, p[17]; /* k[15]: KEY256(14) computes one key too many */
 
@@ -230,7 +233,6 @@ GCM_TARGET static int gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t le
 		/* Unkeyed: nothing of the previous key stays. */
 		memset(g->rk, 0, sizeof(g->rk));
 		memset(g->hp, 0, sizeof(g->hp));
-		memset(g->h, 0, sizeof(g->h));
 		memset(g->ek0, 0, sizeof(g->ek0));
 		memset(g->ks, 0, sizeof(g->ks));
 		g->rounds = 0;
@@ -242,7 +244,6 @@ GCM_TARGET static int gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t le
 		_mm256_store_si256((__m256i *)g->rk[r],
 				   r <= g->rounds ? _mm256_broadcastsi128_si256(k[r]) : _mm256_setzero_si256());
 	h = gcm_rev(aes_block(g, _mm_setzero_si128()));
-	_mm_store_si128((__m128i *)g->h, h);
 	p[1] = h;
 	for (int i = 2; i <= 16; i++)
 		p[i] = gh_mul(p[i - 1], h);
@@ -255,7 +256,7 @@ GCM_TARGET static int gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t le
 	return 0;
 }
 
-GCM_TARGET static void gcm_begin(struct tl_gcm *g, const uint8_t nonce[12], const uint8_t *aad, size_t aad_len)
+GCM_TARGET void tl_gcm_begin(struct tl_gcm *g, const uint8_t nonce[12], const uint8_t *aad, size_t aad_len)
 {
 	uint8_t j0[16], b[16];
 
@@ -279,7 +280,7 @@ GCM_TARGET static void gcm_begin(struct tl_gcm *g, const uint8_t nonce[12], cons
 	}
 }
 
-GCM_TARGET static void gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out, size_t n)
+GCM_TARGET void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out, size_t n)
 {
 	g->ct_len += n;
 	/* Finish the block under way. */
@@ -365,7 +366,7 @@ GCM_TARGET static void gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t 
 	}
 }
 
-GCM_TARGET static int gcm_finish(struct tl_gcm *g, const uint8_t tag[16])
+GCM_TARGET int tl_gcm_finish(struct tl_gcm *g, const uint8_t tag[16])
 {
 	uint8_t t[16], diff = 0;
 	__m128i y;
@@ -379,7 +380,7 @@ GCM_TARGET static int gcm_finish(struct tl_gcm *g, const uint8_t tag[16])
 	 * the bit length of A is the high half. */
 	y = _mm_xor_si128(_mm_load_si128((const __m128i *)g->y),
 			  _mm_set_epi64x((long long)(g->aad_len * 8), (long long)(g->ct_len * 8)));
-	y = gh_mul(y, _mm_load_si128((const __m128i *)g->h));
+	y = gh_mul(y, gh_h(g));
 	_mm_storeu_si128((__m128i *)t, _mm_xor_si128(gcm_rev(y), _mm_load_si128((const __m128i *)g->ek0)));
 	for (int i = 0; i < 16; i++)
 		diff |= (uint8_t)(t[i] ^ tag[i]);
@@ -409,17 +410,6 @@ void tl_gcm_free(struct tl_gcm *g)
 	__asm__ __volatile__("" : : "r"(g) : "memory"); /* the wipe must not be dropped as a dead store */
 	free(g);
 }
-
-int tl_gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t len) { return gcm_setkey(g, key, len); }
-
-void tl_gcm_begin(struct tl_gcm *g, const uint8_t nonce[12], const uint8_t *aad, size_t aad_len)
-{
-	gcm_begin(g, nonce, aad, aad_len);
-}
-
-void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out, size_t n) { gcm_decrypt(g, in, out, n); }
-
-int tl_gcm_finish(struct tl_gcm *g, const uint8_t tag[16]) { return gcm_finish(g, tag); }
 
 /* talaris_core.c includes every source in one unit: these go no further. */
 #undef KEY128
