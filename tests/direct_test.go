@@ -166,7 +166,10 @@ func TestDirectSendPeerStopsReading(t *testing.T) {
 			next++
 		}
 		s.waitCount(t, next)
-		st = c.Stats()
+		// The sink can read the last bytes before the loop reaps the
+		// completion of the write that carried them: tx_done (and so
+		// SendQueued) trails the wire by that much.
+		st = waitSendQueuedDrained(t, c)
 		if st.MsgsOut != uint64(next) || st.SendQueued != 0 {
 			t.Errorf("stats %+v after %d messages arrived", st, next)
 		}

@@ -393,10 +393,7 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
 	wantSubs(t, "restarted server", glines, 1)
 	_, blines := b.waitLine("MSG 1 app-2")
 	// The dropped socket's output was retired: admission starts empty.
-	for deadline := time.Now().Add(5 * time.Second); c.Stats().SendQueued != 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	if q := c.Stats().SendQueued; q != 0 {
+	if q := waitSendQueuedDrained(t, c).SendQueued; q != 0 {
 		t.Errorf("SendQueued after the reconnect and delivery = %d, want 0", q)
 	}
 	for _, l := range blines {

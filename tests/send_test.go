@@ -180,6 +180,22 @@ func (s *sink) waitCount(t *testing.T, n int) {
 	}
 }
 
+// waitSendQueuedDrained waits until c's SendQueued reads 0 and returns
+// the stats that showed it (or the last ones read, after hangGuard). A
+// peer can read a write's last byte before the loop reaps that write's
+// completion, which is when the bytes stop counting as queued.
+func waitSendQueuedDrained(t *testing.T, c Conn) ConnStats {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		st := c.Stats()
+		if st.SendQueued == 0 || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func dialSink(t *testing.T, p *Pool, s *sink) Conn {
 	t.Helper()
 	ctx, cancel := dialCtx(t)
