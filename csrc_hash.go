@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x38ad07da1c80f973
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x4473a7b2e91deb1e
 import "C"
 
-const csrcHash = "38ad07da1c80f973"
+const csrcHash = "4473a7b2e91deb1e"

@@ -92,14 +92,16 @@ void tl_evq_publish(struct tl_evq *q)
 			q->stamps[q->stamp_pend[i]].publish = now;
 		q->npend = 0;
 	}
-	/* seq_cst, not just release: this store and the load of
-	 * cons_sleeping below are the producer half of the Dekker handshake
-	 * (the pump stores cons_sleeping, then rechecks the tail). */
-	__atomic_store_n(&r->tail, q->tail, __ATOMIC_SEQ_CST);
+	/* The counts go before the tail: a pump that has consumed this
+	 * batch reads them (Pool.Metrics, PoolStats) with the batch in. */
 	STAT_ADD(q->stats, events, q->tail - q->published);
 	STAT_ADD(q->stats, batches, 1);
 	__atomic_store_n(&q->stats->msgs, q->msgs, __ATOMIC_RELAXED);
 	__atomic_store_n(&q->stats->bytes, q->bytes, __ATOMIC_RELAXED);
+	/* seq_cst, not just release: this store and the load of
+	 * cons_sleeping below are the producer half of the Dekker handshake
+	 * (the pump stores cons_sleeping, then rechecks the tail). */
+	__atomic_store_n(&r->tail, q->tail, __ATOMIC_SEQ_CST);
 	q->published = q->tail;
 	switch (__atomic_load_n(&r->cons_sleeping, __ATOMIC_SEQ_CST)) {
 	case 0:

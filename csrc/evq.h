@@ -158,9 +158,17 @@ static inline int tl_evq_head_moved(const struct tl_evq *q)
 static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, struct tl_evmeta m,
 							     const uint8_t *p, size_t n, uint64_t arena_end)
 {
-	uint64_t tail = q->tail, idx = tail & q->mask;
+	uint64_t tail, idx;
 	struct tl_event ev;
 
+	/* A batch at its early-publish bound goes out before this event, not
+	 * with it: the caller counts the message (count_in) and stamps a
+	 * sample (tl_evq_stamp) after the put, and both must be stored
+	 * before the event is published. */
+	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
+		tl_evq_publish(q);
+	tail = q->tail;
+	idx = tail & q->mask;
 	/* Built in a local and stored once; plain stores: Go reads the record
 	 * only after the release store of the tail in tl_evq_publish, which
 	 * orders these before it. */
@@ -178,8 +186,6 @@ static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, s
 	if (q->counting)
 		tl_evq_own_add(q, m.slot, 1, n);
 	q->tail = tail + 1;
-	if (__builtin_expect(tail + 1 - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
-		tl_evq_publish(q);
 }
 
 /* tl_evq_stamp marks the event appended last as sampled and writes its
@@ -277,8 +283,12 @@ static inline __attribute__((always_inline)) void tl_evq_run_begin(struct tl_evq
 								   uint32_t slot, uint32_t gen, int copy,
 								   uint64_t max_events)
 {
-	uint64_t room = q->size - (q->tail - q->head_cache);
-	uint64_t pub = TL_EVQ_EARLY_PUBLISH - (q->tail - q->published);
+	uint64_t room, pub;
+
+	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
+		tl_evq_publish(q); /* a put left the batch at its bound */
+	room = q->size - (q->tail - q->head_cache);
+	pub = TL_EVQ_EARLY_PUBLISH - (q->tail - q->published);
 
 	if (room > pub)
 		room = pub;

@@ -173,15 +173,6 @@ GCM_TARGET static inline __m128i aes_block(const struct tl_gcm *g, __m128i b)
 	return _mm_aesenclast_si128(b, _mm_load_si128((const __m128i *)g->rk[g->rounds]));
 }
 
-/* ks_next returns the keystream block of the next counter and steps it. */
-GCM_TARGET static inline __m128i ks_next(struct tl_gcm *g)
-{
-	__m128i c = _mm_load_si128((const __m128i *)g->ctr);
-
-	_mm_store_si128((__m128i *)g->ctr, _mm_add_epi32(c, _mm_set_epi32(0, 0, 0, 1)));
-	return aes_block(g, gcm_rev(c));
-}
-
 /* Key expansion (FIPS 197 5.2) with AESKEYGENASSIST: each step XORs the
  * previous round key's words into each other (w[i] ^= w[i-1], as prefix
  * sums by shifting) and adds the assist's word. */
@@ -280,6 +271,99 @@ GCM_TARGET void tl_gcm_begin(struct tl_gcm *g, const uint8_t nonce[12], const ui
 	}
 }
 
+/* aes8_start loads the next sixteen counter blocks, two per vector, into
+ * x with round key 0 added, and steps *ctr past them. */
+GCM_TARGET static inline void aes8_start(const struct tl_gcm *g, __m256i x[8], __m256i *ctr)
+{
+	const __m256i two = _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 2);
+	__m256i rk = _mm256_load_si256((const __m256i *)g->rk[0]);
+
+	_Pragma("GCC unroll 8")
+	for (int i = 0; i < 8; i++) {
+		x[i] = _mm256_xor_si256(gcm_rev2(*ctr), rk);
+		*ctr = _mm256_add_epi32(*ctr, two);
+	}
+}
+
+/* aes8_rounds runs rounds first .. last - 1 on the eight vectors and
+ * returns the last round key: the caller's aesenclast merges it. */
+GCM_TARGET static inline __m256i aes8_rounds(const struct tl_gcm *g, __m256i x[8], unsigned first)
+{
+	for (unsigned r = first; r < g->rounds; r++) {
+		__m256i rk = _mm256_load_si256((const __m256i *)g->rk[r]);
+
+		_Pragma("GCC unroll 8")
+		for (int i = 0; i < 8; i++)
+			x[i] = _mm256_aesenc_epi128(x[i], rk);
+	}
+	return _mm256_load_si256((const __m256i *)g->rk[g->rounds]);
+}
+
+/* gh_pow returns H^m (reversed), 1 <= m <= 16, from the power table:
+ * hp[i] holds H^(16-2i) in its low lane and H^(15-2i) in its high one. */
+GCM_TARGET static inline __m128i gh_pow(const struct tl_gcm *g, unsigned m)
+{
+	return _mm_load_si128((const __m128i *)(g->hp[(16 - m) / 2] + (m & 1 ? 16 : 0)));
+}
+
+/* gcm_tail decrypts the last n < 256 bytes of a piece: its k = n / 16
+ * whole blocks and, when n % 16, the start of a block the next piece
+ * finishes. Block by block each AES waited for the one before and each
+ * GHASH step for its reduction; here the keystream of all of them comes
+ * from one pass over eight vectors (sixteen blocks, their rounds
+ * overlapping: about the time of one block's), and GHASH is k products
+ * by H^k..H^1 summed unreduced and reduced once. The ciphertext is
+ * hashed before anything is stored: in may be out. */
+GCM_TARGET static void gcm_tail(struct tl_gcm *g, const uint8_t *in, uint8_t *out, size_t n)
+{
+	unsigned k = (unsigned)(n / 16), rest = (unsigned)(n % 16), used = k + (rest != 0);
+	__m128i c = _mm_load_si128((const __m128i *)g->ctr);
+	__m256i ctr = _mm256_add_epi32(_mm256_broadcastsi128_si256(c), _mm256_set_epi32(0, 0, 0, 1, 0, 0, 0, 0));
+	__m256i x[8], rk;
+	int i;
+
+	if (k) {
+		__m128i lo = _mm_setzero_si128(), mid = lo, hi = lo;
+		__m128i y = _mm_load_si128((const __m128i *)g->y);
+
+		for (unsigned j = 0; j < k; j++) {
+			__m128i d = gcm_rev(_mm_loadu_si128((const __m128i *)(in + 16 * j)));
+			__m128i h = gh_pow(g, k - j);
+
+			if (j == 0)
+				d = _mm_xor_si128(d, y);
+			lo = _mm_xor_si128(lo, _mm_clmulepi64_si128(d, h, 0x00));
+			hi = _mm_xor_si128(hi, _mm_clmulepi64_si128(d, h, 0x11));
+			mid = _mm_xor_si128(mid, _mm_xor_si128(_mm_clmulepi64_si128(d, h, 0x01),
+							       _mm_clmulepi64_si128(d, h, 0x10)));
+		}
+		_mm_store_si128((__m128i *)g->y, gh_combine(lo, mid, hi));
+	}
+	aes8_start(g, x, &ctr);
+	rk = aes8_rounds(g, x, 1);
+	_Pragma("GCC unroll 8")
+	for (i = 0; i < 8; i++)
+		x[i] = _mm256_aesenclast_epi128(x[i], rk);
+	for (unsigned j = 0; j < k; j++) {
+		__m128i ks = j & 1 ? _mm256_extracti128_si256(x[j / 2], 1) : _mm256_castsi256_si128(x[j / 2]);
+
+		_mm_storeu_si128((__m128i *)(out + 16 * j),
+				 _mm_xor_si128(ks, _mm_loadu_si128((const __m128i *)(in + 16 * j))));
+	}
+	/* The counter moves past the blocks used, keystream included. */
+	_mm_store_si128((__m128i *)g->ctr, _mm_add_epi32(c, _mm_set_epi32(0, 0, 0, (int)used)));
+	if (rest) {
+		in += 16 * k;
+		out += 16 * k;
+		_mm_storeu_si128((__m128i *)g->ks,
+				 k & 1 ? _mm256_extracti128_si256(x[k / 2], 1) : _mm256_castsi256_si128(x[k / 2]));
+		for (; g->part < rest; g->part++) {
+			g->ct[g->part] = in[g->part];
+			out[g->part] = (uint8_t)(in[g->part] ^ g->ks[g->part]);
+		}
+	}
+}
+
 GCM_TARGET void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out, size_t n)
 {
 	g->ct_len += n;
@@ -297,7 +381,6 @@ GCM_TARGET void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out
 		g->part = 0;
 	}
 	if (n >= 256) {
-		const __m256i two = _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 2);
 		__m128i y = _mm_load_si128((const __m128i *)g->y);
 		__m128i c = _mm_load_si128((const __m128i *)g->ctr);
 		__m256i ctr = _mm256_add_epi32(_mm256_broadcastsi128_si256(c), _mm256_set_epi32(0, 0, 0, 1, 0, 0, 0, 0));
@@ -308,12 +391,7 @@ GCM_TARGET void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out
 			unsigned r;
 			int i;
 
-			rk = _mm256_load_si256((const __m256i *)g->rk[0]);
-			_Pragma("GCC unroll 8")
-			for (i = 0; i < 8; i++) {
-				x[i] = _mm256_xor_si256(gcm_rev2(ctr), rk);
-				ctr = _mm256_add_epi32(ctr, two);
-			}
+			aes8_start(g, x, &ctr);
 			/* Rounds 1-8 carry GHASH's sixteen products (of the
 			 * ciphertext, which is there from the start): the AES and the
 			 * carry-less multiplies overlap, and the ciphertext is loaded
@@ -333,13 +411,7 @@ GCM_TARGET void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out
 					x[i] = _mm256_aesenc_epi128(x[i], rk);
 			}
 			y = gh_fold(lo, mid, hi);
-			for (; r < g->rounds; r++) {
-				rk = _mm256_load_si256((const __m256i *)g->rk[r]);
-				_Pragma("GCC unroll 8")
-				for (i = 0; i < 8; i++)
-					x[i] = _mm256_aesenc_epi128(x[i], rk);
-			}
-			rk = _mm256_load_si256((const __m256i *)g->rk[r]);
+			rk = aes8_rounds(g, x, r);
 			/* Load each vector's ciphertext before storing it: in may be out. */
 			_Pragma("GCC unroll 8")
 			for (i = 0; i < 8; i++)
@@ -350,20 +422,8 @@ GCM_TARGET void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out
 		_mm_store_si128((__m128i *)g->y, y);
 		_mm_store_si128((__m128i *)g->ctr, _mm256_castsi256_si128(ctr));
 	}
-	for (; n >= 16; n -= 16, in += 16, out += 16) {
-		__m128i d = _mm_loadu_si128((const __m128i *)in);
-		__m128i k = ks_next(g);
-
-		gh_block(g, in);
-		_mm_storeu_si128((__m128i *)out, _mm_xor_si128(d, k));
-	}
-	if (n > 0) {
-		_mm_storeu_si128((__m128i *)g->ks, ks_next(g));
-		for (; g->part < n; g->part++) {
-			g->ct[g->part] = in[g->part];
-			out[g->part] = (uint8_t)(in[g->part] ^ g->ks[g->part]);
-		}
-	}
+	if (n > 0)
+		gcm_tail(g, in, out, n);
 }
 
 GCM_TARGET int tl_gcm_finish(struct tl_gcm *g, const uint8_t tag[16])

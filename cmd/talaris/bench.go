@@ -1260,6 +1260,7 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	var frames uint64
 	var c0 float64
 	var t0rec time.Time
+	var st0 talaris.PoolStats
 	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) {
 		got = true
 		if recording && wl == "latency" && len(pl) >= 16 {
@@ -1276,7 +1277,7 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	for {
 		now := time.Now()
 		if !recording && now.After(warmEnd) {
-			recording, c0, t0rec = true, cpuSeconds(), now
+			recording, c0, t0rec, st0 = true, cpuSeconds(), now, p.Stats()
 		}
 		// A stall under load (a descheduled VM, a busy box: seen at 300 ms)
 		// can straddle the window, a round trip or one pump call for the
@@ -1311,6 +1312,7 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	r := Result{Frames: frames, Bytes: frames * 64}
 	if recording {
 		r.Secs, r.CPUSecs = time.Since(t0rec).Seconds(), cpuSeconds()-c0
+		r.Note = waitNote(st0, p.Stats(), frames)
 	}
 	histInto(&r, h)
 	return r, nil

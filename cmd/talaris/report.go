@@ -274,23 +274,58 @@ func (b *bench) targets() string {
 	if iv, _ := b.bestOf(wl("idle", isDefault), idlePct, true); iv > 0 {
 		row("idle talaris/default < 1 % of a CPU", fmt.Sprintf("%.2f %%", iv), iv < 1, true)
 	}
+	b.throughputTargets(row, isDefault)
 	b.samplingTargets(row)
 	return s.String()
+}
+
+// findResult returns the successful row of workload w for client (for
+// ingress: on transport tr with conns connections), or nil.
+func (b *bench) findResult(w, client, tr string, conns int) *Result {
+	for i := range b.results {
+		r := &b.results[i]
+		if r.Err == "" && r.Workload == w && r.Client == client && (w == "decode" || r.Transport == tr && r.Conns == conns) {
+			return r
+		}
+	}
+	return nil
+}
+
+// throughputTargets adds issue 13's rows: the default configuration's
+// ingress rate and client CPU per frame against gobwas and the best Go
+// peer, and the decode cost of the Pool and of the Decoder.
+func (b *bench) throughputTargets(row func(target, value string, ok, have bool), isDefault func(Result) bool) {
+	find := b.findResult
+	for _, c := range []string{"talaris", "talaris-decoder"} {
+		if r := find("decode", c, "", 0); r != nil {
+			row(fmt.Sprintf("decode %s <= 12 ns/msg", c), fmt.Sprintf("%.1f ns/msg", r.NsPerMsg), r.NsPerMsg <= 12, r.NsPerMsg > 0)
+		}
+	}
+	cpu := func(r *Result) float64 { return r.CPUSecs / float64(max(r.Frames, 1)) * 1e6 }
+	if d, g := find("ingress", "talaris/default", "wss", 1), find("ingress", "gobwas", "wss", 1); d != nil && g != nil && g.Frames > 0 && d.Frames > 0 {
+		row("wss x1 talaris/default frames/s >= 1.5x gobwas", fmt.Sprintf("%s / %s = %.2fx", fmtRate(d.FramesPerSec), fmtRate(g.FramesPerSec), d.FramesPerSec/g.FramesPerSec),
+			d.FramesPerSec >= 1.5*g.FramesPerSec, true)
+		row("wss x1 talaris/default CPU per frame <= 0.7x gobwas", fmt.Sprintf("%.3f us / %.3f us = %.2fx", cpu(d), cpu(g), cpu(d)/cpu(g)), cpu(d) <= 0.7*cpu(g), true)
+	}
+	fps := func(r Result) float64 { return r.FramesPerSec }
+	for _, t := range []struct {
+		tr   string
+		want float64
+	}{{"wss", 1.0}, {"ws", 1.5}} {
+		m := func(r Result) bool { return r.Workload == "ingress" && r.Transport == t.tr && r.Conns == 16 }
+		dv, _ := b.bestOf(func(r Result) bool { return m(r) && isDefault(r) }, fps, false)
+		gv, gw := b.bestOf(func(r Result) bool { return m(r) && isGoPeer(r) }, fps, false)
+		if gv > 0 {
+			row(fmt.Sprintf("%s x16 talaris/default frames/s >= %.1fx best Go peer", t.tr, t.want), fmt.Sprintf("%s / %s %s = %.2fx", fmtRate(dv), gw, fmtRate(gv), dv/gv), dv >= t.want*gv, dv > 0)
+		}
+	}
 }
 
 // samplingTargets adds issue 12's sampling-cost rows: the difference
 // between a +sampleN row and its unsampled twin, in ns per message (decode:
 // wall time; ingress: client CPU per frame, steadier on a shared machine).
 func (b *bench) samplingTargets(row func(target, value string, ok, have bool)) {
-	find := func(w, client, tr string, conns int) *Result {
-		for i := range b.results {
-			r := &b.results[i]
-			if r.Err == "" && r.Workload == w && r.Client == client && (w == "decode" || r.Transport == tr && r.Conns == conns) {
-				return r
-			}
-		}
-		return nil
-	}
+	find := b.findResult
 	limits := map[string]float64{"+sample64": 2, "+sample1": 25}
 	for _, suf := range []string{"+sample64", "+sample1"} {
 		lim := limits[suf]
@@ -341,7 +376,7 @@ func (b *bench) markdownReport(mdPath string, plots []string) string {
 	}
 	s.WriteString("\n")
 	s.WriteString(b.markdownTables())
-	s.WriteString("### targets (issues 5 and 9), computed from the tables above\n\n")
+	s.WriteString("### targets (issues 5, 9 and 13), computed from the tables above\n\n")
 	s.WriteString(b.targets())
 	s.WriteString("\n")
 	if len(plots) > 0 {
