@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x4473a7b2e91deb1e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x707a1d474e6f4577
 import "C"
 
-const csrcHash = "4473a7b2e91deb1e"
+const csrcHash = "707a1d474e6f4577"

@@ -344,9 +344,17 @@ GCM_TARGET static void gcm_tail(struct tl_gcm *g, const uint8_t *in, uint8_t *ou
 	_Pragma("GCC unroll 8")
 	for (i = 0; i < 8; i++)
 		x[i] = _mm256_aesenclast_epi128(x[i], rk);
-	for (unsigned j = 0; j < k; j++) {
+	/* Unrolled, each vector named by a constant: a variable index (x[j / 2])
+	 * puts all sixteen keystream blocks in the stack frame, left there. */
+	_Pragma("GCC unroll 16")
+	for (unsigned j = 0; j < 16; j++) {
 		__m128i ks = j & 1 ? _mm256_extracti128_si256(x[j / 2], 1) : _mm256_castsi256_si128(x[j / 2]);
 
+		if (j == k) {
+			if (rest)
+				_mm_storeu_si128((__m128i *)g->ks, ks);
+			break;
+		}
 		_mm_storeu_si128((__m128i *)(out + 16 * j),
 				 _mm_xor_si128(ks, _mm_loadu_si128((const __m128i *)(in + 16 * j))));
 	}
@@ -355,8 +363,6 @@ GCM_TARGET static void gcm_tail(struct tl_gcm *g, const uint8_t *in, uint8_t *ou
 	if (rest) {
 		in += 16 * k;
 		out += 16 * k;
-		_mm_storeu_si128((__m128i *)g->ks,
-				 k & 1 ? _mm256_extracti128_si256(x[k / 2], 1) : _mm256_castsi256_si128(x[k / 2]));
 		for (; g->part < rest; g->part++) {
 			g->ct[g->part] = in[g->part];
 			out[g->part] = (uint8_t)(in[g->part] ^ g->ks[g->part]);
