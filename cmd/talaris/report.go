@@ -302,7 +302,7 @@ func (b *bench) throughputTargets(row func(target, value string, ok, have bool),
 		}
 	}
 	cpu := func(r *Result) float64 { return r.CPUSecs / float64(max(r.Frames, 1)) * 1e6 }
-	if d, g := find("ingress", "talaris/default", "wss", 1), find("ingress", "gobwas", "wss", 1); d != nil && g != nil && g.Frames > 0 && d.Frames > 0 {
+	if d, g := find("ingress", "talaris/default", "wss", 1), find("ingress", "gobwas", "wss", 1); d != nil && g != nil && g.Frames > 0 && d.Frames > 0 && g.CPUSecs > 0 {
 		row("wss x1 talaris/default frames/s >= 1.5x gobwas", fmt.Sprintf("%s / %s = %.2fx", fmtRate(d.FramesPerSec), fmtRate(g.FramesPerSec), d.FramesPerSec/g.FramesPerSec),
 			d.FramesPerSec >= 1.5*g.FramesPerSec, true)
 		row("wss x1 talaris/default CPU per frame <= 0.7x gobwas", fmt.Sprintf("%.3f us / %.3f us = %.2fx", cpu(d), cpu(g), cpu(d)/cpu(g)), cpu(d) <= 0.7*cpu(g), true)

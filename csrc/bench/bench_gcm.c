@@ -5,10 +5,12 @@
  * byte and per 256 B frame as the wss bench sends them, 258 bytes with
  * the header). Single thread, warm caches: the per-byte cost of the
  * cipher alone, which the loop pays per record. A third row feeds our
- * code each record in two pieces, cut where a 16 KiB receive slot would
- * cut it (a record is 16406 bytes on the wire, so nearly every one
- * straddles two slots): the blocks after each piece's last 256-byte step,
- * and the block split between the pieces, take the tail path. */
+ * code each record in two pieces, as a receive slot boundary cuts it in
+ * the loop (a record is 16406 bytes on the wire, a slot 16 KiB, so nearly
+ * every one straddles two): the cuts are fixed points spread over the
+ * record and over the offsets within a 256-byte step, and the blocks
+ * after each piece's last step, and the block split between the pieces,
+ * take the tail path (gcm_tail). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,13 +105,12 @@ int main(void)
 	best_split /= (double)NREC * REC;
 	printf("bench_gcm: AES-128-GCM open, 16385-byte records: library EVP %.3f ns/B (%.1f ns per 258 B frame)\n",
 	       best_evp, best_evp * 258);
-	if (g)
+	if (g) {
 		printf("bench_gcm: talaris gcm.c %.3f ns/B (%.1f ns per 258 B frame), %.2fx the library's speed\n",
 		       best_own, best_own * 258, best_evp / best_own);
-	if (g)
 		printf("bench_gcm: talaris gcm.c, each record in two pieces (a slot boundary) %.3f ns/B (%.1f ns per 258 B frame)\n",
 		       best_split, best_split * 258);
-	else
+	} else
 		printf("bench_gcm: no VAES/VPCLMULQDQ on this CPU\n");
 	tl_gcm_free(g);
 	EVP_CIPHER_CTX_free(ctx);
