@@ -187,10 +187,24 @@ func TestBenchHarness(t *testing.T) {
 		}
 		t.Logf("idle %s: %.2f %% of a CPU", v, idlePct(r))
 	}
-	r, err = b.talDecode(0)
+	r, err = b.talDecode(0, 1)
 	check("talaris decode", r, err)
+	r, err = b.talDecoder(1)
+	check("talaris-decoder decode", r, err)
 	for _, p := range goPeers {
-		r, err = b.peerDecode(p)
+		r, err = b.peerDecode(p, 1)
 		check(p.name+" decode", r, err)
+	}
+	// Interleaved rounds: each client's best, an error kept per client.
+	calls := map[string]int{}
+	d := &decodeRounds{n: 3, rounds: []decodeRound{
+		{"a", func() (Result, error) { calls["a"]++; return Result{NsPerMsg: float64(10 - calls["a"])}, nil }},
+		{"b", func() (Result, error) { calls["b"]++; return Result{}, fmt.Errorf("round %d", calls["b"]) }},
+	}}
+	if r, err := d.best("a"); err != nil || r.NsPerMsg != 7 || calls["a"] != 3 {
+		t.Errorf("decodeRounds a: %+v, %v after %d calls; want 7 ns after 3", r, err, calls["a"])
+	}
+	if _, err := d.best("b"); err == nil || calls["b"] != 1 {
+		t.Errorf("decodeRounds b: %v after %d calls; want the first round's error, no more calls", err, calls["b"])
 	}
 }
