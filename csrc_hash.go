@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x707a1d474e6f4577
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xe194f4e507655af6
 import "C"
 
-const csrcHash = "707a1d474e6f4577"
+const csrcHash = "e194f4e507655af6"

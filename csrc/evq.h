@@ -152,6 +152,16 @@ static inline int tl_evq_head_moved(const struct tl_evq *q)
 	return __atomic_load_n(&q->r->head, __ATOMIC_SEQ_CST) != q->head_cache;
 }
 
+/* tl_evq_publish_at_bound publishes a batch that reached
+ * TL_EVQ_EARLY_PUBLISH before anything more is appended: the caller of a
+ * put counts the message (count_in) and stamps a sample (tl_evq_stamp)
+ * after it, and both must be stored before the event is published. */
+static inline __attribute__((always_inline)) void tl_evq_publish_at_bound(struct tl_evq *q)
+{
+	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
+		tl_evq_publish(q);
+}
+
 /* tl_evq_put writes the event (m, payload p[0..n)) at the tail; the caller
  * checked for room. Records that the payload ends at arena position
  * arena_end. */
@@ -161,12 +171,7 @@ static inline __attribute__((always_inline)) void tl_evq_put(struct tl_evq *q, s
 	uint64_t tail, idx;
 	struct tl_event ev;
 
-	/* A batch at its early-publish bound goes out before this event, not
-	 * with it: the caller counts the message (count_in) and stamps a
-	 * sample (tl_evq_stamp) after the put, and both must be stored
-	 * before the event is published. */
-	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
-		tl_evq_publish(q);
+	tl_evq_publish_at_bound(q);
 	tail = q->tail;
 	idx = tail & q->mask;
 	/* Built in a local and stored once; plain stores: Go reads the record
@@ -285,8 +290,7 @@ static inline __attribute__((always_inline)) void tl_evq_run_begin(struct tl_evq
 {
 	uint64_t room, pub;
 
-	if (__builtin_expect(q->tail - q->published >= TL_EVQ_EARLY_PUBLISH, 0))
-		tl_evq_publish(q); /* a put left the batch at its bound */
+	tl_evq_publish_at_bound(q); /* a put left the batch at its bound */
 	room = q->size - (q->tail - q->head_cache);
 	pub = TL_EVQ_EARLY_PUBLISH - (q->tail - q->published);
 
