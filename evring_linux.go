@@ -555,7 +555,13 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			p.rec.flush()
 		}
 		spinFor = 0 // after a sleep, look once per wake-up
-		if p.bellEp >= 0 && nanotime()-p.lastDirect.Load() < int64(bellWindow) {
+		// Pass through Go's scheduler now and then (pumpsched.go): a
+		// goroutine that only ever sleeps in syscalls keeps sysmon awake.
+		now := nanotime()
+		if p.sched.beforeSleep(now) {
+			continue // the rings, once more, before the sleep
+		}
+		if p.bellEp >= 0 && now-p.lastDirect.Load() < int64(bellWindow) {
 			if p.sleepBell() {
 				// A socket rang: its data woke us while it wakes the
 				// loop, which will publish it shortly; spin for that

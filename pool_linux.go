@@ -130,6 +130,9 @@ type pool struct {
 	// lastWait is how long the pump's previous wait for events lasted
 	// (WaitAdaptive spins only while it is short); owned by the pumper.
 	lastWait time.Duration
+	// sched paces the pump's passes through Go's scheduler (pumpsched.go);
+	// owned by the pumper.
+	sched pumpSched
 
 	// The reply spin (Config.ReplySpin; evring_linux.go, replySpinUntil):
 	// replySpin is ReplySpin in ns when either side waits adaptively (0:
