@@ -71,7 +71,8 @@ func (b *bench) markdownTables() string {
 	if rs := by("ingress"); len(rs) > 0 {
 		fmt.Fprintf(&s, "### ingress: loopback flood, feed server in another process, %v per run after %v warm-up\n\n", b.dur, b.warm)
 		s.WriteString("CPU columns are CPU seconds per million frames (= microseconds per thousand frames): the whole client process, " +
-			"then its threads over the same interval (talaris: the C loop thread `talaris-loop` and the goroutine's thread pumping it; " +
+			"then its threads over the same interval (talaris: the C loop thread `talaris-loop` and the busiest other thread, which runs the pumping goroutine " +
+			"(not locked to it, as a user's is not: a rare move of the goroutine puts part of the pump in the other threads); " +
 			"with N loop threads, their sum and, after it, N and the busiest one's; " +
 			"the Rust crate: its one pool thread is both). Ceiling = 1 / the busiest thread's CPU per frame: the rate if that thread " +
 			"had a core of its own and the others kept up (a spinning thread counts its spin too).\n\n")
