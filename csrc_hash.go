@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xe194f4e507655af6
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xaa71ce946bbe5f71
 import "C"
 
-const csrcHash = "e194f4e507655af6"
+const csrcHash = "aa71ce946bbe5f71"

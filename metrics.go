@@ -131,6 +131,12 @@ type Metrics struct {
 	LoopWakes     uint64 // times Go woke the sleeping loop
 	SendQueueFull uint64 // times a connection's send queue was full: a send refused or made to wait (ConnStats.SendQueueFull, summed), or the loop's own replies passed MaxSendQueue and it stopped reading
 	Reconnects    uint64 // successful re-opens by reconnect policies (DialOptions.Reconnect)
+	// RecvRevived counts receives the loop found silent on a ready
+	// socket (data waiting, or the peer gone) and armed again: a kernel
+	// completion that never came, seen about once in 2000 streams ended by
+	// a TCP reset under load. Non-zero is worth a look, not an alarm: the
+	// connection went on (PoolStats.RecvRevived).
+	RecvRevived uint64
 }
 
 // EachCounter calls fn for every counter of m in a fixed order with its
@@ -152,6 +158,7 @@ func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {
 	fn("talaris_loop_wakeups_total", "Times Go woke the sleeping loop.", m.LoopWakes)
 	fn("talaris_send_queue_full_total", "Times a connection's send queue was full (a send refused or waiting, or replies past MaxSendQueue stopped its reads).", m.SendQueueFull)
 	fn("talaris_reconnects_total", "Successful re-opens by reconnect policies.", m.Reconnects)
+	fn("talaris_recv_revived_total", "Receives found silent on a ready socket and armed again (a lost kernel completion).", m.RecvRevived)
 	fn("talaris_sampled_messages_total", "Messages whose stage stamps were recorded in the latency histograms.", m.Sampled)
 }
 

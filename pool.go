@@ -45,6 +45,11 @@ type PoolStats struct {
 	// MinWaits counts the loop's waits that were batched (Config.MinWait:
 	// the kernel waited up to MinWait for more completions).
 	MinWaits uint64
+	// RecvRevived counts receives the kernel left silent on a socket
+	// that had data or had ended: the loop found the socket ready at two
+	// looks 250 ms apart with no completion between them, cancelled the
+	// receive and armed it again (nothing is lost; see Metrics.RecvRevived).
+	RecvRevived uint64
 }
 
 // NewPool starts a C loop thread configured by cfg.

@@ -600,6 +600,7 @@ func (p *Pool) poolStats() PoolStats {
 		TLSRecords:       uint64(s.tls_records),
 		TLSRecordsOwnGCM: uint64(s.tls_records_gcm),
 		MinWaits:         uint64(s.min_waits),
+		RecvRevived:      uint64(s.recv_revived),
 		BellSleeps:       p.bellSleeps.Load(),
 		BellRings:        p.bellRings.Load(),
 		ReplySpins:       p.replySpins.Load(),
@@ -621,6 +622,7 @@ func (p *Pool) metrics(reset bool) Metrics {
 	m.NoBufs, m.Stalls, m.Batches = uint64(s.nobufs), uint64(s.stalls), uint64(s.batches)
 	m.PumpSleeps, m.LoopWakes = uint64(s.pump_sleeps), uint64(s.loop_wakes)
 	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full)+p.txFullTotal.Load(), uint64(s.reconnects)
+	m.RecvRevived = uint64(s.recv_revived)
 	return m
 }
 

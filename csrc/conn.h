@@ -147,6 +147,13 @@ struct tl_conn {
 	uint8_t rx;           /* TL_RX_*: the receive side, changed only by tl_rx_step (rx.c) */
 	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
 	uint8_t rx_cap;       /* the recv in the kernel carries the bundle cap (sqe->len): its -EINVAL is the kernel refusing the cap */
+	uint8_t rx_suspect;   /* the last recv probe found the socket ready and this recv silent (loop.c, probe_recvs) */
+	uint8_t rx_revived;   /* the probe cancelled this recv: a cancel that finds nothing ends it here (rx.c) */
+#ifdef TL_DEBUG
+	uint8_t debug_lose_end; /* tests: swallow the recv's next -ECANCELED end, as a kernel that lost it */
+#endif
+	uint32_t rx_ticks;    /* recv arms and completions: the probe's sign of life */
+	uint32_t rx_mark;     /* rx_ticks at the last probe */
 	uint8_t send_inflight;
 	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
 	uint8_t connect_inflight;

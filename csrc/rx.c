@@ -79,6 +79,10 @@ static uint32_t rx_share(const struct tl_loop *l)
  *                           else OFF
  *   OFF       --LOST-->     WANT: the sweep found a live connection with no
  *                           recv (never expected: TL_DEBUG builds abort first)
+ *   ARMED     --REVIVE-->   REARMING: the probe found the socket ready and the
+ *                           recv silent twice in a row (loop.c, probe_recvs)
+ *   REARMING  --GONE-->     WANT: a revived recv's cancel found nothing in the
+ *                           kernel (-ENOENT), so no END will come
  *
  * res is the recv's result for RX_END. */
 void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
@@ -109,6 +113,9 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		sqe->buf_group = c->rx_hs ? TL_HS_BGID : TL_BGID;
 		io_uring_sqe_set_data64(sqe, tl_rx_ud(c));
 		rx_set(l, c, TL_RX_ARMED);
+		c->rx_ticks++;
+		c->rx_suspect = 0;
+		c->rx_revived = 0;
 		return;
 	case RX_END:
 		if (res == -EINVAL && c->rx_cap) {
@@ -178,6 +185,17 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 	case RX_LOST:
 		if (c->rx == TL_RX_OFF)
 			rx_set(l, c, TL_RX_WANT);
+		return;
+	case RX_REVIVE:
+		if (c->rx == TL_RX_ARMED && !c->dying && rx_cancel(l, c) == 0) {
+			rx_set(l, c, TL_RX_REARMING);
+			c->rx_revived = 1;
+			STAT_ADD(l, recv_revived, 1);
+		}
+		return;
+	case RX_GONE:
+		if (c->rx == TL_RX_REARMING && c->rx_revived)
+			tl_rx_step(l, c, RX_END, -ECANCELED);
 		return;
 	}
 }

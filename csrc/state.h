@@ -47,6 +47,7 @@ struct tl_loop {
 	uint32_t rx_want;       /* connections in TL_RX_WANT */
 	int stall_kick;         /* a send completed: stalled conns may go on */
 	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
+	uint64_t last_probe_ns; /* last look at the sockets of silent recvs (loop.c, probe_recvs) */
 	uint32_t rc_waits;      /* connections waiting out a reconnect backoff (no socket) */
 	uint64_t rc_seed;       /* reconnect jitter generator state */
 

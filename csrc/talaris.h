@@ -101,6 +101,7 @@ struct tl_pool_stats {
 	uint64_t tls_records;  /* TLS application-data records opened by our record layer (tlsrec.h), not SSL_read */
 	uint64_t min_waits;    /* the loop's waits that were batched (cfg.min_wait_ns; loop.c, wait_batched) */
 	uint64_t tls_records_gcm; /* those of tls_records opened with our AES-GCM (gcm.h), not the library's */
+	uint64_t recv_revived; /* armed recvs the kernel left silent on a ready socket, cancelled and re-armed (loop.c, probe_recvs) */
 };
 
 struct tl_loop;
@@ -266,7 +267,7 @@ TL_LAYOUT(tl_config, reply_spin_ns, 136);
 TL_LAYOUT(tl_config, tls_record_layer, 144);
 TL_LAYOUT(tl_config, min_wait_nr, 148);
 TL_LAYOUT(tl_config, min_wait_ns, 152);
-_Static_assert(sizeof(struct tl_pool_stats) == 136, "tl_pool_stats size");
+_Static_assert(sizeof(struct tl_pool_stats) == 144, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
 TL_LAYOUT(tl_pool_stats, reconnects, 64);

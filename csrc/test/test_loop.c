@@ -16,6 +16,8 @@
 
 #include "../http.h"
 #include "../loop.h" /* test_dial_during_stop puts the loop in its shutdown state */
+#include "../rx.h"    /* test_lost_recv loses a recv */
+#include "../uring.h"
 #include "../talaris.h"
 #include "../ws.h"
 #include "check.h"
@@ -322,6 +324,7 @@ struct server {
 	int refuse; /* answer 429 with Retry-After and a body, then close */
 	size_t chunk;    /* write the frames in chunks of about this many bytes (0: 1 MiB) */
 	unsigned gap_us; /* and sleep this long after each */
+	int gate;        /* > 0: write the 101 alone, then read a byte from this fd before the frames */
 };
 
 /* accept_request accepts one connection on lfd and reads its upgrade
@@ -401,6 +404,12 @@ static void *serve(void *arg)
 	/* 101 and the first frames in one write */
 	static uint8_t out[1 << 20];
 	size_t n = upgrade_resp(req, out, 512);
+	if (s->gate > 0) {
+		char go;
+		CHECK(write(fd, out, n) == (ssize_t)n);
+		n = 0;
+		CHECK(read(s->gate, &go, 1) == 1);
+	}
 	for (int i = 0; i < s->frames; i++) {
 		uint8_t v[100];
 		memset(v, (uint8_t)i, sizeof(v));
@@ -939,6 +948,71 @@ static void *inline_intruder(void *arg)
 	return NULL;
 }
 
+/* test_lost_recv: a multishot recv whose end the loop never sees (the
+ * kernel's, in the field: probe_recvs in loop.c) while the peer sends a
+ * stream and closes. The test cancels the open connection's recv and
+ * swallows its -ECANCELED (TL_DEBUG), which leaves the connection ARMED
+ * with nothing in the kernel; then the server sends. The probe finds the
+ * socket ready and the recv silent twice, revives it (its cancel finds
+ * nothing: RX_GONE), and every frame and the close arrive in order. An
+ * alarm bounds the test: without the probe the loop would wait forever. */
+static void test_lost_recv(void)
+{
+	struct harness h;
+	struct tl_event ev;
+	struct sockaddr_in a;
+	struct tl_dial_params p;
+	int gate[2];
+	pthread_t th;
+	static uint8_t pl[256];
+
+	CHECK(pipe(gate) == 0);
+	struct server s = {.frames = 3000, .gate = gate[0]};
+	s.lfd = listen_local(&a);
+	CHECK(pthread_create(&th, NULL, serve, &s) == 0);
+	start(&h, 1024);
+	local_dial(&p, &a);
+	CHECK(tl_dial_prepare(h.l, 5, &p) == 0);
+	push(&h, TL_CMD_DIAL, 0, 0, 5, 9, NULL, 0);
+	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+	struct tl_conn *c = &h.l->conns[5];
+	/* The recv of the open connection, in the main group (the regroup done). */
+	for (int i = 0; i < 2000 && !(c->rx == TL_RX_ARMED && !c->rx_hs && !c->cancel_inflight); i++) {
+		CHECK(tl_loop_inline_run(h.l, TL_INLINE_NOWAIT) >= 0);
+		usleep(100);
+	}
+	CHECK(c->rx == TL_RX_ARMED && !c->rx_hs && !c->cancel_inflight);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&h.l->ring);
+	CHECK(sqe != NULL);
+	io_uring_prep_cancel64(sqe, tl_rx_ud(c), 0);
+	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
+	c->cancel_inflight++;
+	c->debug_lose_end = 1;
+	for (int i = 0; i < 2000 && (c->cancel_inflight || c->debug_lose_end); i++) {
+		CHECK(tl_loop_inline_run(h.l, TL_INLINE_NOWAIT) >= 0);
+		usleep(100);
+	}
+	CHECK(!c->cancel_inflight && !c->debug_lose_end);
+	CHECK(c->rx == TL_RX_ARMED); /* lost: nothing in the kernel */
+	CHECK_EQ(h.l->stats->recv_revived, 0);
+	alarm(20);
+	CHECK(write(gate[1], "g", 1) == 1);
+	for (int i = 0; i < s.frames; i++) {
+		CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+		CHECK(ev.kind == TL_EV_BINARY && ev.len == 100 && pl[0] == (uint8_t)i && pl[99] == (uint8_t)i);
+	}
+	CHECK(next_event(&h, &ev, pl, sizeof(pl)));
+	CHECK(ev.kind == TL_EV_CLOSE && ev.code == 1000 && (ev.flags & TL_EVF_FINAL));
+	alarm(0);
+	CHECK_EQ(h.l->stats->recv_revived, 1);
+	pthread_join(th, NULL);
+	close(s.lfd);
+	close(gate[0]);
+	close(gate[1]);
+	tl_loop_stop(h.l);
+	tl_loop_free(h.l);
+}
+
 /* An inline loop run from another thread: -EPERM; stopped from another
  * thread while no one runs it: dead at once, and its own thread's next
  * call says so. */
@@ -978,6 +1052,10 @@ int main(void)
 	inline_loop = 1;
 	test_socket();
 	test_inline_other_thread();
+	recv_bundle = 1;
+	test_lost_recv();
+	recv_bundle = 0;
+	test_lost_recv();
 	inline_loop = 0;
 	test_send_queue();
 	test_sampling();
