@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xaa71ce946bbe5f71
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5980d07b16341d12
 import "C"
 
-const csrcHash = "aa71ce946bbe5f71"
+const csrcHash = "5980d07b16341d12"

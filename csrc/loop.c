@@ -186,7 +186,7 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 {
 	uint64_t ud = io_uring_cqe_get_data64(cqe);
-	unsigned op = tl_ud_op(ud);
+	unsigned raw = tl_ud_op(ud), op = raw & ~(unsigned)TL_OPK_ALT;
 	uint32_t slot = tl_ud_slot(ud), gen = tl_ud_gen(ud);
 	struct tl_conn *c;
 
@@ -198,7 +198,8 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 	if (op == 0 || slot >= l->cfg.max_conns)
 		return;
 	c = &l->conns[slot];
-	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending)) {
+	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending) ||
+	    ((op == TL_OPK_RECV || op == TL_OPK_RECV_HS) && !(raw & TL_OPK_ALT) != !c->rx_alt)) {
 		/* Stale: only buffers may need to go back (a bundle's all). */
 		if (cqe->flags & IORING_CQE_F_BUFFER) {
 			uint32_t last, n;
@@ -874,24 +875,31 @@ static void probe_flush(struct tl_loop *l, struct pollfd *pf, const uint32_t *sl
  * under load, both TLS backends): a stream ended by the peer's TCP reset
  * left the multishot recv armed for good on a socket the reset had
  * closed; every later io_uring_enter found nothing, and the connection's
- * end never came. Every TL_PROBE_NS, with the kernel's deferred work run
- * and the CQ found empty, it polls in one poll(2) per 64 the sockets
- * whose recv is armed and has completed nothing since the last probe. A
- * socket ready (data, an error, a hang-up) at two probes in a row, with
- * no completion between them, has lost its recv: RX_REVIVE cancels it
- * and the re-arm reads the socket again, as after a regroup. Nothing is
- * lost: the socket keeps what the recv did not take. One poll per probe
- * at most, nothing per message; PoolStats.RecvRevived counts revivals. */
-static void probe_recvs(struct tl_loop *l)
+ * end never came. Every TL_PROBE_NS (busy or not), after running the
+ * kernel's deferred work and reaping, it polls (one poll(2) per 64) the
+ * sockets whose recv is armed and has neither completed nor been armed
+ * since the last probe. A socket ready (data, an error, a hang-up) at two
+ * probes in a row, with nothing between them, has lost its recv:
+ * RX_REVIVE cancels it and the re-arm reads the socket again, as after a
+ * regroup; a cancel that finds nothing ends it here (RX_GONE, which flips
+ * the recv epoch so a late completion of the lost recv is stale). Nothing
+ * is lost: the socket keeps what the recv did not take. Cost per probe: a
+ * scan of the slots, io_uring_get_events and one poll(2) per 64 silent
+ * recvs (an idle connection's is silent); nothing per message.
+ * PoolStats.RecvRevived counts revivals. Returns 1 when it reaped
+ * completions. */
+static int probe_recvs(struct tl_loop *l)
 {
 	struct pollfd pf[64];
 	uint32_t slot[64];
 	uint32_t n = 0;
 
+	int got;
+
+	/* What the kernel completed so far counts first (rx_ticks). */
 	if (loop_defers(l))
 		io_uring_get_events(&l->ring);
-	if (io_uring_cq_ready(&l->ring))
-		return; /* completions not reaped yet: rx_ticks would be stale */
+	got = reap(l);
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
 		int silent = c->rx == TL_RX_ARMED && !c->dying && c->fd >= 0 && c->rx_ticks == c->rx_mark;
@@ -910,6 +918,7 @@ static void probe_recvs(struct tl_loop *l)
 		}
 	}
 	probe_flush(l, pf, slot, n);
+	return got;
 }
 
 static int loop_work(struct tl_loop *l)
@@ -930,8 +939,11 @@ static int loop_work(struct tl_loop *l)
 	if (l->tx_deferred) /* Go senders handed sockets back */
 		run_handed_back(l);
 	{
-		uint64_t now = l->live > l->rc_waits && !busy ? tl_timer_now_ns() : 0;
-		int sweep = now && now - l->last_sweep_ns >= TL_SWEEP_NS;
+		/* One clock read per iteration while connections live: the
+		 * probe runs on a busy loop too (a flood on other connections
+		 * must not keep it from a lost recv). */
+		uint64_t now = l->live > l->rc_waits ? tl_timer_now_ns() : 0;
+		int sweep = now && !busy && now - l->last_sweep_ns >= TL_SWEEP_NS;
 		if (sweep)
 			l->last_sweep_ns = now;
 		if (l->stalled && (sweep || space_freed(l) || l->stall_kick)) {
@@ -943,9 +955,10 @@ static int loop_work(struct tl_loop *l)
 		release_deferred(l);
 		if (l->rx_want || sweep || l->tx_retry)
 			run_rearms(l, sweep);
-		if (sweep && now - l->last_probe_ns >= TL_PROBE_NS) {
+		if (now && now - l->last_probe_ns >= TL_PROBE_NS) {
 			l->last_probe_ns = now;
-			probe_recvs(l);
+			if (probe_recvs(l))
+				busy = 1;
 		}
 	}
 	if (run_timers(l))

@@ -14,7 +14,7 @@
 
 uint64_t tl_rx_ud(const struct tl_conn *c)
 {
-	return tl_ud(c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV, c->gen, c->slot);
+	return tl_ud((c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV) | (c->rx_alt ? TL_OPK_ALT : 0), c->gen, c->slot);
 }
 
 /* tl_rx_in_kernel: a multishot recv is in the kernel (its final CQE, one
@@ -194,8 +194,17 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		}
 		return;
 	case RX_GONE:
-		if (c->rx == TL_RX_REARMING && c->rx_revived)
+		/* A cancel found no recv while one is armed here: the kernel
+		 * lost it (a recv that ended on its own posted its END before
+		 * the cancel's -ENOENT, so the state is no longer in the
+		 * kernel). Taken after the probe's cancel and a teardown's,
+		 * whose connection would otherwise wait for that END forever;
+		 * a pause's or regroup's cancel has a recv the kernel still
+		 * serves. The epoch flips: the lost recv's ud is stale now. */
+		if (tl_rx_in_kernel(c) && (c->rx_revived || c->dying)) {
+			c->rx_alt ^= 1;
 			tl_rx_step(l, c, RX_END, -ECANCELED);
+		}
 		return;
 	}
 }

@@ -277,6 +277,7 @@ TL_LAYOUT(tl_pool_stats, fair_holds, 104);
 TL_LAYOUT(tl_pool_stats, tls_records, 112);
 TL_LAYOUT(tl_pool_stats, min_waits, 120);
 TL_LAYOUT(tl_pool_stats, tls_records_gcm, 128);
+TL_LAYOUT(tl_pool_stats, recv_revived, 136);
 TL_LAYOUT(tl_dial_params, addr, 0);
 TL_LAYOUT(tl_dial_params, addr_len, 128);
 TL_LAYOUT(tl_dial_params, tls, 132);

@@ -40,6 +40,11 @@ enum {
 	TL_OPK_CANCEL = 4,
 	TL_OPK_EFD = 5,
 	TL_OPK_RECV_HS = 7, /* a recv on the handshake buffer group */
+	/* TL_OPK_ALT, or'ed into a recv's op, is the connection's recv epoch
+	 * (tl_conn.rx_alt): it flips when the loop ends a recv the kernel
+	 * said it no longer had (rx.c, RX_GONE), so a completion of that recv
+	 * coming after all is stale, not the end of its successor. */
+	TL_OPK_ALT = 0x80,
 };
 
 #define TL_SLOT_BITS 24
