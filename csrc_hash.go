@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5980d07b16341d12
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa97a3bb5c44531db
 import "C"
 
-const csrcHash = "5980d07b16341d12"
+const csrcHash = "a97a3bb5c44531db"

@@ -848,9 +848,6 @@ static int loop_top(struct tl_loop *l)
 	return l->stop_done && l->live == 0;
 }
 
-/* loop_work is the rest of an iteration, after the wait: completions,
- * commands, handed-back sockets, stalls, re-arms, timers, then the
- * publish. Returns 1 when it did work (the next wait only looks). */
 /* probe_flush polls the n sockets of pf at once (no wait) and applies
  * what probe_recvs says to each, whose slot is in slot. */
 static void probe_flush(struct tl_loop *l, struct pollfd *pf, const uint32_t *slot, uint32_t n)
@@ -893,7 +890,6 @@ static int probe_recvs(struct tl_loop *l)
 	struct pollfd pf[64];
 	uint32_t slot[64];
 	uint32_t n = 0;
-
 	int got;
 
 	/* What the kernel completed so far counts first (rx_ticks). */
@@ -921,6 +917,9 @@ static int probe_recvs(struct tl_loop *l)
 	return got;
 }
 
+/* loop_work is the rest of an iteration, after the wait: completions,
+ * commands, handed-back sockets, stalls, re-arms, timers, then the
+ * publish. Returns 1 when it did work (the next wait only looks). */
 static int loop_work(struct tl_loop *l)
 {
 	int busy = 0;

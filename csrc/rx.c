@@ -81,8 +81,9 @@ static uint32_t rx_share(const struct tl_loop *l)
  *                           recv (never expected: TL_DEBUG builds abort first)
  *   ARMED     --REVIVE-->   REARMING: the probe found the socket ready and the
  *                           recv silent twice in a row (loop.c, probe_recvs)
- *   REARMING  --GONE-->     WANT: a revived recv's cancel found nothing in the
- *                           kernel (-ENOENT), so no END will come
+ *   REARMING  --GONE-->     WANT, or OFF when dying: the probe's cancel (or a
+ *   (or any state in      teardown's) found nothing in the kernel (-ENOENT),
+ *   the kernel)             so no END will come; the recv epoch flips
  *
  * res is the recv's result for RX_END. */
 void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
@@ -113,8 +114,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		sqe->buf_group = c->rx_hs ? TL_HS_BGID : TL_BGID;
 		io_uring_sqe_set_data64(sqe, tl_rx_ud(c));
 		rx_set(l, c, TL_RX_ARMED);
-		c->rx_ticks++;
-		c->rx_suspect = 0;
+		c->rx_ticks++; /* not silent at the next probe, which clears rx_suspect */
 		c->rx_revived = 0;
 		return;
 	case RX_END:
