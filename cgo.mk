@@ -64,9 +64,25 @@ test: layers $(TEST_BINS)
 
 test-build: $(TEST_BINS)
 
-$(BUILD)/test/%: csrc/test/%.c $(CORE_SRCS) $(CORE_HDRS) csrc/test/check.h csrc/test/frames.h csrc/test/config.h
+# The core is compiled once per flavour (test, fuzz) and every program links
+# the same objects: compiling it into each of the eleven test programs and
+# five fuzzers took 191 s of a C test pass's 200 (CI runs two passes).
+# Linking the objects one by one, not from an archive, keeps the link the
+# same as naming the sources: every core object is in every program.
+TEST_OBJS = $(patsubst csrc/%.c,$(BUILD)/obj/test/%.o,$(CORE_SRCS))
+FUZZ_OBJS = $(patsubst csrc/%.c,$(BUILD)/obj/fuzz/%.o,$(CORE_SRCS))
+
+$(BUILD)/obj/test/%.o: csrc/%.c $(CORE_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(TEST_CFLAGS) -o $@ $< $(CORE_SRCS) $(LDLIBS)
+	$(CC) $(TEST_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/fuzz/%.o: csrc/%.c $(CORE_HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+
+$(BUILD)/test/%: csrc/test/%.c $(TEST_OBJS) $(CORE_HDRS) csrc/test/check.h csrc/test/frames.h csrc/test/config.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(TEST_OBJS) $(LDLIBS)
 
 # Each fuzzer runs over a scratch copy of its seed corpus, so new inputs
 # it finds stay in build/ and testdata/ only changes by hand.
@@ -84,9 +100,9 @@ fuzz: $(FUZZ_BINS)
 
 fuzz-build: $(FUZZ_BINS)
 
-$(BUILD)/fuzz/fuzz_%: csrc/fuzz/fuzz_%.c $(CORE_SRCS) $(CORE_HDRS)
+$(BUILD)/fuzz/fuzz_%: csrc/fuzz/fuzz_%.c $(FUZZ_OBJS) $(CORE_HDRS)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(CORE_SRCS) $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_OBJS) $(LDLIBS)
 
 # Benchmarks link the core as cgo builds it: one translation unit
 # (talaris_core.c includes every source), so inlining matches production.
