@@ -436,7 +436,9 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 		case c == o && ev.Kind == EventBinary:
 			t.Errorf("a message on the closed echo connection")
 		case ev.Kind == EventBinary:
-			ahead++
+			if !done { // (the pump call that delivers the echo may hand out later flood messages after it)
+				ahead++
+			}
 			if err := chk[c].Check(ev.Payload); err != nil {
 				t.Fatal(err)
 			}

@@ -318,7 +318,9 @@ func TestLoopsFairAcrossLoops(t *testing.T) {
 				echoes++
 				done = true
 			case c == f && ev.Kind == EventBinary:
-				ahead++
+				if !done { // (the pump call that delivers the echo may hand out later flood messages after it)
+					ahead++
+				}
 				if err := chk.Check(ev.Payload); err != nil {
 					t.Fatal(err)
 				}
