@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa97a3bb5c44531db
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xdacbd4f5710872e7
 import "C"
 
-const csrcHash = "a97a3bb5c44531db"
+const csrcHash = "dacbd4f5710872e7"

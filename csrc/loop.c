@@ -29,6 +29,10 @@
 /* TL_PROBE_NS: how often the loop polls the sockets of silent recvs
  * (probe_recvs). */
 #define TL_PROBE_NS 250000000ull
+/* Probes in a row that find a cancelled recv's END missing before the
+ * loop ends it itself (RX_STUCK): 0.75-1 s, where an END follows its
+ * cancel within the same reap. */
+#define TL_PROBE_STUCK 4
 /* Receive fairness: how long a connection found at its share stays heavy
  * (struct tl_loop, fair_epoch): long enough that floods keep each other
  * heavy between two looks, short enough that one that went quiet soon
@@ -52,6 +56,25 @@ static void arm_efd(struct tl_loop *l)
 }
 
 /* ---- completions ---- */
+
+/* recv_settle moves c on after a recv completion (or the probe's ending
+ * of a stuck recv): a dying connection may finish, a live one parses
+ * what it has (and fails once its queue is parsed after an EOF or an
+ * error), pauses when stalled, leaves the handshake group once open. */
+static void recv_settle(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->dying) {
+		tl_life_maybe_finish(l, c);
+		return;
+	}
+	if (!c->stalled)
+		tl_life_drive(l, c);
+	else if (c->eof)
+		tl_life_stall(l, c);
+	if (c->stalled && !c->dying)
+		tl_rx_step(l, c, RX_PAUSE, 0);
+	tl_rx_step(l, c, RX_REGROUP, 0);
+}
 
 static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *cqe, int hs)
 {
@@ -80,17 +103,7 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 	}
 	if (!more)
 		tl_rx_step(l, c, RX_END, cqe->res);
-	if (c->dying) {
-		tl_life_maybe_finish(l, c);
-		return;
-	}
-	if (!c->stalled)
-		tl_life_drive(l, c);
-	else if (c->eof)
-		tl_life_stall(l, c);
-	if (c->stalled && !c->dying)
-		tl_rx_step(l, c, RX_PAUSE, 0);
-	tl_rx_step(l, c, RX_REGROUP, 0);
+	recv_settle(l, c);
 }
 
 static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
@@ -224,6 +237,8 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 		c->cancel_inflight--;
 		if (cqe->res == -ENOENT)
 			tl_rx_step(l, c, RX_GONE, 0);
+		else if (cqe->res == 0 && tl_rx_in_kernel(c))
+			c->rx_cancel_hit = 1; /* found: the recv's END is due (probe_recvs) */
 		tl_life_maybe_finish(l, c);
 		break;
 	}
@@ -880,7 +895,11 @@ static void probe_flush(struct tl_loop *l, struct pollfd *pf, const uint32_t *sl
  * RX_REVIVE cancels it and the re-arm reads the socket again, as after a
  * regroup; a cancel that finds nothing ends it here (RX_GONE, which flips
  * the recv epoch so a late completion of the lost recv is stale). Nothing
- * is lost: the socket keeps what the recv did not take. Cost per probe: a
+ * is lost: the socket keeps what the recv did not take. A recv whose
+ * cancel came back (it found the recv) but whose END then never did, for
+ * TL_PROBE_STUCK probes, is ended here too (RX_STUCK): the connection
+ * fails with EIO, or finishes when it was closing, rather than wait for
+ * good; the epoch flips as for RX_GONE. Cost per probe: a
  * scan of the slots, io_uring_get_events and one poll(2) per 64 silent
  * recvs (an idle connection's is silent); nothing per message.
  * PoolStats.RecvRevived counts revivals. Returns 1 when it reaped
@@ -898,8 +917,20 @@ static int probe_recvs(struct tl_loop *l)
 	got = reap(l);
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
-		int silent = c->rx == TL_RX_ARMED && !c->dying && c->fd >= 0 && c->rx_ticks == c->rx_mark;
+		int quiet = c->rx_ticks == c->rx_mark;
+		int silent = c->rx == TL_RX_ARMED && !c->dying && c->fd >= 0 && quiet;
+		/* A cancel (a pause's, a regroup's, a revival's, a teardown's)
+		 * found the recv, and no END since. Not after -EALREADY: a
+		 * recv the kernel was running then may go on. */
+		int waiting = tl_rx_in_kernel(c) && c->rx_cancel_hit && !c->cancel_inflight && quiet;
 		c->rx_mark = c->rx_ticks;
+		c->rx_stuck = waiting ? c->rx_stuck + 1 : 0;
+		if (c->rx_stuck >= TL_PROBE_STUCK) {
+			c->rx_stuck = 0;
+			tl_rx_step(l, c, RX_STUCK, 0);
+			recv_settle(l, c);
+			continue;
+		}
 		if (!silent) {
 			c->rx_suspect = 0;
 			continue;

@@ -84,6 +84,11 @@ static uint32_t rx_share(const struct tl_loop *l)
  *   REARMING  --GONE-->     WANT, or OFF when dying: the probe's cancel (or a
  *   (or any state in      teardown's) found nothing in the kernel (-ENOENT),
  *   the kernel)             so no END will come; the recv epoch flips
+ *   in the kernel --STUCK--> OFF: a cancel found the recv (res 0) but its
+ *                         END did not follow for TL_PROBE_STUCK probes
+ *                         (loop.c); the epoch flips and the recv ends here,
+ *                         with -EIO (c->eof: the connection fails) unless
+ *                         dying
  *
  * res is the recv's result for RX_END. */
 void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
@@ -116,6 +121,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		rx_set(l, c, TL_RX_ARMED);
 		c->rx_ticks++; /* not silent at the next probe, which clears rx_suspect */
 		c->rx_revived = 0;
+		c->rx_cancel_hit = 0;
 		return;
 	case RX_END:
 		if (res == -EINVAL && c->rx_cap) {
@@ -128,6 +134,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 			l->bundle_len = 0;
 			res = -ECANCELED; /* re-armed like a regroup */
 		}
+		c->rx_cancel_hit = 0;
 		if (res == 0) {
 			c->eof = 1;
 		} else if (res < 0 && res != -ENOBUFS && res != -ECANCELED) {
@@ -204,6 +211,17 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		if (tl_rx_in_kernel(c) && (c->rx_revived || c->dying)) {
 			c->rx_alt ^= 1;
 			tl_rx_step(l, c, RX_END, -ECANCELED);
+		}
+		return;
+	case RX_STUCK:
+		/* A cancel found the recv (res 0) but
+		 * the recv's END never followed: the kernel may still hold it,
+		 * so a second recv on the socket could split the stream between
+		 * them. The connection ends instead (a dying one finishes); the
+		 * epoch flips so a late completion, data and all, is stale. */
+		if (tl_rx_in_kernel(c)) {
+			c->rx_alt ^= 1;
+			tl_rx_step(l, c, RX_END, c->dying ? -ECANCELED : -EIO);
 		}
 		return;
 	}

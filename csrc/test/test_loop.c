@@ -325,6 +325,7 @@ struct server {
 	size_t chunk;    /* write the frames in chunks of about this many bytes (0: 1 MiB) */
 	unsigned gap_us; /* and sleep this long after each */
 	int gate;        /* > 0: write the 101 alone, then read a byte from this fd before the frames */
+	int gate_only;   /* after the gate, close at once (the client has ended) */
 };
 
 /* accept_request accepts one connection on lfd and reads its upgrade
@@ -409,6 +410,10 @@ static void *serve(void *arg)
 		CHECK(write(fd, out, n) == (ssize_t)n);
 		n = 0;
 		CHECK(read(s->gate, &go, 1) == 1);
+		if (s->gate_only) {
+			close(fd);
+			return NULL;
+		}
 	}
 	for (int i = 0; i < s->frames; i++) {
 		uint8_t v[100];
@@ -948,6 +953,46 @@ static void *inline_intruder(void *arg)
 	return NULL;
 }
 
+/* open_gated starts an inline loop (a 1024-event ring) and server s,
+ * held at a new gate (gate[1] opens it), on its own thread th; dials slot
+ * 5 (gen 9) to it and runs the loop until the open connection's recv is
+ * armed in the main group (the regroup done) with no cancel in flight.
+ * Returns that connection. */
+static struct tl_conn *open_gated(struct harness *h, struct server *s, int gate[2], pthread_t *th)
+{
+	struct tl_event ev;
+	struct sockaddr_in a;
+	struct tl_dial_params p;
+
+	CHECK(pipe(gate) == 0);
+	s->gate = gate[0];
+	s->lfd = listen_local(&a);
+	CHECK(pthread_create(th, NULL, serve, s) == 0);
+	start(h, 1024);
+	local_dial(&p, &a);
+	CHECK(tl_dial_prepare(h->l, 5, &p) == 0);
+	push(h, TL_CMD_DIAL, 0, 0, 5, 9, NULL, 0);
+	CHECK(next_event(h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
+	struct tl_conn *c = &h->l->conns[5];
+	for (int i = 0; i < 2000 && !(c->rx == TL_RX_ARMED && !c->rx_hs && !c->cancel_inflight); i++) {
+		CHECK(tl_loop_inline_run(h->l, TL_INLINE_NOWAIT) >= 0);
+		usleep(100);
+	}
+	CHECK(c->rx == TL_RX_ARMED && !c->rx_hs && !c->cancel_inflight);
+	return c;
+}
+
+/* close_gated undoes open_gated once its server has ended. */
+static void close_gated(struct harness *h, struct server *s, int gate[2], pthread_t th)
+{
+	pthread_join(th, NULL);
+	close(s->lfd);
+	close(gate[0]);
+	close(gate[1]);
+	tl_loop_stop(h->l);
+	tl_loop_free(h->l);
+}
+
 /* test_lost_recv: a multishot recv whose end the loop never sees (the
  * kernel's, in the field: probe_recvs in loop.c) while the peer sends a
  * stream and closes. The test cancels the open connection's recv and
@@ -960,28 +1005,12 @@ static void test_lost_recv(void)
 {
 	struct harness h;
 	struct tl_event ev;
-	struct sockaddr_in a;
-	struct tl_dial_params p;
 	int gate[2];
 	pthread_t th;
 	static uint8_t pl[256];
+	struct server s = {.frames = 3000};
+	struct tl_conn *c = open_gated(&h, &s, gate, &th);
 
-	CHECK(pipe(gate) == 0);
-	struct server s = {.frames = 3000, .gate = gate[0]};
-	s.lfd = listen_local(&a);
-	CHECK(pthread_create(&th, NULL, serve, &s) == 0);
-	start(&h, 1024);
-	local_dial(&p, &a);
-	CHECK(tl_dial_prepare(h.l, 5, &p) == 0);
-	push(&h, TL_CMD_DIAL, 0, 0, 5, 9, NULL, 0);
-	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
-	struct tl_conn *c = &h.l->conns[5];
-	/* The recv of the open connection, in the main group (the regroup done). */
-	for (int i = 0; i < 2000 && !(c->rx == TL_RX_ARMED && !c->rx_hs && !c->cancel_inflight); i++) {
-		CHECK(tl_loop_inline_run(h.l, TL_INLINE_NOWAIT) >= 0);
-		usleep(100);
-	}
-	CHECK(c->rx == TL_RX_ARMED && !c->rx_hs && !c->cancel_inflight);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&h.l->ring);
 	CHECK(sqe != NULL);
 	io_uring_prep_cancel64(sqe, tl_rx_ud(c), 0);
@@ -1005,12 +1034,47 @@ static void test_lost_recv(void)
 	CHECK(ev.kind == TL_EV_CLOSE && ev.code == 1000 && (ev.flags & TL_EVF_FINAL));
 	alarm(0);
 	CHECK_EQ(h.l->stats->recv_revived, 1);
-	pthread_join(th, NULL);
-	close(s.lfd);
-	close(gate[0]);
-	close(gate[1]);
-	tl_loop_stop(h.l);
-	tl_loop_free(h.l);
+	close_gated(&h, &s, gate, th);
+}
+
+/* test_stuck_end: a cancel that finds the recv (res 0) whose END then
+ * never comes. Live (a revival's cancel): the connection fails as lost
+ * with EIO instead of waiting for good; closing (the teardown's cancel
+ * after its close timed out): it finishes. Either within a few probes, well inside the
+ * alarm; with RX_STUCK taken out both hang until it. */
+static void test_stuck_end(int closing)
+{
+	struct harness h;
+	struct tl_event ev;
+	int gate[2];
+	pthread_t th;
+	struct server s = {.frames = 10, .gate_only = 1};
+	struct tl_conn *c = open_gated(&h, &s, gate, &th);
+
+	c->debug_lose_end = 1;
+	if (closing) {
+		push(&h, TL_CMD_CLOSE, 0, 1000, 5, 9, "bye", 3); /* its 1 ns close timeout tears it down */
+	} else {
+		tl_rx_step(h.l, c, RX_REVIVE, 0);
+		CHECK(c->rx == TL_RX_REARMING && c->cancel_inflight);
+	}
+	for (int i = 0; i < 2000 && (c->cancel_inflight || c->debug_lose_end); i++) {
+		CHECK(tl_loop_inline_run(h.l, TL_INLINE_NOWAIT) >= 0);
+		usleep(100);
+	}
+	CHECK(!c->cancel_inflight && !c->debug_lose_end && c->rx_cancel_hit);
+	CHECK(tl_rx_in_kernel(c)); /* as far as the loop knows: its END is lost */
+	alarm(20);
+	CHECK(next_event(&h, &ev, NULL, 0));
+	CHECK(ev.slot == 5 && (ev.flags & TL_EVF_FINAL));
+	if (closing)
+		CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_CLOSE_TIMEOUT);
+	else
+		CHECK(ev.kind == TL_EV_ERROR && ev.err == TL_E_LOST && ev.aux == EIO && ev.code == 1006);
+	alarm(0);
+	CHECK(c->rx == TL_RX_OFF);
+	CHECK(write(gate[1], "g", 1) == 1); /* the server ends */
+	close_gated(&h, &s, gate, th);
 }
 
 /* An inline loop run from another thread: -EPERM; stopped from another
@@ -1056,6 +1120,8 @@ int main(void)
 	test_lost_recv();
 	recv_bundle = 0;
 	test_lost_recv();
+	test_stuck_end(0);
+	test_stuck_end(1);
 	inline_loop = 0;
 	test_send_queue();
 	test_sampling();
