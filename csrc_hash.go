@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xdacbd4f5710872e7
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x94f5b9c6f7e56e7d
 import "C"
 
-const csrcHash = "dacbd4f5710872e7"
+const csrcHash = "94f5b9c6f7e56e7d"

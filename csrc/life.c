@@ -326,6 +326,7 @@ void tl_life_teardown(struct tl_loop *l, struct tl_conn *c)
 			io_uring_prep_cancel64(sqe, target, 0);
 			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 			c->cancel_inflight++;
+			c->rx_cancel_ticks = c->rx_ticks;
 		} else if (c->fd >= 0) {
 			/* No SQE for the cancel: shutting the socket down ends the
 			 * armed recv (res 0) and a pending connect just the same. */

@@ -199,7 +199,7 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 {
 	uint64_t ud = io_uring_cqe_get_data64(cqe);
-	unsigned raw = tl_ud_op(ud), op = raw & ~(unsigned)TL_OPK_ALT;
+	unsigned raw = tl_ud_op(ud), op = raw & TL_OPK_MASK;
 	uint32_t slot = tl_ud_slot(ud), gen = tl_ud_gen(ud);
 	struct tl_conn *c;
 
@@ -212,7 +212,7 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 		return;
 	c = &l->conns[slot];
 	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending) ||
-	    ((op == TL_OPK_RECV || op == TL_OPK_RECV_HS) && !(raw & TL_OPK_ALT) != !c->rx_alt)) {
+	    ((op == TL_OPK_RECV || op == TL_OPK_RECV_HS) && raw >> TL_OPK_EPOCH_SHIFT != c->rx_alt)) {
 		/* Stale: only buffers may need to go back (a bundle's all). */
 		if (cqe->flags & IORING_CQE_F_BUFFER) {
 			uint32_t last, n;
@@ -237,8 +237,10 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 		c->cancel_inflight--;
 		if (cqe->res == -ENOENT)
 			tl_rx_step(l, c, RX_GONE, 0);
-		else if (cqe->res == 0 && tl_rx_in_kernel(c))
-			c->rx_cancel_hit = 1; /* found: the recv's END is due (probe_recvs) */
+		else if (cqe->res == 0 && tl_rx_in_kernel(c) && c->rx_ticks == c->rx_cancel_ticks)
+			/* Found, and nothing of that recv (an END, a re-arm) has come
+			 * since: its END is due (probe_recvs). */
+			c->rx_cancel_hit = 1;
 		tl_life_maybe_finish(l, c);
 		break;
 	}
@@ -927,6 +929,11 @@ static int probe_recvs(struct tl_loop *l)
 		c->rx_stuck = waiting ? c->rx_stuck + 1 : 0;
 		if (c->rx_stuck >= TL_PROBE_STUCK) {
 			c->rx_stuck = 0;
+			/* The kernel may still hold the recv, and with it the socket:
+			 * closing the fd alone would send no FIN. The shutdown ends
+			 * the connection on the wire (and such a recv, stale now). */
+			if (c->fd >= 0)
+				shutdown(c->fd, SHUT_RDWR);
 			tl_rx_step(l, c, RX_STUCK, 0);
 			recv_settle(l, c);
 			continue;

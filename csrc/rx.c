@@ -14,7 +14,7 @@
 
 uint64_t tl_rx_ud(const struct tl_conn *c)
 {
-	return tl_ud((c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV) | (c->rx_alt ? TL_OPK_ALT : 0), c->gen, c->slot);
+	return tl_ud((c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV) | (unsigned)c->rx_alt << TL_OPK_EPOCH_SHIFT, c->gen, c->slot);
 }
 
 /* tl_rx_in_kernel: a multishot recv is in the kernel (its final CQE, one
@@ -43,6 +43,7 @@ static int rx_cancel(struct tl_loop *l, struct tl_conn *c)
 	io_uring_prep_cancel64(sqe, tl_rx_ud(c), 0);
 	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 	c->cancel_inflight++;
+	c->rx_cancel_ticks = c->rx_ticks;
 	return 0;
 }
 
@@ -209,7 +210,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		 * a pause's or regroup's cancel has a recv the kernel still
 		 * serves. The epoch flips: the lost recv's ud is stale now. */
 		if (tl_rx_in_kernel(c) && (c->rx_revived || c->dying)) {
-			c->rx_alt ^= 1;
+			c->rx_alt = (c->rx_alt + 1) % TL_OPK_EPOCHS;
 			tl_rx_step(l, c, RX_END, -ECANCELED);
 		}
 		return;
@@ -220,7 +221,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		 * them. The connection ends instead (a dying one finishes); the
 		 * epoch flips so a late completion, data and all, is stale. */
 		if (tl_rx_in_kernel(c)) {
-			c->rx_alt ^= 1;
+			c->rx_alt = (c->rx_alt + 1) % TL_OPK_EPOCHS;
 			tl_rx_step(l, c, RX_END, c->dying ? -ECANCELED : -EIO);
 		}
 		return;

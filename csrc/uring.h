@@ -40,11 +40,16 @@ enum {
 	TL_OPK_CANCEL = 4,
 	TL_OPK_EFD = 5,
 	TL_OPK_RECV_HS = 7, /* a recv on the handshake buffer group */
-	/* TL_OPK_ALT, or'ed into a recv's op, is the connection's recv epoch
-	 * (tl_conn.rx_alt): it flips when the loop ends a recv the kernel
-	 * said it no longer had (rx.c, RX_GONE), so a completion of that recv
-	 * coming after all is stale, not the end of its successor. */
-	TL_OPK_ALT = 0x80,
+	/* The op byte's bits above TL_OPK_MASK carry a recv's epoch
+	 * (tl_conn.rx_alt, modulo TL_OPK_EPOCHS): it moves on when the loop
+	 * ends a recv itself (rx.c: RX_GONE, the kernel said it no longer had
+	 * it; RX_STUCK, its end never came), so a completion of that recv
+	 * coming after all is stale, not the end of a successor; 32 epochs,
+	 * so a handle re-dialled after such an end does not come back to
+	 * the epoch of a recv the kernel may still hold. */
+	TL_OPK_MASK = 0x07,
+	TL_OPK_EPOCH_SHIFT = 3,
+	TL_OPK_EPOCHS = 32,
 };
 
 #define TL_SLOT_BITS 24
