@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x94f5b9c6f7e56e7d
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x1c0aad4d6ed894b2
 import "C"
 
-const csrcHash = "94f5b9c6f7e56e7d"
+const csrcHash = "1c0aad4d6ed894b2"

@@ -320,14 +320,8 @@ void tl_life_teardown(struct tl_loop *l, struct tl_conn *c)
 	c->discard = 1;
 	tl_rx_step(l, c, RX_TEARDOWN, 0);
 	if (tl_rx_in_kernel(c) || c->connect_inflight) {
-		struct io_uring_sqe *sqe = tl_uring_sqe(l);
-		if (sqe) {
-			uint64_t target = tl_rx_in_kernel(c) ? tl_rx_ud(c) : tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
-			io_uring_prep_cancel64(sqe, target, 0);
-			io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
-			c->cancel_inflight++;
-			c->rx_cancel_ticks = c->rx_ticks;
-		} else if (c->fd >= 0) {
+		uint64_t target = tl_rx_in_kernel(c) ? tl_rx_ud(c) : tl_ud(TL_OPK_CONNECT, c->gen, c->slot);
+		if (tl_rx_cancel(l, c, target) < 0 && c->fd >= 0) {
 			/* No SQE for the cancel: shutting the socket down ends the
 			 * armed recv (res 0) and a pending connect just the same. */
 			shutdown(c->fd, SHUT_RDWR);

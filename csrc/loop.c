@@ -895,13 +895,13 @@ static void probe_flush(struct tl_loop *l, struct pollfd *pf, const uint32_t *sl
  * since the last probe. A socket ready (data, an error, a hang-up) at two
  * probes in a row, with nothing between them, has lost its recv:
  * RX_REVIVE cancels it and the re-arm reads the socket again, as after a
- * regroup; a cancel that finds nothing ends it here (RX_GONE, which flips
- * the recv epoch so a late completion of the lost recv is stale). Nothing
+ * regroup; a cancel that finds nothing ends it here (RX_GONE, which moves
+ * the recv epoch on so a late completion of the lost recv is stale). Nothing
  * is lost: the socket keeps what the recv did not take. A recv whose
  * cancel came back (it found the recv) but whose END then never did, for
  * TL_PROBE_STUCK probes, is ended here too (RX_STUCK): the connection
  * fails with EIO, or finishes when it was closing, rather than wait for
- * good; the epoch flips as for RX_GONE. Cost per probe: a
+ * good; the epoch moves on as for RX_GONE. Cost per probe: a
  * scan of the slots, io_uring_get_events and one poll(2) per 64 silent
  * recvs (an idle connection's is silent); nothing per message.
  * PoolStats.RecvRevived counts revivals. Returns 1 when it reaped

@@ -33,18 +33,25 @@ static void rx_set(struct tl_loop *l, struct tl_conn *c, uint8_t st)
 	c->rx = st;
 }
 
-/* rx_cancel asks the kernel to end c's recv (its final CQE follows).
- * Returns 0, or -1 when no SQE was free. */
-static int rx_cancel(struct tl_loop *l, struct tl_conn *c)
+int tl_rx_cancel(struct tl_loop *l, struct tl_conn *c, uint64_t target)
 {
 	struct io_uring_sqe *sqe = tl_uring_sqe(l);
 	if (!sqe)
 		return -1;
-	io_uring_prep_cancel64(sqe, tl_rx_ud(c), 0);
+	io_uring_prep_cancel64(sqe, target, 0);
 	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 	c->cancel_inflight++;
 	c->rx_cancel_ticks = c->rx_ticks;
 	return 0;
+}
+
+/* rx_end_here ends c's recv in the loop, which the kernel will not end
+ * (RX_GONE) or has not (RX_STUCK): the epoch moves on, so a completion of
+ * that recv coming after all is stale, and RX_END applies res. */
+static void rx_end_here(struct tl_loop *l, struct tl_conn *c, int res)
+{
+	c->rx_alt = (c->rx_alt + 1) % TL_OPK_EPOCHS;
+	tl_rx_step(l, c, RX_END, res);
 }
 
 /* rx_share is a connection's fair share of the main group: half the ring
@@ -84,10 +91,10 @@ static uint32_t rx_share(const struct tl_loop *l)
  *                           recv silent twice in a row (loop.c, probe_recvs)
  *   REARMING  --GONE-->     WANT, or OFF when dying: the probe's cancel (or a
  *   (or any state in      teardown's) found nothing in the kernel (-ENOENT),
- *   the kernel)             so no END will come; the recv epoch flips
+ *   the kernel)             so no END will come; the recv epoch moves on
  *   in the kernel --STUCK--> OFF: a cancel found the recv (res 0) but its
  *                         END did not follow for TL_PROBE_STUCK probes
- *                         (loop.c); the epoch flips and the recv ends here,
+ *                         (loop.c); the epoch moves on and the recv ends here,
  *                         with -EIO (c->eof: the connection fails) unless
  *                         dying
  *
@@ -154,7 +161,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 	case RX_PAUSE:
 		if ((c->rx != TL_RX_ARMED && c->rx != TL_RX_REARMING) || c->rxq.count < rx_share(l))
 			return;
-		if (c->rx == TL_RX_REARMING || rx_cancel(l, c) == 0)
+		if (c->rx == TL_RX_REARMING || tl_rx_cancel(l, c, tl_rx_ud(c)) == 0)
 			rx_set(l, c, TL_RX_PAUSING); /* (a regroup's cancel is already on the way) */
 		return;
 	case RX_RESUME:
@@ -169,7 +176,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		}
 		return;
 	case RX_REGROUP:
-		if (c->rx == TL_RX_ARMED && c->rx_hs && c->state >= TL_ST_OPEN && !c->dying && rx_cancel(l, c) == 0)
+		if (c->rx == TL_RX_ARMED && c->rx_hs && c->state >= TL_ST_OPEN && !c->dying && tl_rx_cancel(l, c, tl_rx_ud(c)) == 0)
 			rx_set(l, c, TL_RX_REARMING);
 		return;
 	case RX_TICK: {
@@ -195,7 +202,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 			rx_set(l, c, TL_RX_WANT);
 		return;
 	case RX_REVIVE:
-		if (c->rx == TL_RX_ARMED && !c->dying && rx_cancel(l, c) == 0) {
+		if (c->rx == TL_RX_ARMED && !c->dying && tl_rx_cancel(l, c, tl_rx_ud(c)) == 0) {
 			rx_set(l, c, TL_RX_REARMING);
 			c->rx_revived = 1;
 			STAT_ADD(l, recv_revived, 1);
@@ -208,22 +215,17 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		 * kernel). Taken after the probe's cancel and a teardown's,
 		 * whose connection would otherwise wait for that END forever;
 		 * a pause's or regroup's cancel has a recv the kernel still
-		 * serves. The epoch flips: the lost recv's ud is stale now. */
-		if (tl_rx_in_kernel(c) && (c->rx_revived || c->dying)) {
-			c->rx_alt = (c->rx_alt + 1) % TL_OPK_EPOCHS;
-			tl_rx_step(l, c, RX_END, -ECANCELED);
-		}
+		 * serves. */
+		if (tl_rx_in_kernel(c) && (c->rx_revived || c->dying))
+			rx_end_here(l, c, -ECANCELED);
 		return;
 	case RX_STUCK:
-		/* A cancel found the recv (res 0) but
-		 * the recv's END never followed: the kernel may still hold it,
-		 * so a second recv on the socket could split the stream between
-		 * them. The connection ends instead (a dying one finishes); the
-		 * epoch flips so a late completion, data and all, is stale. */
-		if (tl_rx_in_kernel(c)) {
-			c->rx_alt = (c->rx_alt + 1) % TL_OPK_EPOCHS;
-			tl_rx_step(l, c, RX_END, c->dying ? -ECANCELED : -EIO);
-		}
+		/* A cancel found the recv (res 0) but its END never followed:
+		 * the kernel may still hold it, so a second recv on the socket
+		 * could split the stream between them. The connection ends
+		 * instead (a dying one finishes). */
+		if (tl_rx_in_kernel(c))
+			rx_end_here(l, c, c->dying ? -ECANCELED : -EIO);
 		return;
 	}
 }

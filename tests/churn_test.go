@@ -67,6 +67,14 @@ func churnPeer(rc *wstest.RawConn) {
 	rc.Close()
 }
 
+// loopMode names a subtest by Config.InlineLoop.
+func loopMode(inline bool) string {
+	if inline {
+		return "inline"
+	}
+	return "threaded"
+}
+
 // procFDs is the number of open descriptors of this process.
 func procFDs(t testing.TB) int {
 	t.Helper()
@@ -131,11 +139,7 @@ func TestChurnConnections(t *testing.T) {
 		rounds = 14
 	}
 	for _, inline := range []bool{false, true} {
-		name := "threaded"
-		if inline {
-			name = "inline"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(loopMode(inline), func(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, useTLS bool) {
 				srv := wstest.NewRaw(churnPeer)
 				opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
@@ -265,11 +269,7 @@ func TestChurnPools(t *testing.T) {
 	secure := wstest.NewGorilla()
 	sopts := startWS(t, true, secure.Start, secure.StartTLS)
 	for _, inline := range []bool{false, true} {
-		name := "threaded"
-		if inline {
-			name = "inline"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(loopMode(inline), func(t *testing.T) {
 			var baseFDs int
 			var baseVM, baseRSS, poolVM int64
 			for i := range cycles {
