@@ -141,6 +141,8 @@ type talVariant struct {
 	inline     bool          // Config.InlineLoop
 	minWait    time.Duration // Config.MinWait (0: the default; negative: off)
 	minWaitN   int           // Config.MinWaitCompletions (0: the default)
+	bufSize    uint32        // Config.BufSize (0: the default)
+	bufCount   uint32        // Config.BufCount (0: the default)
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
@@ -216,6 +218,12 @@ var talVariants = []talVariant{
 	{name: "minwait200", minWait: 200 * time.Microsecond},
 	{name: "minwait50-n64", minWait: 50 * time.Microsecond, minWaitN: 64},
 	{name: "minwait100-n64", minWait: 100 * time.Microsecond, minWaitN: 64},
+	// Provided receive buffers: fewer or smaller, so what the kernel copied
+	// is still in cache when the loop parses it (issue 13 item 3).
+	{name: "bufs256", bufCount: 256},
+	{name: "buf4k", bufSize: 4096, bufCount: 1024},
+	{name: "buf64k-128", bufSize: 65536, bufCount: 128},
+	{name: "buf64k-256", bufSize: 65536, bufCount: 256},
 }
 
 // variantNames lists the variants for --help.
@@ -245,6 +253,7 @@ type bench struct {
 	idleDur, ordersDur            time.Duration
 	stallBytes                    int64
 	rate, decodeN, decodeRounds   int
+	latRounds                     int
 	clientCPU, serverCPU, loopCPU int
 	tlsMode                       string
 	rustBin, rustNote, rustCrate  string
@@ -297,6 +306,7 @@ func benchMain(args []string) error {
 	fs.IntVar(&b.rate, "rate", 20000, "latency workload: messages per second")
 	fs.IntVar(&b.decodeN, "decode-n", 100000, "decode workload: messages per round")
 	fs.IntVar(&b.decodeRounds, "decode-rounds", 11, "decode workload: rounds per client, interleaved across the in-process clients (each one's best is reported)")
+	fs.IntVar(&b.latRounds, "lat-rounds", 5, "latency and rtt workloads: rounds per client, interleaved across the in-process clients, each of 1/N of the duration after its own warm-up (the rounds' samples are merged)")
 	fs.IntVar(&b.clientCPU, "client-cpu", -1, "pin the client process to this CPU")
 	fs.IntVar(&b.serverCPU, "server-cpu", -1, "pin the feed server process to this CPU")
 	fs.IntVar(&b.loopCPU, "loop-cpu", -1, "pin the talaris loop thread to this CPU")
@@ -326,6 +336,7 @@ func benchMain(args []string) error {
 		def("orders-duration", func() { b.ordersDur = time.Second })
 		def("idle-duration", func() { b.idleDur = 3 * time.Second })
 		def("decode-rounds", func() { b.decodeRounds = 3 })
+		def("lat-rounds", func() { b.latRounds = 3 })
 	}
 	b.workloads, b.clients, b.variants = splitSet(*workloads), splitSet(*clients), splitSet(*variants)
 	b.transports = splitSet(*transports)
@@ -644,21 +655,29 @@ func (b *bench) plan() []job {
 		}
 		url := "ws://" + b.feed.WS + path
 		base := job{workload: wl, transport: "ws", size: 64, conns: 1}
+		// The in-process clients' rounds run interleaved (latRounds).
+		lr := &latRounds{n: b.latRounds, d: b.wlDur(wl)}
 		if want("talaris") {
 			for _, v := range tvs {
-				j := base
-				j.label, j.client = wl+" talaris/"+v.name, "talaris/"+v.name
-				j.run = func() (Result, error) { return b.talLatency(wl, v, url) }
-				add(j)
+				lr.rounds = append(lr.rounds, latRound{"talaris/" + v.name,
+					func(d time.Duration, h *hdrhistogram.Histogram, st *talaris.PoolStats) (Result, error) {
+						return b.talLatencyRound(wl, v, url, d, h, st)
+					}})
 			}
 		}
 		for _, p := range goPeers {
 			if want(p.name) {
-				j := base
-				j.label, j.client = wl+" "+p.name, p.name
-				j.run = func() (Result, error) { return b.peerLatency(wl, p, url) }
-				add(j)
+				lr.rounds = append(lr.rounds, latRound{p.name,
+					func(d time.Duration, h *hdrhistogram.Histogram, _ *talaris.PoolStats) (Result, error) {
+						return b.peerLatencyRound(wl, p, url, d, h)
+					}})
 			}
+		}
+		for _, r := range lr.rounds {
+			j := base
+			j.label, j.client = wl+" "+r.client, r.client
+			j.run = func() (Result, error) { return lr.result(r.client) }
+			add(j)
 		}
 		if want("rust") && b.rustBin != "" {
 			for _, spin := range []bool{false, true} {
@@ -847,27 +866,41 @@ type decodeRounds struct {
 
 func (d *decodeRounds) best(client string) (Result, error) {
 	d.once.Do(func() {
-		d.res, d.err = map[string]Result{}, map[string]error{}
-		for range max(d.n, 1) {
-			for _, r := range d.rounds {
-				if d.err[r.client] != nil {
-					continue
-				}
-				res, err := r.run()
-				if err != nil {
-					d.err[r.client] = err
-					continue
-				}
+		d.res = map[string]Result{}
+		d.err = roundRobin(d.n, len(d.rounds), func(i int) (string, error) {
+			r := d.rounds[i]
+			res, err := r.run()
+			if err == nil {
 				if old, ok := d.res[r.client]; !ok || res.NsPerMsg < old.NsPerMsg {
 					d.res[r.client] = res
 				}
 			}
-		}
+			return r.client, err
+		})
 	})
 	if err := d.err[client]; err != nil {
 		return Result{}, err
 	}
 	return d.res[client], nil
+}
+
+// roundRobin runs max(n, 1) rounds of round(0..k-1), one after another,
+// and returns the error of each client (named by round's result) whose
+// round failed; a failed client gets no more rounds.
+func roundRobin(n, k int, round func(i int) (string, error)) map[string]error {
+	errs := map[string]error{}
+	failed := make([]bool, k)
+	for range max(n, 1) {
+		for i := range k {
+			if failed[i] {
+				continue
+			}
+			if c, err := round(i); err != nil {
+				errs[c], failed[i] = err, true
+			}
+		}
+	}
+	return errs
 }
 
 // talDecoder is the decode workload through talaris.Decoder: the same C
@@ -949,7 +982,7 @@ func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error)
 	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
 		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
 		NoRecvBundle: v.noBundle, NoTLSRecordLayer: v.noTLSRec, TLSLibraryGCM: v.libGCM, ReplySpin: v.replySpin, InlineLoop: v.inline,
-		MinWait: v.minWait, MinWaitCompletions: v.minWaitN}
+		MinWait: v.minWait, MinWaitCompletions: v.minWaitN, BufSize: v.bufSize, BufCount: v.bufCount}
 	if b.loopCPU >= 0 {
 		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
 	}
@@ -1292,7 +1325,31 @@ func (b *bench) floorFractions() {
 
 func nowNano() int64 { return time.Now().UnixNano() }
 
+// talLatency runs one latency or rtt measurement of the workload's whole
+// duration (the tests' entry; the bench runs latRounds).
 func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) {
+	h := newHist()
+	var st talaris.PoolStats
+	r, err := b.talLatencyRound(wl, v, url, b.wlDur(wl), h, &st)
+	if err == nil {
+		histInto(&r, h)
+	}
+	return r, err
+}
+
+// wlDur is the measured time of a latency or rtt run.
+func (b *bench) wlDur(wl string) time.Duration {
+	if wl == "rtt" {
+		return b.rttDur
+	}
+	return b.latDur
+}
+
+// talLatencyRound measures wl for d after the warm-up on a new Pool,
+// recording into h and adding the Pool's wait counters over the window to
+// *st. The Result holds frames, seconds and CPU, not h's figures.
+func (b *bench) talLatencyRound(wl string, v talVariant, url string, d time.Duration, h *hdrhistogram.Histogram,
+	st *talaris.PoolStats) (Result, error) {
 	p, err := b.talPool(v, 0)
 	if err != nil {
 		return Result{}, err
@@ -1305,7 +1362,6 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 		return Result{}, err
 	}
 	defer closePool(p, nil, v.inline) // paced and echo feeds never fill the ring
-	h := newHist()
 	recording := false
 	got := false
 	var frames uint64
@@ -1320,10 +1376,7 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 		}
 	}
 	start := time.Now()
-	warmEnd, end := start.Add(b.warm), start.Add(b.warm+b.latDur)
-	if wl == "rtt" {
-		end = start.Add(b.warm + b.rttDur)
-	}
+	warmEnd, end := start.Add(b.warm), start.Add(b.warm+d)
 	msg := make([]byte, 64)
 	for {
 		now := time.Now()
@@ -1363,13 +1416,24 @@ func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) 
 	r := Result{Frames: frames, Bytes: frames * 64}
 	if recording {
 		r.Secs, r.CPUSecs = time.Since(t0rec).Seconds(), cpuSeconds()-c0
-		r.Note = waitNote(st0, p.Stats(), frames)
+		addWaits(st, st0, p.Stats())
+		r.Note = waitNote(talaris.PoolStats{}, *st, frames)
 	}
-	histInto(&r, h)
 	return r, nil
 }
 
+// peerLatency is talLatency for a Go peer.
 func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
+	h := newHist()
+	r, err := b.peerLatencyRound(wl, p, url, b.wlDur(wl), h)
+	if err == nil {
+		histInto(&r, h)
+	}
+	return r, err
+}
+
+// peerLatencyRound is talLatencyRound for a Go peer.
+func (b *bench) peerLatencyRound(wl string, p goPeer, url string, d time.Duration, h *hdrhistogram.Histogram) (Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pc, err := p.dial(ctx, url, nil, nil)
@@ -1377,9 +1441,9 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 		return Result{}, err
 	}
 	defer pc.close()
-	h := newHist()
 	var c0, c1 float64
 	var t0, t1 time.Time
+	n0 := h.TotalCount() // earlier rounds' samples
 	if wl == "latency" {
 		var rec atomic.Bool
 		var n atomic.Int64
@@ -1396,7 +1460,7 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 		time.Sleep(b.warm)
 		c0, t0 = cpuSeconds(), time.Now()
 		rec.Store(true)
-		time.Sleep(b.latDur)
+		time.Sleep(d)
 		// A stall straddling the window would leave it empty (talLatency
 		// says why): it closes once it holds a frame, or the feed ended.
 	waitFrame:
@@ -1414,7 +1478,7 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 	} else {
 		msg := make([]byte, 64)
 		start := time.Now()
-		for i := uint64(0); time.Since(start) < b.warm+b.rttDur; i++ {
+		for i := uint64(0); time.Since(start) < b.warm+d; i++ {
 			binary.LittleEndian.PutUint64(msg, i)
 			t := time.Now()
 			if err := pc.write(msg); err != nil {
@@ -1432,12 +1496,84 @@ func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
 		}
 		c1, t1 = cpuSeconds(), time.Now()
 	}
-	r := Result{Frames: uint64(h.TotalCount()), Bytes: uint64(h.TotalCount()) * 64}
+	r := Result{Frames: uint64(h.TotalCount() - n0), Bytes: uint64(h.TotalCount()-n0) * 64}
 	if !t0.IsZero() {
 		r.Secs, r.CPUSecs = t1.Sub(t0).Seconds(), c1-c0
 	}
-	histInto(&r, h)
 	return r, nil
+}
+
+// addWaits adds the wait counters waitNote reads, from a to b, to *sum.
+func addWaits(sum *talaris.PoolStats, a, b talaris.PoolStats) {
+	sum.FairHolds += b.FairHolds - a.FairHolds
+	sum.LoopWakes += b.LoopWakes - a.LoopWakes
+	sum.PumpSleeps += b.PumpSleeps - a.PumpSleeps
+	sum.Batches += b.Batches - a.Batches
+	sum.CQEs += b.CQEs - a.CQEs
+	sum.Rearms += b.Rearms - a.Rearms
+	sum.MinWaits += b.MinWaits - a.MinWaits
+}
+
+// latRound is one in-process client of a latency or rtt workload: run
+// measures it for d into h (a talaris client also adds its wait counters
+// to *st).
+type latRound struct {
+	client string
+	run    func(d time.Duration, h *hdrhistogram.Histogram, st *talaris.PoolStats) (Result, error)
+}
+
+// latRounds runs a latency or rtt workload's in-process clients in n
+// rounds of d/n each, every client in turn (round-robin), the first time a
+// result is asked for, and merges each client's rounds: one histogram, the
+// frames, seconds and CPU summed. On a shared machine whose speed moves
+// between phases of seconds (an echo round trip's p50 read 19 and 55 us
+// for one client in runs a minute apart), a client measured in one piece
+// is measured in one phase; interleaved, every client is measured over the
+// same stretch of time (decodeRounds does the same for decode). A client
+// whose round fails keeps that error and runs no more rounds.
+type latRounds struct {
+	rounds []latRound
+	n      int
+	d      time.Duration
+	once   sync.Once
+	res    map[string]Result
+	err    map[string]error
+}
+
+func (l *latRounds) result(client string) (Result, error) {
+	l.once.Do(func() {
+		l.res = map[string]Result{}
+		n := max(l.n, 1)
+		hs := map[string]*hdrhistogram.Histogram{}
+		sts := map[string]*talaris.PoolStats{}
+		for _, r := range l.rounds {
+			hs[r.client], sts[r.client] = newHist(), &talaris.PoolStats{}
+		}
+		l.err = roundRobin(n, len(l.rounds), func(i int) (string, error) {
+			r := l.rounds[i]
+			res, err := r.run(l.d/time.Duration(n), hs[r.client], sts[r.client])
+			if err == nil {
+				sum := l.res[r.client]
+				sum.Frames += res.Frames
+				sum.Bytes += res.Bytes
+				sum.Secs += res.Secs
+				sum.CPUSecs += res.CPUSecs
+				sum.Note = res.Note // a talaris client's note covers its rounds so far
+				l.res[r.client] = sum
+			}
+			return r.client, err
+		})
+		for c, r := range l.res {
+			if l.err[c] == nil {
+				histInto(&r, hs[c])
+				l.res[c] = r
+			}
+		}
+	})
+	if err := l.err[client]; err != nil {
+		return Result{}, err
+	}
+	return l.res[client], nil
 }
 
 // ---- Rust talaris ----

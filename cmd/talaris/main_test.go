@@ -4,12 +4,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
@@ -206,5 +208,32 @@ func TestBenchHarness(t *testing.T) {
 	}
 	if _, err := d.best("b"); err == nil || calls["b"] != 1 {
 		t.Errorf("decodeRounds b: %v after %d calls; want the first round's error, no more calls", err, calls["b"])
+	}
+	// Latency rounds: interleaved, d/n each, samples and counts merged.
+	var order []string
+	rec := func(name string, v int64) func(time.Duration, *hdrhistogram.Histogram, *talaris.PoolStats) (Result, error) {
+		return func(d time.Duration, h *hdrhistogram.Histogram, st *talaris.PoolStats) (Result, error) {
+			order = append(order, name)
+			if d != 100*time.Millisecond {
+				t.Errorf("latRounds %s: a round of %v, want 100ms", name, d)
+			}
+			if name == "c" && len(order) > 2 {
+				return Result{}, errors.New("c failed")
+			}
+			h.RecordValue(v * int64(len(order)))
+			st.Batches++
+			return Result{Frames: 1, Secs: 0.1, CPUSecs: 0.01, Note: fmt.Sprint(st.Batches)}, nil
+		}
+	}
+	lr := &latRounds{n: 3, d: 300 * time.Millisecond, rounds: []latRound{{"a", rec("a", 1000)}, {"c", rec("c", 1000)}}}
+	r, err = lr.result("a")
+	if err != nil || r.Frames != 3 || r.Count != 3 || r.Note != "3" || r.Secs < 0.29 || r.Secs > 0.31 || r.P50 < 2.99 || r.P50 > 3.01 {
+		t.Errorf("latRounds a: %+v, %v; want 3 frames and samples over 0.3 s, note 3, p50 3 us", r, err)
+	}
+	if _, err := lr.result("c"); err == nil || err.Error() != "c failed" {
+		t.Errorf("latRounds c: %v, want its round's error", err)
+	}
+	if got := strings.Join(order, ""); got != "acaca" {
+		t.Errorf("latRounds ran %q, want acaca (interleaved; no round for c after its error)", got)
 	}
 }

@@ -92,10 +92,12 @@ func (b *bench) markdownTables() string {
 		if len(rs) == 0 {
 			continue
 		}
+		rounds := fmt.Sprintf("%v per client: the in-process clients in %d interleaved rounds of %v, each after a %v warm-up, their samples merged; the Rust crate in one run",
+			b.wlDur(wl), max(b.latRounds, 1), b.wlDur(wl)/time.Duration(max(b.latRounds, 1)), b.warm)
 		if wl == "latency" {
-			fmt.Fprintf(&s, "### latency: one-way, %d msg/s of 64 B with a send timestamp, %v per run (microseconds)\n\n", b.rate, b.latDur)
+			fmt.Fprintf(&s, "### latency: one-way, %d msg/s of 64 B with a send timestamp, %s (microseconds)\n\n", b.rate, rounds)
 		} else {
-			fmt.Fprintf(&s, "### rtt: echo round trip, 64 B, one message outstanding, %v per run (microseconds)\n\n", b.rttDur)
+			fmt.Fprintf(&s, "### rtt: echo round trip, 64 B, one message outstanding, %s (microseconds)\n\n", rounds)
 		}
 		latencyTable(&s, rs, errCell)
 	}
