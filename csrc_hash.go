@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x1c0aad4d6ed894b2
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xcf440fa3e198f64c
 import "C"
 
-const csrcHash = "1c0aad4d6ed894b2"
+const csrcHash = "cf440fa3e198f64c"

@@ -71,7 +71,7 @@ void tl_conn_reset_keep(struct tl_conn *c)
 	uint64_t tx_done = c->tx_done; /* Go's admission counts on it: it only grows */
 	struct tl_dial *d = c->dial;
 	struct tl_conn *stall_next = c->stall_next;
-	uint8_t stop = c->rc_stop, listed = c->on_stall_list, alt = c->rx_alt;
+	uint8_t stop = c->rc_stop, listed = c->on_stall_list, epoch = c->rx_epoch;
 
 	tl_conn_reset(c);
 	/* Still linked on loop->stalled: run_stalled unlinks it. */
@@ -85,7 +85,7 @@ void tl_conn_reset_keep(struct tl_conn *c)
 	c->bytes_in = bi;
 	c->rc_stop = stop;
 	c->tx_done = tx_done;
-	c->rx_alt = alt; /* same gen: a lost recv's late completion stays stale */
+	c->rx_epoch = epoch; /* same gen: a lost recv's late completion stays stale */
 }
 
 /* ---- output ---- */

@@ -14,7 +14,7 @@
 
 uint64_t tl_rx_ud(const struct tl_conn *c)
 {
-	return tl_ud((c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV) | (unsigned)c->rx_alt << TL_OPK_EPOCH_SHIFT, c->gen, c->slot);
+	return tl_ud((c->rx_hs ? TL_OPK_RECV_HS : TL_OPK_RECV) | (unsigned)c->rx_epoch << TL_OPK_EPOCH_SHIFT, c->gen, c->slot);
 }
 
 /* tl_rx_in_kernel: a multishot recv is in the kernel (its final CQE, one
@@ -50,7 +50,7 @@ int tl_rx_cancel(struct tl_loop *l, struct tl_conn *c, uint64_t target)
  * that recv coming after all is stale, and RX_END applies res. */
 static void rx_end_here(struct tl_loop *l, struct tl_conn *c, int res)
 {
-	c->rx_alt = (c->rx_alt + 1) % TL_OPK_EPOCHS;
+	c->rx_epoch = (c->rx_epoch + 1) % TL_OPK_EPOCHS;
 	tl_rx_step(l, c, RX_END, res);
 }
 

@@ -41,7 +41,7 @@ enum {
 	TL_OPK_EFD = 5,
 	TL_OPK_RECV_HS = 7, /* a recv on the handshake buffer group */
 	/* The op byte's bits above TL_OPK_MASK carry a recv's epoch
-	 * (tl_conn.rx_alt, modulo TL_OPK_EPOCHS): it moves on when the loop
+	 * (tl_conn.rx_epoch, modulo TL_OPK_EPOCHS): it moves on when the loop
 	 * ends a recv itself (rx.c: RX_GONE, the kernel said it no longer had
 	 * it; RX_STUCK, its end never came), so a completion of that recv
 	 * coming after all is stale, not the end of a successor; 32 epochs,
@@ -51,6 +51,11 @@ enum {
 	TL_OPK_EPOCH_SHIFT = 3,
 	TL_OPK_EPOCHS = 32,
 };
+/* Every op kind under the mask, and the highest epoch with it, fit in the
+ * op byte (the user_data's top 8 bits, tl_ud). */
+_Static_assert(TL_OPK_RECV_HS <= TL_OPK_MASK && TL_OPK_EFD <= TL_OPK_MASK, "op kinds exceed TL_OPK_MASK");
+_Static_assert((((TL_OPK_EPOCHS - 1) << TL_OPK_EPOCH_SHIFT) | TL_OPK_MASK) <= 0xff, "recv epochs overflow the op byte");
+_Static_assert(TL_OPK_MASK < (1 << TL_OPK_EPOCH_SHIFT), "epoch bits overlap the op kind");
 
 #define TL_SLOT_BITS 24
 #define TL_MAX_SLOTS (1u << TL_SLOT_BITS)

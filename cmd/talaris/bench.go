@@ -1328,9 +1328,15 @@ func nowNano() int64 { return time.Now().UnixNano() }
 // talLatency runs one latency or rtt measurement of the workload's whole
 // duration (the tests' entry; the bench runs latRounds).
 func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) {
+	return oneRound(func(h *hdrhistogram.Histogram) (Result, error) {
+		return b.talLatencyRound(wl, v, url, b.wlDur(wl), h, &talaris.PoolStats{})
+	})
+}
+
+// oneRound runs round into a new histogram and adds its figures.
+func oneRound(round func(h *hdrhistogram.Histogram) (Result, error)) (Result, error) {
 	h := newHist()
-	var st talaris.PoolStats
-	r, err := b.talLatencyRound(wl, v, url, b.wlDur(wl), h, &st)
+	r, err := round(h)
 	if err == nil {
 		histInto(&r, h)
 	}
@@ -1424,12 +1430,7 @@ func (b *bench) talLatencyRound(wl string, v talVariant, url string, d time.Dura
 
 // peerLatency is talLatency for a Go peer.
 func (b *bench) peerLatency(wl string, p goPeer, url string) (Result, error) {
-	h := newHist()
-	r, err := b.peerLatencyRound(wl, p, url, b.wlDur(wl), h)
-	if err == nil {
-		histInto(&r, h)
-	}
-	return r, err
+	return oneRound(func(h *hdrhistogram.Histogram) (Result, error) { return b.peerLatencyRound(wl, p, url, b.wlDur(wl), h) })
 }
 
 // peerLatencyRound is talLatencyRound for a Go peer.
