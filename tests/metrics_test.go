@@ -199,7 +199,14 @@ func TestMetricsPrometheusScrape(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/every%d", tr, every), func(t *testing.T) {
 				run := func(t *testing.T, srv *wstest.Server) {
 					name := fmt.Sprintf(`feed "%s"/%d`, tr, every) // quotes: the label must be escaped
-					p := newTestPool(t, Config{SampleEvery: every, Name: name}, hangGuard)
+					cfg := Config{SampleEvery: every, Name: name}
+					if every > 1 {
+						// One 4 KiB slot per completion, so the stream's
+						// 150 KB take at least 36 of them and one in 7 is
+						// stamped (a bundle can carry it all in one or two).
+						cfg.NoRecvBundle, cfg.BufSize = true, 4096
+					}
+					p := newTestPool(t, cfg, hangGuard)
 					var opts *DialOptions
 					if tr == "wss" {
 						opts = tlsOpts
