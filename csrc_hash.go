@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xcf440fa3e198f64c
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa2edd56bc2680ea3
 import "C"
 
-const csrcHash = "cf440fa3e198f64c"
+const csrcHash = "a2edd56bc2680ea3"

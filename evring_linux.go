@@ -430,6 +430,9 @@ func (sh *shard) wakeForSpace() {
 
 // enterPump claims the pool for one pumping goroutine.
 func (p *Pool) enterPump() error {
+	if p.drained == nil {
+		return ErrPoolClosed // a zero Pool, not made by NewPool
+	}
 	if !p.pumping.CompareAndSwap(0, 1) {
 		if p.pumping.Load() == 2 || p.closed.Load() {
 			return ErrPoolClosed

@@ -174,6 +174,9 @@ const closingBias = 1 << 40
 // enter admits a call that reads the loop's shared memory; false once
 // Close started. A true enter must be paired with exit.
 func (p *Pool) enter() bool {
+	if p.drained == nil {
+		return false // a zero Pool, not made by NewPool: as a closed one
+	}
 	if p.inflight.Add(1) >= closingBias {
 		p.exit()
 		return false
@@ -439,6 +442,9 @@ func (p *Pool) freeShards() {
 }
 
 func (p *Pool) close() error {
+	if p.drained == nil {
+		return nil // a zero Pool: nothing to close (its calls say ErrPoolClosed)
+	}
 	p.closeMu.Lock()
 	defer p.closeMu.Unlock()
 	if p.closed.Swap(true) {

@@ -90,6 +90,12 @@ func parseTarget(ctx context.Context, rawURL string, opts *DialOptions) (*target
 	if opts != nil && opts.TLS.ServerName != "" {
 		t.serverName = opts.TLS.ServerName
 	}
+	// An absolute name's root dot is no part of SNI (RFC 6066 3: "The
+	// hostname is represented ... without a trailing dot") nor of the
+	// certificate's names; crypto/tls strips it too.
+	if len(t.serverName) > 1 {
+		t.serverName = strings.TrimSuffix(t.serverName, ".")
+	}
 	if opts != nil && opts.LocalAddr != "" {
 		if t.local, err = parseLocalAddr(opts.LocalAddr); err != nil {
 			return nil, err

@@ -32,8 +32,20 @@
 #include <sys/socket.h>
 
 
+void tl_conn_trim(struct tl_conn *c)
+{
+	if (c->msg_cap > TL_MSG_KEEP && !c->msg_len && !c->msg_ready) {
+		free(c->msg);
+		c->msg = NULL;
+		c->msg_cap = 0;
+	}
+}
+
 void tl_conn_reset(struct tl_conn *c)
 {
+	c->msg_len = 0;
+	c->msg_ready = 0;
+	tl_conn_trim(c); /* a message cut by the end: its buffer goes too if big */
 	/* Keep allocations (msg, out) for reuse by the next dial on this slot. */
 	uint8_t *msg = c->msg, *o0 = c->out[0].p, *o1 = c->out[1].p, *sq = c->sq.p, *pt = c->tx_pt.p;
 	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap, sqc = c->sq.cap, ptc = c->tx_pt.cap;
@@ -1065,6 +1077,7 @@ static int frame_done(struct tl_loop *l, struct tl_conn *c)
 	c->msg_ready = 0;
 	c->msg_op = 0;
 	c->msg_len = 0;
+	tl_conn_trim(c); /* cold: only after a message over TL_MSG_KEEP */
 	return TL_FEED_OK;
 }
 
@@ -1080,6 +1093,7 @@ static int flush_pending(struct tl_loop *l, struct tl_conn *c)
 		c->msg_ready = 0;
 		c->msg_op = 0;
 		c->msg_len = 0;
+		tl_conn_trim(c);
 	}
 	if (c->ctrl_ready)
 		return handle_ctrl(l, c);

@@ -275,6 +275,17 @@ struct tl_conn {
  * (TL_DO_TEARDOWN) and not yet acted on. Input and output stop here. */
 static inline int tl_conn_ending(const struct tl_conn *c) { return c->dying || (c->todo & TL_DO_TEARDOWN); }
 
+/* tl_conn_watch_notify says c's input, though discarded (the peer's close
+ * frame came), must still reach the TLS layer: the server's close_notify
+ * may come in a later segment than its close frame, and on a server that
+ * then waits for us rather than closing TCP it is the only end of the
+ * stream we will see (without it, the close timeout). The plaintext is
+ * still dropped (tl_conn_feed). */
+static inline int tl_conn_watch_notify(const struct tl_conn *c)
+{
+	return c->is_tls && c->close_rcvd && !c->eof && !tl_conn_ending(c);
+}
+
 /* tl_conn_wbuf is the buffer c's frames are written to: the collecting
  * out buffer (wire bytes) for ws://, the plaintext buffer tl_tls_seal
  * encrypts from for wss://. */
@@ -305,6 +316,16 @@ void tl_conn_reset(struct tl_conn *c);
  * reconnecting handle: generation, dial parameters, counters and the
  * reconnect bookkeeping survive. */
 void tl_conn_reset_keep(struct tl_conn *c);
+
+/* TL_MSG_KEEP is the largest reassembly buffer a connection keeps once
+ * its message is out or the connection ended: a peer's one big fragmented
+ * message must not pin that much memory per slot for the Pool's life. */
+#define TL_MSG_KEEP (1u << 20)
+
+/* tl_conn_trim gives back c's reassembly buffer when it is larger than
+ * TL_MSG_KEEP and holds no message (its payload is copied into the arena
+ * at publish, so no event points into it). */
+void tl_conn_trim(struct tl_conn *c);
 
 /* tl_conn_free_bufs frees the allocations tl_conn_reset keeps (message,
  * out, plaintext and send queue buffers, fail_head): the loop is going. */

@@ -91,7 +91,7 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		/* One buffer, or a bundle's several (tl_slots_take). */
 		uint32_t last, n;
 		uint32_t q = tl_slots_take(&l->slots, hs, cqe->flags >> IORING_CQE_BUFFER_SHIFT, cqe->res, &last, &n);
-		if (cqe->res <= 0 || c->discard) {
+		if (cqe->res <= 0 || (c->discard && !tl_conn_watch_notify(c))) {
 			tl_slots_recycle_chain(&l->slots, q);
 		} else {
 			tl_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));

@@ -816,8 +816,10 @@ static int rec_read(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		t->rec_end = 1;
 		if (c->close_rcvd) {
 			/* After the close handshake what comes is no failure of the
-			 * connection (as on the SSL_read path). */
+			 * connection (as on the SSL_read path): the stream ends here,
+			 * as at a close_notify (its later input is dropped, not held). */
 			tl_tlsrec_free(&t->rec);
+			peer_closed(c);
 			return 0;
 		}
 		tls_fail(l, c, TL_TLS_GENERIC, t->rec.err);
@@ -911,8 +913,11 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				 * SYSCALL, OpenSSL "unexpected eof". Report both the same way,
 				 * through the EOF path. After the close handshake the
 				 * stream is over for us: what the library says about the
-				 * rest is no failure of the connection either. */
+				 * rest is no failure of the connection either, and it
+				 * ends the stream as a close_notify would. */
 				ERR_clear_error();
+				if (!c->eof)
+					peer_closed(c);
 				break;
 			}
 			tls_fail(l, c, TL_TLS_GENERIC, NULL);

@@ -716,3 +716,33 @@ func TestTLSDialRacesClose(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// TestTLSServerNameTrailingDot: an absolute name ("localhost.") as
+// TLSOptions.ServerName is sent in SNI without its root dot (RFC 6066 3)
+// and verified against the certificate's names, as crypto/tls does. Found
+// by a hostile review: the dot went out verbatim and a crypto/tls server
+// refused the hello with a decode_error alert.
+func TestTLSServerNameTrailingDot(t *testing.T) {
+	root := issueCA(t, "dot root")
+	leaf := issueLeaf(t, root)
+	var mu sync.Mutex
+	var sni []string
+	srv := wstest.NewGorilla().StartTLS(t, &tls.Config{
+		Certificates: []tls.Certificate{leaf.TLS()},
+		GetConfigForClient: func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
+			mu.Lock()
+			sni = append(sni, chi.ServerName)
+			mu.Unlock()
+			return nil, nil
+		},
+	})
+	p := newTestPool(t, Config{}, hangGuard)
+	if _, err := dialClose(t, p, srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: root.CertPEM(), ServerName: "localhost."}}); err != nil {
+		t.Fatalf("dial with ServerName \"localhost.\": %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sni) != 1 || sni[0] != "localhost" {
+		t.Fatalf("SNI seen by the server %q, want [localhost]", sni)
+	}
+}
