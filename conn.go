@@ -52,8 +52,13 @@ func (s State) String() string {
 // ConnStats are a connection's counters, kept by the C loop (the send
 // queue's two by the Go side).
 type ConnStats struct {
-	MsgsIn, BytesIn   uint64 // data messages and their payload bytes delivered to the ring
-	MsgsOut, BytesOut uint64 // data messages and payload bytes sent by Send*
+	MsgsIn, BytesIn uint64 // data messages and their payload bytes delivered to the ring
+	// MsgsOut and BytesOut are the data messages and payload bytes of
+	// Send* the connection took into its send path (framed, or written
+	// by a direct send). Messages a Close or Abort then drops before they
+	// started stay counted; WireOut and SendQueued say what reached the
+	// socket.
+	MsgsOut, BytesOut uint64
 	PingsIn, PongsIn  uint64
 	WireIn, WireOut   uint64 // bytes read from and written to the socket
 	Resumed           bool   // the TLS handshake resumed a session of an earlier dial
@@ -155,8 +160,9 @@ func (c Conn) Pong(b []byte) error { return c.control(cmdPong, b) }
 
 // Close starts the close handshake with code and reason (at most 123 bytes
 // of UTF-8). The final EventClose (or EventError on timeout) follows
-// through Pump. Closing a connection that is still dialing aborts it (EventError
-// wrapping ErrAborted, which also matches ErrClosed).
+// through Pump. Closing a connection that is still dialing aborts it, as
+// Abort does (EventError wrapping ErrAborted, which also matches ErrClosed,
+// Code 1006: no close frame is sent).
 //
 // Close never waits behind queued data: the close frame goes out after
 // the bytes already handed to the socket's out buffers (at most about

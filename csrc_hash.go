@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa2edd56bc2680ea3
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xedd9ea30cb838bf0
 import "C"
 
-const csrcHash = "a2edd56bc2680ea3"
+const csrcHash = "edd9ea30cb838bf0"

@@ -98,7 +98,7 @@ func (e *ConnError) Unwrap() []error {
 // answered wrongly (it wraps ErrHandshake and the specific cause, such as
 // ErrBadStatus): get it with errors.As from Dial's error or from an
 // EventError's Err. The response is the server's own: Header and Body are
-// bounded copies of what arrived with the head (at most 4 KiB of head and
+// bounded copies of what arrived with the head (at most 16 KiB of head and
 // maxHandshakeBody bytes of body).
 type HandshakeError struct {
 	StatusCode int         // the response's status (101 when the refusal was for a bad header)

@@ -433,13 +433,64 @@ func (p *Pool) enterPump() error {
 	if p.drained == nil {
 		return ErrPoolClosed // a zero Pool, not made by NewPool
 	}
-	if !p.pumping.CompareAndSwap(0, 1) {
-		if p.pumping.Load() == 2 || p.closed.Load() {
+	for !p.pumping.CompareAndSwap(0, 1) {
+		switch p.pumping.Load() {
+		case 0:
+			continue // released meanwhile
+		case pumpReaping:
+			osYield() // a failed Dial passing its quiet events: microseconds
+			continue
+		case 2:
+			return ErrPoolClosed
+		}
+		if p.closed.Load() {
 			return ErrPoolClosed
 		}
 		return ErrConcurrentPump
 	}
 	return nil
+}
+
+// pumpReaping is the pump claim of reapQuiet (0 free, 1 a pump call, 2
+// freed at Close).
+const pumpReaping = 3
+
+// reapQuiet passes, when no pump call runs, the events at the head of the
+// rings that belong to failed synchronous Dials (quiet: no callback gets
+// them), so their slots and ConnCount come back without a pump call: a
+// service that retries Dial before it starts pumping would otherwise run
+// out of slots (ErrTooManyConns) on dials that all failed. It stops at the
+// first event a pump would deliver (data, an open, a connection its
+// caller has). It reports whether the caller needs to look again: no pump
+// runs and the final event of slot/gen was not among those passed (the
+// loop stores the closed state just before it publishes that event). A
+// pump call running, or starting meanwhile (it waits out the claim, see
+// enterPump), passes the event itself.
+func (p *Pool) reapQuiet(slot, gen uint32) bool {
+	if !p.pumping.CompareAndSwap(0, pumpReaping) {
+		return false
+	}
+	found := false
+	for _, sh := range p.shards {
+		r := &sh.ev
+		tail := r.loadTail()
+		i := r.pos
+		for ; i != tail; i++ {
+			e := &r.events[i&r.mask]
+			s, k := uint32(e.slot)+r.base, EventKind(e.kind)
+			if k == EventText || k == EventBinary || k == EventOpen || p.quiet[s].Load() != uint32(e.gen) {
+				break
+			}
+			if s == slot && uint32(e.gen) == gen && e.flags&C.TL_EVF_FINAL != 0 {
+				found = true
+			}
+		}
+		if i != r.pos {
+			sh.dispatch(i, nil, nil, nil)
+		}
+	}
+	p.leavePump()
+	return !found
 }
 
 // leavePump publishes the samples the pump call recorded (so Metrics is

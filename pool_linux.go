@@ -942,6 +942,9 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 				p.quiet[slot].CompareAndSwap(gen, 0)
 				return c, nil
 			}
+			if !p.closed.Load() {
+				p.reapFailed(slot, gen)
+			}
 			if cancelled == nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err))) == cErrAborted {
 				cancelled = ctx.Err() // aborted by the context before Dial looked
 			}
@@ -995,6 +998,16 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 		// Woken by the loop's state change (the handshake, the abort) or
 		// by Close; the timeout is only a defence.
 		futexWait(stp, s, 100*time.Millisecond)
+	}
+}
+
+// reapFailed gives back the slot of a synchronous Dial that failed
+// (reapQuiet) when nobody pumps, waiting at most reapWait for the loop to
+// publish the final event it is about to publish.
+func (p *Pool) reapFailed(slot, gen uint32) {
+	deadline := nanotime() + int64(reapWait)
+	for p.reapQuiet(slot, gen) && nanotime() < deadline {
+		osYield()
 	}
 }
 

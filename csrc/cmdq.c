@@ -115,7 +115,7 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 		tl_pub_set_state(l, c, TL_ST_CLOSING);
 		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
 	} else if (c->state < TL_ST_OPEN) {
-		tl_life_fail(l, c, TL_E_ABORTED, 0, 0, "closed before the handshake completed");
+		tl_life_fail(l, c, TL_E_ABORTED, 0, 1006, "closed before the handshake completed"); /* as an Abort: no close frame, 1006 */
 	}
 }
 

@@ -730,6 +730,8 @@ static int publish_open(struct tl_loop *l, struct tl_conn *c)
 
 /* keep_head moves the refused response (head and the body bytes that came
  * with it, at most TL_FAIL_HEAD_MAX) to c->fail_head for Go. */
+_Static_assert(TL_FAIL_HEAD_MAX >= TL_HTTP_MAX_HEAD, "a refused head reaches Go whole");
+
 static void keep_head(struct tl_conn *c)
 {
 	size_t n = c->hs_len < TL_FAIL_HEAD_MAX ? c->hs_len : TL_FAIL_HEAD_MAX;

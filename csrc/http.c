@@ -358,7 +358,7 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 			i += 2;
 			break;
 		}
-		/* A 65th line is refused on its first byte. */
+		/* A line over TL_HTTP_MAX_HEADERS is refused on its first byte. */
 		if (nhdr == TL_HTTP_MAX_HEADERS)
 			return TL_HTTP_ERR_TOO_LARGE;
 		nhdr++;
@@ -439,7 +439,7 @@ const char *tl_http_strerror(int code)
 	case TL_HTTP_OK: return "ok";
 	case TL_HTTP_NEED_MORE: return "incomplete response head";
 	case TL_HTTP_ERR_SYNTAX: return "malformed HTTP/1.1 response";
-	case TL_HTTP_ERR_TOO_LARGE: return "response head too large";
+	case TL_HTTP_ERR_TOO_LARGE: return "response head too large (over 16 KiB or 256 header lines)";
 	case TL_HTTP_ERR_STATUS: return "unexpected HTTP status (want 101)";
 	case TL_HTTP_ERR_UPGRADE: return "missing or wrong Upgrade header";
 	case TL_HTTP_ERR_CONNECTION: return "missing or wrong Connection header";

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #define TL_HTTP_MAX_HEAD 16384  /* bytes of status line + headers accepted */
-#define TL_HTTP_MAX_HEADERS 64  /* header lines accepted */
+#define TL_HTTP_MAX_HEADERS 256 /* header lines accepted (CDNs and proxies add dozens) */
 #define TL_WS_KEY_LEN 24        /* base64 of 16 random bytes */
 #define TL_WS_ACCEPT_LEN 28     /* base64 of a SHA-1 */
 

@@ -172,8 +172,10 @@ struct tl_dial_params {
 int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_params *p);
 
 /* TL_FAIL_HEAD_MAX bounds what a refused upgrade keeps of the response:
- * a 4 KiB head and the first 1 KiB of body. */
-#define TL_FAIL_HEAD_MAX 5120
+ * all the head the parser accepts (16 KiB, TL_HTTP_MAX_HEAD) with the body
+ * bytes that came with it within that, so Go reads the same Retry-After
+ * and headers the loop's reconnect policy read. */
+#define TL_FAIL_HEAD_MAX 16384
 
 /* tl_loop_fail_head copies to buf (cap bytes) the start of the response a
  * refused upgrade of connection slot/gen received (head and first body

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -370,5 +371,56 @@ func TestLocalAddr(t *testing.T) {
 	_, err = p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: "192.0.2.77"})
 	if !errors.Is(err, ErrDial) || !errors.Is(err, syscall.EADDRNOTAVAIL) {
 		t.Errorf("LocalAddr not on this host: %v, want ErrDial wrapping EADDRNOTAVAIL", err)
+	}
+}
+
+// TestRefusalLongHead: a refused upgrade whose head is over 5 KiB (a long
+// Content-Security-Policy) reaches the HandshakeError whole: its
+// Retry-After, every header and the body that came with it, the same
+// reply the reconnect policy reads. Found by a hostile review: Go got the
+// first 5 KiB only (RetryAfter 0, one header, no body).
+func TestRefusalLongHead(t *testing.T) {
+	const body = "rate limited"
+	srv := wstest.NewRaw(func(*wstest.RawConn) {})
+	srv.Response = "HTTP/1.1 429 Too Many Requests\r\nContent-Security-Policy: " + strings.Repeat("a", 6000) +
+		"\r\nRetry-After: 7\r\nX-Request-Id: abc123\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	srv.Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	_, err := p.Dial(ctx, srv.URL, nil)
+	var he *HandshakeError
+	if !errors.As(err, &he) {
+		t.Fatalf("%v is not a HandshakeError", err)
+	}
+	if he.StatusCode != 429 || he.RetryAfter != 7*time.Second || he.Header.Get("X-Request-Id") != "abc123" || string(he.Body) != body {
+		t.Fatalf("status %d, RetryAfter %v, X-Request-Id %q (%d headers), Body %q; want 429, 7s, abc123, %q",
+			he.StatusCode, he.RetryAfter, he.Header.Get("X-Request-Id"), len(he.Header), he.Body, body)
+	}
+}
+
+// TestManyResponseHeaders: a 101 with 70 header lines (a CDN's, 2 KB in
+// all) opens; the limit is 256 lines within the 16 KiB head. Found by a
+// hostile review: more than 64 lines were refused as "too large".
+func TestManyResponseHeaders(t *testing.T) {
+	srv := wstest.NewRaw(func(rc *wstest.RawConn) {
+		rc.WriteClose(1000, "")
+		rc.SetDeadline(2 * time.Second)
+		rc.ExpectClose()
+	})
+	srv.Header = http.Header{}
+	for i := range 67 {
+		srv.Header.Set(fmt.Sprintf("X-Edge-%d", i), "v")
+	}
+	srv.Start(t)
+	p := newTestPool(t, Config{}, hangGuard)
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, srv.URL, nil)
+	if err != nil {
+		t.Fatalf("Dial with 70 response header lines: %v", err)
+	}
+	if f := pumpOne(t, p, c, nil); f.Kind != EventClose || f.Code != 1000 {
+		t.Fatalf("final %+v, want EventClose 1000", f)
 	}
 }
