@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xedd9ea30cb838bf0
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x056f7de402e3a73d
 import "C"
 
-const csrcHash = "edd9ea30cb838bf0"
+const csrcHash = "056f7de402e3a73d"

@@ -198,6 +198,24 @@ static SSL_CTX *new_ctx(void)
 	}
 	tl_tlsv_ctx_setup(ctx);
 	SSL_CTX_set_keylog_callback(ctx, keylog_cb);
+#ifdef OPENSSL_IS_BORINGSSL
+	{
+		/* BoringSSL's default verify list with Ed25519 added, which it
+		 * leaves out by default and OpenSSL offers: one verdict on both
+		 * backends for a server with an Ed25519 certificate. Returns 1 on
+		 * success. */
+		static const uint16_t prefs[] = {
+			SSL_SIGN_ECDSA_SECP256R1_SHA256, SSL_SIGN_RSA_PSS_RSAE_SHA256, SSL_SIGN_RSA_PKCS1_SHA256,
+			SSL_SIGN_ECDSA_SECP384R1_SHA384, SSL_SIGN_RSA_PSS_RSAE_SHA384, SSL_SIGN_RSA_PKCS1_SHA384,
+			SSL_SIGN_RSA_PSS_RSAE_SHA512,    SSL_SIGN_RSA_PKCS1_SHA512,    SSL_SIGN_ED25519,
+			SSL_SIGN_RSA_PKCS1_SHA1,
+		};
+		if (SSL_CTX_set_verify_algorithm_prefs(ctx, prefs, sizeof(prefs) / sizeof(prefs[0])) != 1) {
+			SSL_CTX_free(ctx);
+			return NULL;
+		}
+	}
+#endif
 #ifndef OPENSSL_IS_BORINGSSL
 	/* Refuse TLS 1.2 renegotiation like BoringSSL does by default
 	 * (ssl_renegotiate_never): a HelloRequest is answered with a

@@ -4,11 +4,16 @@ package talaris_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -744,5 +749,40 @@ func TestTLSServerNameTrailingDot(t *testing.T) {
 	defer mu.Unlock()
 	if len(sni) != 1 || sni[0] != "localhost" {
 		t.Fatalf("SNI seen by the server %q, want [localhost]", sni)
+	}
+}
+
+// TestTLSEd25519Server: a server with an Ed25519 certificate verifies on
+// both backends, TLS 1.2 and 1.3. Found by a hostile review: BoringSSL
+// leaves Ed25519 out of its verify list by default (handshake_failure)
+// where OpenSSL offers it; new_ctx now adds it (tls.c).
+func TestTLSEd25519Server(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		DNSNames:     []string{"localhost"},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           serverEKU,
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, pub, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	root := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	p := newTestPool(t, Config{}, hangGuard)
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		t.Run(tls.VersionName(v), func(t *testing.T) {
+			srv := wstest.NewGorilla().StartTLS(t, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: v, MaxVersion: v})
+			if _, err := dialClose(t, p, "wss://localhost:"+portOf(srv.URL), &DialOptions{TLS: TLSOptions{RootCAPEM: root}}); err != nil {
+				t.Fatalf("%s backend: %v", TLSBackend(), err)
+			}
+		})
 	}
 }
