@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x056f7de402e3a73d
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x352504a6446af612
 import "C"
 
-const csrcHash = "056f7de402e3a73d"
+const csrcHash = "352504a6446af612"

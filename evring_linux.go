@@ -15,6 +15,7 @@ package talaris
 import "C"
 
 import (
+	"bytes"
 	"encoding/binary"
 	"runtime"
 	"slices"
@@ -247,7 +248,11 @@ func (r *evConsumer) one(i uint64, fe EventFunc, fd DataFunc, fs StampedFunc) in
 		// A quiet event (a failed synchronous Dial) is still logged.
 		ev := r.event(e, slot, kind, payload)
 		if pool.cfg.Logger != nil {
-			pool.logEvent(c, &ev, payload)
+			if pool.reaping {
+				pool.deferLog(c, &ev, payload) // no user code under reapQuiet's claim
+			} else {
+				pool.logEvent(c, &ev, payload)
+			}
 		}
 		switch {
 		case quiet: // Dial returned this error; the caller never had the Conn
@@ -470,6 +475,7 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 	if !p.pumping.CompareAndSwap(0, pumpReaping) {
 		return false
 	}
+	p.reaping = true
 	found := false
 	for _, sh := range p.shards {
 		r := &sh.ev
@@ -478,7 +484,7 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 		for ; i != tail; i++ {
 			e := &r.events[i&r.mask]
 			s, k := uint32(e.slot)+r.base, EventKind(e.kind)
-			if k == EventText || k == EventBinary || k == EventOpen || p.quiet[s].Load() != uint32(e.gen) {
+			if k == EventText || k == EventBinary || k == EventOpen || !p.endedQuiet(s, uint32(e.gen)) {
 				break
 			}
 			if s == slot && uint32(e.gen) == gen && e.flags&C.TL_EVF_FINAL != 0 {
@@ -489,8 +495,52 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 			sh.dispatch(i, nil, nil, nil)
 		}
 	}
+	logs := p.reapLogs
+	p.reapLogs, p.reaping = nil, false
 	p.leavePump()
+	for i := range logs { // the Logger runs without the claim (a pump call waits on it)
+		l := &logs[i]
+		if l.ev.Kind == EventReconnecting {
+			logReconnecting(p.cfg.Logger, p.cfg.Name, l.c, l.ev.Err, l.ev.Delay, l.attempt)
+		} else {
+			logLifecycle(p.cfg.Logger, p.cfg.Name, l.c, &l.ev)
+		}
+	}
 	return !found
+}
+
+// endedQuiet reports whether the events of slot/gen are a failed
+// synchronous Dial's for good: quiet (its Dial waits or returned the
+// error) and the connection ended without opening. Only its Dial clears
+// quiet, and only for a connection that opened, so the answer cannot
+// change while reapQuiet passes the event (a connection still dialing
+// could open meanwhile, and its event would then be its caller's).
+func (p *Pool) endedQuiet(slot, gen uint32) bool {
+	if p.quiet[slot].Load() != gen {
+		return false
+	}
+	pb := p.pub[slot]
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.state))) == uint32(StateClosed) &&
+		atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) == 0
+}
+
+// reapLog is a lifecycle record reapQuiet passed, logged after it gave
+// the claim back; nothing in it points into the ring.
+type reapLog struct {
+	c       Conn
+	ev      Event
+	attempt int
+}
+
+// deferLog keeps a record for reapQuiet to log (cold path: failed dials
+// with a Logger).
+func (p *Pool) deferLog(c Conn, ev *Event, payload []byte) {
+	l := reapLog{c: c, ev: *ev}
+	l.ev.Payload, l.ev.Reason = nil, bytes.Clone(ev.Reason)
+	if ev.Kind == EventReconnecting {
+		l.attempt = reconnectAttempt(payload)
+	}
+	p.reapLogs = append(p.reapLogs, l)
 }
 
 // leavePump publishes the samples the pump call recorded (so Metrics is

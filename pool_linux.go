@@ -99,10 +99,14 @@ type pool struct {
 
 	nconns  atomic.Int32
 	pumping atomic.Int32
-	closed  atomic.Bool
-	stopped atomic.Bool // every tl_loop_stop returned (set by Close)
-	freed   atomic.Bool
-	closeMu sync.Mutex
+	// reaping and reapLogs belong to reapQuiet's claim (pumping 3): the
+	// lifecycle records it passed, logged once it gave the claim back.
+	reaping  bool
+	reapLogs []reapLog
+	closed   atomic.Bool
+	stopped  atomic.Bool // every tl_loop_stop returned (set by Close)
+	freed    atomic.Bool
+	closeMu  sync.Mutex
 
 	// Close safety. Every method that reads the loop's shared memory (the
 	// public blocks, the stats, the command ring) runs between enter and

@@ -97,7 +97,7 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 	if (c->dying) /* ending already (or its EventReconnecting waits for room): now final */
 		return;
 	if (c->rc_wait) {
-		tl_life_fail(l, c, TL_E_ABORTED, 0, 0, "closed while waiting to reconnect");
+		tl_life_fail(l, c, TL_E_ABORTED, 0, 1006, "closed while waiting to reconnect"); /* as an Abort */
 	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;

@@ -88,7 +88,10 @@ void tl_life_drive(struct tl_loop *l, struct tl_conn *c)
 		return;
 	}
 	tl_sample_end(c);
-	if (c->eof && tl_rxq_empty(&c->rxq)) {
+	/* After the peer's close frame what is still queued is discarded
+	 * input (a wss stream the TLS layer ended: tl_conn_watch_notify):
+	 * the end need not wait for it; teardown drops it. */
+	if (c->eof && (tl_rxq_empty(&c->rxq) || c->close_rcvd)) {
 		tl_conn_on_eof(l, c);
 		tl_life_after(l, c);
 	}

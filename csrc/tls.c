@@ -835,7 +835,8 @@ static int rec_read(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		if (c->close_rcvd) {
 			/* After the close handshake what comes is no failure of the
 			 * connection (as on the SSL_read path): the stream ends here,
-			 * as at a close_notify (its later input is dropped, not held). */
+			 * as at a close_notify (the input still queued is dropped at
+			 * teardown: tl_life_drive does not wait for it). */
 			tl_tlsrec_free(&t->rec);
 			peer_closed(c);
 			return 0;

@@ -14,25 +14,45 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// TestTLSCloseNotifyLater: the server answers our close frame, then sends
-// its close_notify in a later TCP segment and keeps TCP open (no FIN)
-// until we end. Both close frames and both close_notifys have crossed, so
-// the connection ends cleanly at once (EventClose 1000). Before the fix
-// the loop dropped every byte after the close frame, never saw the
-// close_notify and waited out CloseTimeout (5 s: ErrCloseTimeout). A
-// server that sends something the TLS layer refuses after the close frame
-// ends the stream the same way (nothing after the close handshake is a
-// failure). TLS 1.2 and 1.3, our record layer and the library's.
+// TestTLSCloseNotifyLater: the server answers our close frame, then, in a
+// later TCP segment, ends its TLS stream, and keeps TCP open until we end
+// (or closes it). Both close frames have crossed, so the connection ends
+// cleanly at once (EventClose 1000), for every way the stream ends:
+//   - close_notify: its close_notify (before the fix the loop dropped every
+//     byte after the close frame, never saw it and waited out CloseTimeout:
+//     ErrCloseTimeout; found by a hostile review, both backends);
+//   - junk: a record no key opens (nothing after the close handshake is a
+//     failure: it ends the stream as a close_notify would);
+//   - junk2, junk2+fin: two such records in one segment, then nothing or a
+//     FIN (found by a review of the fix: the second record, still queued,
+//     held the end until CloseTimeout, even after the FIN).
+//
+// TLS 1.2 and 1.3, our record layer and the library's.
 func TestTLSCloseNotifyLater(t *testing.T) {
 	closeFrame := ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, ""))
+	rec := []byte{23, 3, 3, 0, 40} // an application_data record of 40 bytes no key opens
+	for i := 1; i <= 40; i++ {
+		rec = append(rec, byte(i))
+	}
+	ends := map[string]func(tc *tls.Conn, bc *batchConn) (fin bool){
+		"close_notify": func(tc *tls.Conn, _ *batchConn) bool { tc.CloseWrite(); return false },
+		"junk":         func(_ *tls.Conn, bc *batchConn) bool { bc.Conn.Write(rec); return false },
+		"junk2": func(_ *tls.Conn, bc *batchConn) bool {
+			bc.Conn.Write(append(rec[:len(rec):len(rec)], rec...))
+			return false
+		},
+		"junk2+fin": func(_ *tls.Conn, bc *batchConn) bool {
+			bc.Conn.Write(append(rec[:len(rec):len(rec)], rec...))
+			return true
+		},
+	}
 	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
 		for _, lib := range []bool{false, true} {
 			if lib && v == tls.VersionTLS12 {
 				continue // TLS 1.2 always takes the library's path
 			}
-			for _, garbage := range []bool{false, true} {
-				name := tls.VersionName(v) + map[bool]string{false: "/ours", true: "/library"}[lib] +
-					map[bool]string{false: "/close_notify", true: "/garbage"}[garbage]
+			for _, end := range []string{"close_notify", "junk", "junk2", "junk2+fin"} {
+				name := tls.VersionName(v) + map[bool]string{false: "/ours/", true: "/library/"}[lib] + end
 				t.Run(name, func(t *testing.T) {
 					done := make(chan struct{})
 					defer close(done)
@@ -45,11 +65,10 @@ func TestTLSCloseNotifyLater(t *testing.T) {
 						readClose(br)
 						tc.Write(closeFrame)
 						time.Sleep(20 * time.Millisecond) // a segment of its own
-						if garbage {
-							bc.Conn.Write([]byte{23, 3, 3, 0, 40, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
-								21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40}) // a record no key opens
-						} else {
-							tc.CloseWrite() // close_notify; TCP stays open
+						if ends[end](tc, bc) {
+							time.Sleep(20 * time.Millisecond)
+							bc.Conn.Close() // and a FIN
+							return
 						}
 						io.Copy(io.Discard, br) // the client's close_notify and FIN
 						select {                // and still no FIN of ours while the client may wait
@@ -73,7 +92,7 @@ func TestTLSCloseNotifyLater(t *testing.T) {
 					}
 					f := pumpCount(t, p, c, chk, 1<<30)
 					if f == nil || f.Kind != EventClose || f.Code != 1000 {
-						t.Fatalf("final %+v, want EventClose 1000 (the close handshake and the close_notify crossed)", f)
+						t.Fatalf("final %+v, want EventClose 1000 (the close handshake crossed and the stream ended)", f)
 					}
 				})
 			}
