@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x352504a6446af612
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xa17d6169bd39c18d
 import "C"
 
-const csrcHash = "352504a6446af612"
+const csrcHash = "a17d6169bd39c18d"

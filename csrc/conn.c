@@ -1079,7 +1079,6 @@ static int frame_done(struct tl_loop *l, struct tl_conn *c)
 	c->msg_ready = 0;
 	c->msg_op = 0;
 	c->msg_len = 0;
-	tl_conn_trim(c); /* cold: only after a message over TL_MSG_KEEP */
 	return TL_FEED_OK;
 }
 
@@ -1095,7 +1094,6 @@ static int flush_pending(struct tl_loop *l, struct tl_conn *c)
 		c->msg_ready = 0;
 		c->msg_op = 0;
 		c->msg_len = 0;
-		tl_conn_trim(c);
 	}
 	if (c->ctrl_ready)
 		return handle_ctrl(l, c);

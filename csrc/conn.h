@@ -317,14 +317,16 @@ void tl_conn_reset(struct tl_conn *c);
  * reconnect bookkeeping survive. */
 void tl_conn_reset_keep(struct tl_conn *c);
 
-/* TL_MSG_KEEP is the largest reassembly buffer a connection keeps once
- * its message is out or the connection ended: a peer's one big fragmented
- * message must not pin that much memory per slot for the Pool's life. */
+/* TL_MSG_KEEP is the largest reassembly buffer a slot keeps once its
+ * connection ended: a peer's one big fragmented message must not pin that
+ * much memory per slot for the Pool's life. A live connection keeps its
+ * buffer (at most MaxMessageSize): freeing it after each big message
+ * would allocate per message. */
 #define TL_MSG_KEEP (1u << 20)
 
 /* tl_conn_trim gives back c's reassembly buffer when it is larger than
- * TL_MSG_KEEP and holds no message (its payload is copied into the arena
- * at publish, so no event points into it). */
+ * TL_MSG_KEEP and holds no message (a payload is copied into the arena at
+ * publish, so no event points into it). Called when c ends. */
 void tl_conn_trim(struct tl_conn *c);
 
 /* tl_conn_free_bufs frees the allocations tl_conn_reset keeps (message,

@@ -17,8 +17,8 @@ import (
 // TestReassemblyBufferGivenBack: 8 connections each receive one fragmented
 // 16 MiB message (the default MaxMessageSize) and close. Once every
 // connection has ended the Pool keeps none of the 8 x 16 MiB reassembly
-// buffers (tl_conn_trim: a buffer over 1 MiB goes once its message is
-// published, and at the connection's end). Found by a hostile review:
+// buffers (tl_conn_trim: a buffer over 1 MiB goes at the connection's
+// end). Found by a hostile review:
 // they were kept for the slot's next connection, RSS 126 -> 236 MiB until
 // Pool.Close.
 func TestReassemblyBufferGivenBack(t *testing.T) {
