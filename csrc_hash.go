@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xa17d6169bd39c18d
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x80aed2e445b08994
 import "C"
 
-const csrcHash = "a17d6169bd39c18d"
+const csrcHash = "80aed2e445b08994"
