@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x80aed2e445b08994
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3043fe4b5000c5f5
 import "C"
 
-const csrcHash = "80aed2e445b08994"
+const csrcHash = "3043fe4b5000c5f5"

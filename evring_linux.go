@@ -248,7 +248,7 @@ func (r *evConsumer) one(i uint64, fe EventFunc, fd DataFunc, fs StampedFunc) in
 		// A quiet event (a failed synchronous Dial) is still logged.
 		ev := r.event(e, slot, kind, payload)
 		if pool.cfg.Logger != nil {
-			if pool.reaping {
+			if pool.pumping.Load() == pumpReaping {
 				pool.deferLog(c, &ev, payload) // no user code under reapQuiet's claim
 			} else {
 				pool.logEvent(c, &ev, payload)
@@ -276,11 +276,16 @@ func (r *evConsumer) one(i uint64, fe EventFunc, fd DataFunc, fs StampedFunc) in
 //
 //go:noinline
 func (p *Pool) logEvent(c Conn, ev *Event, payload []byte) {
+	p.logRecord(c, ev, reconnectAttempt(payload))
+}
+
+// logRecord logs ev; attempt is an EventReconnecting's attempt number.
+func (p *Pool) logRecord(c Conn, ev *Event, attempt int) {
 	switch ev.Kind {
 	case EventOpen, EventClose, EventError:
 		logLifecycle(p.cfg.Logger, p.cfg.Name, c, ev)
 	case EventReconnecting:
-		logReconnecting(p.cfg.Logger, p.cfg.Name, c, ev.Err, ev.Delay, reconnectAttempt(payload))
+		logReconnecting(p.cfg.Logger, p.cfg.Name, c, ev.Err, ev.Delay, attempt)
 	}
 }
 
@@ -475,7 +480,6 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 	if !p.pumping.CompareAndSwap(0, pumpReaping) {
 		return false
 	}
-	p.reaping = true
 	found := false
 	for _, sh := range p.shards {
 		r := &sh.ev
@@ -496,15 +500,10 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 		}
 	}
 	logs := p.reapLogs
-	p.reapLogs, p.reaping = nil, false
+	p.reapLogs = nil
 	p.leavePump()
 	for i := range logs { // the Logger runs without the claim (a pump call waits on it)
-		l := &logs[i]
-		if l.ev.Kind == EventReconnecting {
-			logReconnecting(p.cfg.Logger, p.cfg.Name, l.c, l.ev.Err, l.ev.Delay, l.attempt)
-		} else {
-			logLifecycle(p.cfg.Logger, p.cfg.Name, l.c, &l.ev)
-		}
+		p.logRecord(logs[i].c, &logs[i].ev, logs[i].attempt)
 	}
 	return !found
 }
@@ -535,11 +534,8 @@ type reapLog struct {
 // deferLog keeps a record for reapQuiet to log (cold path: failed dials
 // with a Logger).
 func (p *Pool) deferLog(c Conn, ev *Event, payload []byte) {
-	l := reapLog{c: c, ev: *ev}
+	l := reapLog{c: c, ev: *ev, attempt: reconnectAttempt(payload)}
 	l.ev.Payload, l.ev.Reason = nil, bytes.Clone(ev.Reason)
-	if ev.Kind == EventReconnecting {
-		l.attempt = reconnectAttempt(payload)
-	}
 	p.reapLogs = append(p.reapLogs, l)
 }
 

@@ -99,9 +99,8 @@ type pool struct {
 
 	nconns  atomic.Int32
 	pumping atomic.Int32
-	// reaping and reapLogs belong to reapQuiet's claim (pumping 3): the
-	// lifecycle records it passed, logged once it gave the claim back.
-	reaping  bool
+	// reapLogs belongs to reapQuiet's claim (pumping 3): the lifecycle
+	// records it passed, logged once it gave the claim back.
 	reapLogs []reapLog
 	closed   atomic.Bool
 	stopped  atomic.Bool // every tl_loop_stop returned (set by Close)

@@ -37,7 +37,9 @@
 
 void tl_conn_trim(struct tl_conn *c)
 {
-	if (c->msg_cap > TL_MSG_KEEP && !c->msg_len && !c->msg_ready) {
+	c->msg_len = 0; /* a message the end cut: nobody completes it */
+	c->msg_ready = 0;
+	if (c->msg_cap > TL_MSG_KEEP) {
 		free(c->msg);
 		c->msg = NULL;
 		c->msg_cap = 0;
@@ -54,9 +56,6 @@ void tl_conn_trim(struct tl_conn *c)
 
 void tl_conn_reset(struct tl_conn *c)
 {
-	c->msg_len = 0;
-	c->msg_ready = 0;
-	tl_conn_trim(c); /* a message cut by the end: its buffer goes too if big */
 	/* Keep allocations (msg, out) for reuse by the next dial on this slot. */
 	uint8_t *msg = c->msg, *o0 = c->out[0].p, *o1 = c->out[1].p, *sq = c->sq.p, *pt = c->tx_pt.p;
 	size_t mc = c->msg_cap, c0 = c->out[0].cap, c1 = c->out[1].cap, sqc = c->sq.cap, ptc = c->tx_pt.cap;

@@ -324,9 +324,11 @@ void tl_conn_reset_keep(struct tl_conn *c);
  * would allocate per message. */
 #define TL_MSG_KEEP (1u << 20)
 
-/* tl_conn_trim gives back c's reassembly buffer when it is larger than
- * TL_MSG_KEEP and holds no message (a payload is copied into the arena at
- * publish, so no event points into it). Called when c ends. */
+/* tl_conn_trim drops the message c's end cut, if any, and gives back its
+ * reassembly buffer when it is larger than TL_MSG_KEEP (a payload is
+ * copied into the arena at publish, so no event points into it). Called
+ * once c ended (tl_life_maybe_finish), before its final event or
+ * reconnect. */
 void tl_conn_trim(struct tl_conn *c);
 
 /* tl_conn_free_bufs frees the allocations tl_conn_reset keeps (message,

@@ -306,8 +306,6 @@ void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c)
 		tl_tls_free(c);
 		free(c->hs);
 		c->hs = NULL;
-		c->msg_len = 0; /* a message the end cut: nobody completes it */
-		c->msg_ready = 0;
 		tl_conn_trim(c);
 		if (c->final_pending)
 			tl_life_finish(l, c);

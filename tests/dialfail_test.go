@@ -5,6 +5,7 @@ package talaris_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"syscall"
 	"testing"
@@ -24,12 +25,7 @@ import (
 // server holds the upgrade back, 24 dials on 4 slots; then a good dial
 // opens and a pump delivers its events only.
 func TestFailedDialsGiveSlotsBack(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "ws://" + ln.Addr().String() + "/"
-	ln.Close()
+	refused := "ws://" + refusedAddr(t) + "/"
 	busy := wstest.NewRaw(func(*wstest.RawConn) {})
 	busy.Response = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
 	busy.Start(t)
@@ -117,3 +113,91 @@ func TestEndWhileDialingCode(t *testing.T) {
 		})
 	}
 }
+
+// blockingWarn holds every Warn record (a failed connection's) until
+// release is closed, after telling entered.
+type blockingWarn struct{ entered, release chan struct{} }
+
+func (h blockingWarn) Enabled(context.Context, slog.Level) bool { return true }
+func (h blockingWarn) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && r.Message != "dial failed" {
+		select {
+		case h.entered <- struct{}{}:
+		default:
+		}
+		<-h.release
+	}
+	return nil
+}
+func (h blockingWarn) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h blockingWarn) WithGroup(string) slog.Handler      { return h }
+
+// TestFailedDialLogsOutsidePumpClaim: a failed Dial passes its quiet
+// events itself (reapQuiet) under the pump claim; the Config.Logger
+// records of them are written after it gave the claim back, so a user's
+// slow handler never holds up a pump call. Here the handler blocks until
+// PumpNowait has returned. Found by a review: the records were written
+// under the claim and PumpNowait spun for as long as the handler ran.
+func TestFailedDialLogsOutsidePumpClaim(t *testing.T) {
+	url := "ws://" + refusedAddr(t) + "/"
+	h := blockingWarn{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	p := newTestPool(t, Config{Logger: slog.New(h)}, hangGuard)
+	dialDone := make(chan error, 1)
+	go func() {
+		_, err := p.Dial(context.Background(), url, nil)
+		dialDone <- err
+	}()
+	select {
+	case <-h.entered: // the reaping Dial writes the failure record
+	case <-time.After(hangGuard):
+		t.Fatal("the failed connection's record was never written")
+	}
+	pumped := make(chan error, 1)
+	go func() {
+		_, err := p.PumpNowait(func(Conn, Opcode, []byte) {})
+		pumped <- err
+	}()
+	select {
+	case err := <-pumped:
+		if err != nil {
+			t.Errorf("PumpNowait: %v", err)
+		}
+	case <-time.After(hangGuard):
+		t.Error("PumpNowait waits on the Logger of a failed Dial")
+	}
+	close(h.release)
+	if err := <-dialDone; err == nil {
+		t.Error("Dial to a closed port succeeded")
+	}
+}
+
+// TestCloseDuringBackoffCode: Close of a policy connection waiting out
+// its backoff (State Connecting) ends it as Abort does: EventError
+// wrapping ErrAborted, Code 1006. Found by a review (Close gave Code 0).
+func TestCloseDuringBackoffCode(t *testing.T) {
+	url := "ws://" + refusedAddr(t) + "/"
+	for _, abort := range []bool{false, true} {
+		p := newTestPool(t, Config{}, hangGuard)
+		c, err := p.DialAsync(url, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := false
+		f := pumpOne(t, p, c, func(ev Event) {
+			if ev.Kind == EventReconnecting && !closed {
+				closed = true
+				t.Logf("state at close: %v", c.State())
+				if abort {
+					c.Abort()
+				} else {
+					c.Close(CloseNormal, "")
+				}
+			}
+		})
+		t.Logf("abort=%v: final %v Code %d Err %v (ErrAborted %v)", abort, f.Kind, f.Code, f.Err, errors.Is(f.Err, ErrAborted))
+		if f.Code != 1006 {
+			t.Errorf("abort=%v: Code %d, want 1006 (as Abort / as Close before the handshake)", abort, f.Code)
+		}
+	}
+}
+
