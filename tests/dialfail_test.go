@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -201,3 +202,65 @@ func TestCloseDuringBackoffCode(t *testing.T) {
 	}
 }
 
+// TestFailedDialsRaceClose: failed Dials passing their own events
+// (reapQuiet) race Pool.Close, a pumping goroutine and each other: refused
+// connects and 503 refusals over ws and wss, four dialers, PumpNowait in a
+// loop, Close at a different moment each round. Every call returns
+// (ErrPoolClosed once Close started), nothing panics; under -race in the
+// race lane. Both TLS backends (run with -tags talaris_openssl).
+func TestFailedDialsRaceClose(t *testing.T) {
+	busy := wstest.NewRaw(func(*wstest.RawConn) {})
+	busy.Response = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
+	busy.Start(t)
+	busyTLS := wstest.NewRaw(func(*wstest.RawConn) {})
+	busyTLS.Response = busy.Response
+	busyTLS.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
+	urls := []string{"ws://" + refusedAddr(t) + "/", busy.URL, busyTLS.URL}
+	for round := range 6 {
+		p := newTestPool(t, Config{MaxConns: 4, Logger: slog.New(slog.DiscardHandler)}, hangGuard)
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					url := urls[(g+i)%len(urls)]
+					_, err := p.Dial(context.Background(), url, tlsOpts)
+					if errors.Is(err, ErrPoolClosed) {
+						return
+					}
+					if err == nil {
+						t.Errorf("Dial %s succeeded", url)
+						return
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, err := p.PumpNowait(func(Conn, Opcode, []byte) {}); errors.Is(err, ErrPoolClosed) {
+					return
+				}
+				select {
+				case <-done:
+				default:
+					continue
+				}
+				return
+			}
+		}()
+		time.Sleep(time.Duration(10+20*round) * time.Millisecond)
+		p.Close()
+		close(done)
+		ended := make(chan struct{})
+		go func() { wg.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(hangGuard):
+			t.Fatalf("round %d: a Dial or the pump did not return after Pool.Close", round)
+		}
+	}
+}
