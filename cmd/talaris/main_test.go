@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -13,8 +15,10 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testcerts"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
+	"golang.org/x/sys/unix"
 )
 
 // startTestFeed runs the feed server's plain listener in this process.
@@ -163,7 +167,7 @@ func TestBenchHarness(t *testing.T) {
 	r, err = b.peerIngress(goPeers[1], flood, 2, false)
 	r.Workload = "ingress"
 	check("gobwas ingress", r, err)
-	r, err = b.floor(addr, "/flood?size=64", 64, 1)
+	r, err = b.floor(addr, "/flood?size=64", 64, 1, false)
 	r.Workload = "ingress"
 	check("floor", r, err)
 	r, err = b.talLatency("latency", variant("block"), "ws://"+addr+"/paced?size=64&rate=5000")
@@ -235,5 +239,83 @@ func TestBenchHarness(t *testing.T) {
 	}
 	if got := strings.Join(order, ""); got != "acaca" {
 		t.Errorf("latRounds ran %q, want acaca (interleaved; no round for c after its error)", got)
+	}
+}
+
+// TestBenchFloorTLS: the wss floor row reads crypto/tls' ciphertext raw
+// and turns it into frames by the record overhead of the negotiated
+// version. Against a bounded flood (n frames, then the server's close)
+// read to its end, that conversion gives n frames to within what
+// crypto/tls read past the 101 and the close's record, at TLS 1.3 and
+// 1.2; and a timed floor run counts whole frames.
+func TestBenchFloorTLS(t *testing.T) {
+	root, err := testcerts.Issue(testcerts.Template{CN: "floor root", CA: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := testcerts.Issue(testcerts.Template{CN: "localhost", DNS: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+		EKU: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(root.Cert)
+	for _, maxV := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+		tln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{leaf.TLS()}, MaxVersion: maxV})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tln.Close()
+		go acceptLoop(tln)
+		addr := tln.Addr().String()
+		b := &bench{goTLS: &tls.Config{RootCAs: roots, ServerName: "localhost"}, warm: 50 * time.Millisecond, dur: 200 * time.Millisecond}
+
+		const n, size = 40000, 256
+		req := "GET /flood?size=256&n=40000 HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " +
+			ws.NewKey() + "\r\nSec-WebSocket-Version: 13\r\n\r\n"
+		fd, over, err := b.floorDialTLS(addr, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOver := map[uint16]int{tls.VersionTLS13: 22, tls.VersionTLS12: 29}[maxV]
+		if over != wantOver {
+			t.Fatalf("max version %x: record overhead %d, want %d", maxV, over, wantOver)
+		}
+		tv := unix.NsecToTimeval((300 * time.Millisecond).Nanoseconds())
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			t.Fatal(err)
+		}
+		var wire uint64
+		buf := make([]byte, 1<<20)
+		for {
+			k, err := unix.Read(fd, buf)
+			if k <= 0 {
+				if err == unix.EINTR {
+					continue
+				}
+				break // EOF, or 300 ms without data: the flood and its close are in
+			}
+			wire += uint64(k)
+		}
+		unix.Close(fd)
+		frameLen := uint64(len(ws.AppendFrame(nil, true, ws.OpBinary, make([]byte, size))))
+		got := wire * floorRecord / uint64(floorRecord+over) / frameLen
+		// crypto/tls may hold up to one 16 KiB record past the 101 (63
+		// frames, fewer); the records are smaller than 16 KiB while
+		// crypto/tls sizes them dynamically (its first 128 KiB), and the
+		// last write's and the close's records are short: each such record
+		// is counted with too little overhead (a few frames in all).
+		if got > n+20 || got+80 < n {
+			t.Fatalf("max version %x: %d wire bytes give %d frames, want %d (-80..+20)", maxV, wire, got, n)
+		}
+		t.Logf("max version %x: %d wire bytes -> %d of %d frames", maxV, wire, got, n)
+
+		r, err := b.floor(addr, "/flood?size=256", size, 2, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Frames == 0 || r.Bytes != r.Frames*size {
+			t.Fatalf("max version %x: timed floor: %d frames, %d bytes", maxV, r.Frames, r.Bytes)
+		}
 	}
 }
