@@ -33,28 +33,32 @@ import (
 
 // Result is one measured run.
 type Result struct {
-	Workload     string       `json:"workload"` // decode, ingress, latency, rtt
-	Client       string       `json:"client"`   // talaris/<wait>, gorilla, gobwas, gws, coder, rust-talaris[/spin], floor
-	Transport    string       `json:"transport,omitempty"`
-	Size         int          `json:"size,omitempty"`
-	Conns        int          `json:"conns,omitempty"`
-	Frames       uint64       `json:"frames"`
-	Bytes        uint64       `json:"bytes"`
-	Secs         float64      `json:"secs"`
-	CPUSecs      float64      `json:"cpu_s"`
-	FramesPerSec float64      `json:"frames_per_s,omitempty"`
-	MBPerSec     float64      `json:"mb_per_s,omitempty"`
-	CPUPerM      float64      `json:"cpu_s_per_mframes,omitempty"`
-	NsPerMsg     float64      `json:"ns_per_msg,omitempty"`
-	P50          float64      `json:"p50_us,omitempty"`
-	P99          float64      `json:"p99_us,omitempty"`
-	P999         float64      `json:"p999_us,omitempty"`
-	Max          float64      `json:"max_us,omitempty"`
-	Count        int64        `json:"count,omitempty"`
-	CDF          [][2]float64 `json:"cdf,omitempty"` // [percentile, us]
-	FloorPct     float64      `json:"floor_pct,omitempty"`
-	Note         string       `json:"note,omitempty"`
-	Err          string       `json:"error,omitempty"`
+	Workload  string  `json:"workload"` // decode, ingress, latency, rtt
+	Client    string  `json:"client"`   // talaris/<wait>, gorilla, gobwas, gws, coder, rust-talaris[/spin], floor
+	Transport string  `json:"transport,omitempty"`
+	Size      int     `json:"size,omitempty"`
+	Conns     int     `json:"conns,omitempty"`
+	Frames    uint64  `json:"frames"`
+	Bytes     uint64  `json:"bytes"`
+	Secs      float64 `json:"secs"`
+	CPUSecs   float64 `json:"cpu_s"`
+	// ServerCPUSecs is the feed server process's CPU over the same
+	// interval (ingress; 0: not measured): at about 1 s per s on one
+	// connection, its goroutine is what bounds the rate.
+	ServerCPUSecs float64      `json:"server_cpu_s,omitempty"`
+	FramesPerSec  float64      `json:"frames_per_s,omitempty"`
+	MBPerSec      float64      `json:"mb_per_s,omitempty"`
+	CPUPerM       float64      `json:"cpu_s_per_mframes,omitempty"`
+	NsPerMsg      float64      `json:"ns_per_msg,omitempty"`
+	P50           float64      `json:"p50_us,omitempty"`
+	P99           float64      `json:"p99_us,omitempty"`
+	P999          float64      `json:"p999_us,omitempty"`
+	Max           float64      `json:"max_us,omitempty"`
+	Count         int64        `json:"count,omitempty"`
+	CDF           [][2]float64 `json:"cdf,omitempty"` // [percentile, us]
+	FloorPct      float64      `json:"floor_pct,omitempty"`
+	Note          string       `json:"note,omitempty"`
+	Err           string       `json:"error,omitempty"`
 	// Per-thread CPU over the measured interval (ingress; talaris and the
 	// Rust crate): the C loop threads (LoopCPUSecs their sum, LoopMaxCPUSecs
 	// the busiest one of LoopThreads), the pumping thread and the rest of
@@ -1024,6 +1028,7 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 	var t0 time.Time
 	var st0 talaris.PoolStats
 	var th0 []taskCPU
+	var s0 float64
 	for {
 		if _, err := talPump(p, v, fn); err != nil {
 			return Result{}, err
@@ -1032,12 +1037,14 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 		if t0.IsZero() {
 			if now.After(warmEnd) {
 				th0 = tasksCPU()
+				s0 = b.feed.cpu()
 				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
 				st0 = p.Stats()
 			}
 		} else if now.After(end) {
 			r := Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
-				Note: strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}
+				ServerCPUSecs: serverDelta(s0, b.feed.cpu()),
+				Note:          strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}
 			threadSplit(&r, tasksDelta(th0, tasksCPU()), pumpTid, false)
 			return r, nil
 		}
@@ -1204,10 +1211,10 @@ func (b *bench) peerIngress(p goPeer, url string, conns int, tlsOn bool) (Result
 	}
 	time.Sleep(b.warm)
 	f0, b0 := snap()
-	c0, t0 := cpuSeconds(), time.Now()
+	c0, s0, t0 := cpuSeconds(), b.feed.cpu(), time.Now()
 	time.Sleep(b.dur)
 	f1, b1 := snap()
-	r := Result{Frames: f1 - f0, Bytes: b1 - b0, Secs: time.Since(t0).Seconds(), CPUSecs: cpuSeconds() - c0}
+	r := Result{Frames: f1 - f0, Bytes: b1 - b0, Secs: time.Since(t0).Seconds(), CPUSecs: cpuSeconds() - c0, ServerCPUSecs: serverDelta(s0, b.feed.cpu())}
 	for _, pc := range pcs {
 		pc.close()
 	}
@@ -1282,10 +1289,10 @@ func (b *bench) floor(addr, path string, size, conns int, tlsOn bool) (Result, e
 		return s
 	}
 	time.Sleep(b.warm)
-	b0, c0, t0 := snap(), cpuSeconds(), time.Now()
+	b0, c0, s0, t0 := snap(), cpuSeconds(), b.feed.cpu(), time.Now()
 	time.Sleep(b.dur)
 	b1 := snap()
-	r := Result{Bytes: b1 - b0, Secs: time.Since(t0).Seconds(), CPUSecs: cpuSeconds() - c0}
+	r := Result{Bytes: b1 - b0, Secs: time.Since(t0).Seconds(), CPUSecs: cpuSeconds() - c0, ServerCPUSecs: serverDelta(s0, b.feed.cpu())}
 	for _, fd := range fds {
 		unix.Shutdown(fd, unix.SHUT_RDWR)
 	}
@@ -1303,6 +1310,15 @@ func (b *bench) floor(addr, path string, size, conns int, tlsOn bool) (Result, e
 // floorRecord is the plaintext of one full TLS record: the feed server's
 // 256 KiB writes are whole records of it.
 const floorRecord = 16384
+
+// serverDelta is the feed server's CPU seconds between two readings of
+// feedProc.cpu, 0 when either failed.
+func serverDelta(s0, s1 float64) float64 {
+	if s0 < 0 || s1 < 0 {
+		return 0
+	}
+	return s1 - s0
+}
 
 // floorConnect returns a blocking TCP socket connected to addr.
 func floorConnect(addr string) (int, error) {

@@ -11,6 +11,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -132,6 +133,36 @@ func cpuSeconds() float64 {
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// cpu returns the CPU seconds the feed server process has used (user and
+// system, all its threads; /proc/<pid>/stat at 10 ms resolution), or -1
+// when it is not a child process (the tests' in-process feed) or cannot be
+// read.
+func (f *feedProc) cpu() float64 {
+	if f == nil || f.cmd == nil || f.cmd.Process == nil {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	// Fields after the command's closing parenthesis: state is the 3rd
+	// field of the line, utime the 14th, stime the 15th.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseUint(fs[11], 10, 64)
+	st, err2 := strconv.ParseUint(fs[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return float64(ut+st) / 100 // USER_HZ
 }
 
 func cpuModel() string {

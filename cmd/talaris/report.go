@@ -77,15 +77,21 @@ func (b *bench) markdownTables() string {
 			"the Rust crate: its one pool thread is both). Ceiling = 1 / the busiest thread's CPU per frame: the rate if that thread " +
 			"had a core of its own and the others kept up (a spinning thread counts its spin too). " +
 			"The floor row is a bare recv() loop that never parses: on wss it reads the ciphertext raw after crypto/tls' handshake and never decrypts it, " +
-			"so it is what the feed server on this box sends when its client costs almost nothing, the most any client can reach here; % of floor is each row's share of it.\n\n")
-		s.WriteString("| transport | frame | conns | client | frames/s | MB/s | CPU s / M frames | loop thread | pump thread | ceiling frames/s | % of floor |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+			"so it is what the feed server on this box sends when its client costs almost nothing; % of floor is each row's share of it. " +
+			"Server CPU is the feed server process's CPU over the same interval, in % of one core: one connection is one server goroutine, " +
+			"so near 100 % the server, not the client, bounds that row.\n\n")
+		s.WriteString("| transport | frame | conns | client | frames/s | MB/s | CPU s / M frames | loop thread | pump thread | ceiling frames/s | % of floor | server CPU % |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rs {
 			if r.Err != "" {
-				fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | | | | | | |\n", r.Transport, r.Size, r.Conns, r.Client, errCell(r))
+				fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | | | | | | | |\n", r.Transport, r.Size, r.Conns, r.Client, errCell(r))
 				continue
 			}
-			fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | %.1f | %s | %s | %s | %s | %s |\n", r.Transport, r.Size, r.Conns, r.Client,
-				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 3), loopCell(r), pumpCell(r), fmtRate(r.CeilingFPS), fmtF(r.FloorPct, 0))
+			srv := 0.0
+			if r.Secs > 0 {
+				srv = 100 * r.ServerCPUSecs / r.Secs
+			}
+			fmt.Fprintf(&s, "| %s | %d B | %d | %s | %s | %.1f | %s | %s | %s | %s | %s | %s |\n", r.Transport, r.Size, r.Conns, r.Client,
+				fmtRate(r.FramesPerSec), r.MBPerSec, fmtF(r.CPUPerM, 3), loopCell(r), pumpCell(r), fmtRate(r.CeilingFPS), fmtF(r.FloorPct, 0), fmtF(srv, 0))
 		}
 		s.WriteString("\n")
 	}
