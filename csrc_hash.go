@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x3043fe4b5000c5f5
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xbdf85410de45867a
 import "C"
 
-const csrcHash = "3043fe4b5000c5f5"
+const csrcHash = "bdf85410de45867a"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httputil"
 	"net/textproto"
 	"strconv"
 	"syscall"
@@ -103,7 +104,11 @@ func (e *ConnError) Unwrap() []error {
 type HandshakeError struct {
 	StatusCode int         // the response's status (101 when the refusal was for a bad header)
 	Header     http.Header // the response headers, canonical names
-	Body       []byte      // the first bytes of the body that came with the head (may be empty)
+	// Body is the start of the response's body (chunked decoded, at most
+	// maxHandshakeBody bytes): what came with the head or within 200 ms
+	// of it (the refusal waits that long at most for a body the head
+	// announces, or for the end of a body without a length). May be empty.
+	Body []byte
 	// RetryAfter is the response's Retry-After (delta-seconds, or an
 	// HTTP-date relative to when the error was built), 0 when absent,
 	// malformed or in the past.
@@ -129,9 +134,6 @@ func (e *HandshakeError) Unwrap() error { return e.Err }
 func newHandshakeError(cause error, code int, resp []byte, now time.Time) *HandshakeError {
 	he := &HandshakeError{StatusCode: code, Header: http.Header{}, Err: cause}
 	head, body, complete := bytes.Cut(resp, []byte("\r\n\r\n"))
-	if complete && len(body) > 0 {
-		he.Body = bytes.Clone(body[:min(len(body), maxHandshakeBody)])
-	}
 	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
 	if f := bytes.Fields(line); len(f) >= 2 && he.StatusCode == 0 {
 		he.StatusCode, _ = strconv.Atoi(string(f[1]))
@@ -140,8 +142,38 @@ func newHandshakeError(cause error, code int, resp []byte, now time.Time) *Hands
 	if h, err := r.ReadMIMEHeader(); err == nil || len(h) > 0 {
 		he.Header = http.Header(h)
 	}
+	if complete && len(body) > 0 {
+		he.Body = handshakeBody(body, he.Header)
+	}
 	he.RetryAfter = retryAfter(he.Header.Get("Retry-After"), now)
 	return he
+}
+
+// handshakeBody is the start of a refused response's body as its head
+// frames it: a chunked body decoded (as far as its chunks came), a
+// Content-Length body cut to that length, at most maxHandshakeBody bytes.
+func handshakeBody(raw []byte, h http.Header) []byte {
+	if te := h.Get("Transfer-Encoding"); te != "" && bytes.Contains(bytes.ToLower([]byte(te)), []byte("chunked")) {
+		// A body cut short decodes as far as it goes: keep that.
+		var out []byte
+		cr := httputil.NewChunkedReader(bytes.NewReader(raw))
+		buf := make([]byte, maxHandshakeBody)
+		for len(out) < maxHandshakeBody {
+			n, err := cr.Read(buf[:maxHandshakeBody-len(out)])
+			out = append(out, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		return out
+	}
+	if n, err := strconv.ParseUint(h.Get("Content-Length"), 10, 31); err == nil && int(n) < len(raw) {
+		raw = raw[:n]
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	return bytes.Clone(raw[:min(len(raw), maxHandshakeBody)])
 }
 
 // retryAfter parses a Retry-After value: delta-seconds or an HTTP-date.

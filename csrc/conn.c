@@ -756,8 +756,60 @@ static void keep_head(struct tl_conn *c)
 	c->hs_len = 0;
 }
 
+/* refusal_body_in says whether a refused response's body has come as far
+ * as HandshakeError keeps it (TL_REFUSAL_BODY_MAX bytes): all of a short
+ * Content-Length body, a chunked body's last chunk, or none is due (1xx,
+ * 204, 304). Without either header the body ends at EOF. */
+static int refusal_body_in(const struct tl_conn *c)
+{
+	size_t have = c->hs_len - c->refuse_head_len;
+	const char *b = c->hs + c->refuse_head_len;
+
+	if (c->refuse_status < 200 || c->refuse_status == 204 || c->refuse_status == 304)
+		return 1;
+	if (have >= TL_REFUSAL_BODY_MAX || c->hs_len == TL_HTTP_MAX_HEAD)
+		return 1;
+	if (c->refuse_chunked)
+		return (have >= 5 && memcmp(b, "0\r\n\r\n", 5) == 0) || memmem(b, have, "\r\n0\r\n\r\n", 7) != NULL;
+	if (c->refuse_length >= 0)
+		return have >= (size_t)c->refuse_length;
+	return 0;
+}
+
+/* refusal_end reports the refused upgrade that waited for its body. */
+static void refusal_end(struct tl_loop *l, struct tl_conn *c)
+{
+	char msg[80];
+
+	snprintf(msg, sizeof(msg), "upgrade refused with HTTP status %d", c->refuse_status);
+	c->refusing = 0;
+	keep_head(c);
+	tl_conn_fail(l, c, TL_E_HTTP, TL_HTTP_ERR_STATUS, c->refuse_status, msg);
+}
+
+void tl_conn_refusal_end(struct tl_loop *l, struct tl_conn *c) { refusal_end(l, c); }
+
+/* refusal_feed adds bytes after a refused head (as many as hs holds) and
+ * reports the refusal once its body is in. */
+static int refusal_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
+{
+	size_t room = TL_HTTP_MAX_HEAD - c->hs_len, take = n < room ? n : room;
+
+	memcpy(c->hs + c->hs_len, p, take);
+	c->hs_len += take;
+	*used = n;
+	if (!refusal_body_in(c))
+		return TL_FEED_OK;
+	refusal_end(l, c);
+	return TL_FEED_DEAD;
+}
+
 /* upgrade_feed gathers the response head; on success it reports how many
- * bytes of p belonged to the head so the rest is parsed as frames. */
+ * bytes of p belonged to the head so the rest is parsed as frames. A
+ * refusal (a status other than 101) whose body has not come with the head
+ * waits for it (refusal_feed) up to TL_REFUSAL_BODY_WAIT_NS, so
+ * HandshakeError carries the server's reason when it writes the body in a
+ * segment of its own. */
 static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
 {
 	size_t room = TL_HTTP_MAX_HEAD - c->hs_len, take = n < room ? n : room;
@@ -765,6 +817,8 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 	struct tl_dial *d = c->dial;
 	int rc;
 
+	if (c->refusing)
+		return refusal_feed(l, c, p, n, used);
 	memcpy(c->hs + c->hs_len, p, take);
 	c->hs_len += take;
 	rc = tl_http_parse_response(c->hs, c->hs_len, c->key, d->protocols, d->protocols_len, &rs);
@@ -775,6 +829,22 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 			*used = take;
 			return TL_FEED_OK;
 		}
+	}
+	if (rc == TL_HTTP_ERR_STATUS) {
+		c->retry_after = rs.retry_after;
+		c->refuse_status = (uint16_t)rs.status;
+		c->refuse_head_len = rs.head_len;
+		c->refuse_length = rs.content_length;
+		c->refuse_chunked = (uint8_t)rs.chunked;
+		*used = n;
+		if (refusal_body_in(c)) {
+			refusal_end(l, c);
+			return TL_FEED_DEAD;
+		}
+		c->refusing = 1;
+		if (!c->deadline_ns || c->deadline_ns > tl_timer_now_ns() + TL_REFUSAL_BODY_WAIT_NS)
+			tl_timer_set_deadline(l, c, TL_REFUSAL_BODY_WAIT_NS);
+		return TL_FEED_OK;
 	}
 	if (rc != TL_HTTP_OK) {
 		char msg[80];
@@ -1368,6 +1438,8 @@ void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c)
 		c->todo |= TL_DO_TEARDOWN;
 	} else if (c->close_rcvd) {
 		c->todo |= TL_DO_TEARDOWN; /* clean: EventClose */
+	} else if (c->refusing) {
+		refusal_end(l, c); /* a close-delimited body ended, or the server hung up */
 	} else if (c->state < TL_ST_OPEN) {
 		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0,
 			     c->eof_errno ? strerror(c->eof_errno) : "connection closed during the handshake");

@@ -178,6 +178,14 @@ struct tl_conn {
 	char key[TL_WS_KEY_LEN + 1];
 	char *hs;             /* response head bytes so far (TL_HTTP_MAX_HEAD) */
 	size_t hs_len;
+	/* A refused upgrade waiting for its body's first bytes (conn.c,
+	 * refusal_feed): the head is in hs, the failure is reported once the
+	 * body is in, at EOF or at the deadline (TL_REFUSAL_BODY_WAIT_NS). */
+	uint8_t refusing;
+	uint8_t refuse_chunked;
+	uint16_t refuse_status;
+	size_t refuse_head_len;
+	int64_t refuse_length; /* Content-Length, -1 if none */
 
 	/* frame parser */
 	uint8_t hdr[TL_WS_MAX_HDR];
@@ -341,6 +349,18 @@ void tl_conn_free_bufs(struct tl_conn *c);
  * code, state CLOSING, TL_DO_FLUSH and a short deadline for the peer's
  * answer; otherwise TL_DO_TEARDOWN. Input is discarded from here. */
 void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail);
+
+/* TL_REFUSAL_BODY_MAX is how much of a refused upgrade's body is waited
+ * for (HandshakeError.Body keeps as much), TL_REFUSAL_BODY_WAIT_NS how long
+ * at most after the head: a refusal reaches Go at once when its body came
+ * with the head, else when the body is in, at EOF or after this wait. */
+#define TL_REFUSAL_BODY_MAX 1024
+#define TL_REFUSAL_BODY_WAIT_NS 200000000ull
+
+/* tl_conn_refusal_end reports the refused upgrade c waits on the body of
+ * (c->refusing): EventError with the response's status and the head and
+ * body bytes that came (tl_loop_fail_head). */
+void tl_conn_refusal_end(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_conn_on_eof decides what the transport's end of input (c->eof, all
  * queued input parsed) means: a clean end after a close handshake or an

@@ -224,16 +224,17 @@ static int in_offer(const uint8_t *p, size_t n, const char *offer, size_t offer_
 }
 
 struct seen {
-	int upgrade_ok, connection_ok, extensions, transfer;
+	int upgrade_ok, connection_ok, extensions, transfer, chunked;
 	unsigned accepts, protocols;
 	const uint8_t *accept; size_t accept_len;
 	const uint8_t *protocol; size_t protocol_len;
 	int64_t retry_after;
+	int64_t content_length;
 };
 
-/* retry_seconds parses a Retry-After delta-seconds value, clamped to a
- * day; -1 when v is not all digits (an HTTP-date, say). */
-static int64_t retry_seconds(const uint8_t *v, size_t n)
+/* digits parses v as a decimal number clamped to max; -1 when v is empty
+ * or not all digits. */
+static int64_t digits(const uint8_t *v, size_t n, int64_t max)
 {
 	int64_t r = 0;
 	if (n == 0)
@@ -241,11 +242,15 @@ static int64_t retry_seconds(const uint8_t *v, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (v[i] < '0' || v[i] > '9')
 			return -1;
-		if (r < 86400)
+		if (r < max)
 			r = r * 10 + (v[i] - '0');
 	}
-	return r > 86400 ? 86400 : r;
+	return r > max ? max : r;
 }
+
+/* retry_seconds parses a Retry-After delta-seconds value, clamped to a
+ * day; -1 when v is not all digits (an HTTP-date, say). */
+static int64_t retry_seconds(const uint8_t *v, size_t n) { return digits(v, n, 86400); }
 
 static void classify(struct seen *s, const uint8_t *name, size_t nl, const uint8_t *v, size_t vl)
 {
@@ -263,9 +268,16 @@ static void classify(struct seen *s, const uint8_t *name, size_t nl, const uint8
 		if (ieq(name, nl, "retry-after"))
 			s->retry_after = retry_seconds(v, vl);
 		break;
+	case 14:
+		if (ieq(name, nl, "content-length"))
+			s->content_length = digits(v, vl, (int64_t)1 << 31);
+		break;
 	case 17:
-		if (ieq(name, nl, "transfer-encoding"))
+		if (ieq(name, nl, "transfer-encoding")) {
 			s->transfer = 1;
+			if (has_token(v, vl, "chunked"))
+				s->chunked = 1;
+		}
 		break;
 	case 20:
 		if (ieq(name, nl, "sec-websocket-accept")) {
@@ -308,8 +320,11 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 	out->protocol = NULL;
 	out->protocol_len = 0;
 	out->retry_after = -1;
+	out->content_length = -1;
+	out->chunked = 0;
 	memset(&s, 0, sizeof s);
 	s.retry_after = -1;
+	s.content_length = -1;
 
 	/* status-line = HTTP-version SP status-code SP [reason-phrase] CRLF;
 	 * the SP before an empty reason is also tolerated as missing. */
@@ -395,6 +410,8 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 	}
 	out->head_len = i;
 	out->retry_after = s.retry_after;
+	out->content_length = s.content_length;
+	out->chunked = s.chunked;
 
 	if (status != 101)
 		return TL_HTTP_ERR_STATUS;

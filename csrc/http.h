@@ -61,6 +61,8 @@ typedef struct tl_http_response {
 	size_t head_len;            /* bytes of the head incl. the final CRLFCRLF; frame bytes follow */
 	const char *protocol; size_t protocol_len; /* agreed subprotocol, len 0 if none */
 	int64_t retry_after;        /* Retry-After in seconds (delta-seconds form), -1 if absent or not a number */
+	int64_t content_length;     /* Content-Length (clamped to 2^31), -1 if absent or not a number */
+	int chunked;                /* Transfer-Encoding names chunked */
 } tl_http_response;
 
 /* tl_http_parse_response parses buf[0..len) as the server's reply to an
@@ -79,7 +81,9 @@ typedef struct tl_http_response {
  * the status line is complete (else 0), head_len once the head is
  * complete (else 0), protocol only with TL_HTTP_OK (else NULL, 0),
  * retry_after once the head is complete (else -1; an HTTP-date value
- * counts as absent; values are clamped to 86400). */
+ * counts as absent; values are clamped to 86400), content_length and
+ * chunked once the head is complete (else -1 and 0): how a refusal's body
+ * is framed. */
 int tl_http_parse_response(const char *buf, size_t len, const char *key,
 			   const char *protocols, size_t protocols_len,
 			   tl_http_response *out);

@@ -64,7 +64,12 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 		tl_life_dial_start(l, c);
 		return;
 	}
-	if (c->state < TL_ST_OPEN) {
+	if (c->refusing && !c->fail_err) {
+		/* The refused upgrade's body did not come in time: report the
+		 * refusal with what came. */
+		tl_conn_refusal_end(l, c);
+		tl_life_after(l, c);
+	} else if (c->state < TL_ST_OPEN) {
 		tl_life_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
 	} else if (c->fail_err) {
 		tl_life_teardown(l, c);

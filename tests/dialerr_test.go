@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,6 +41,27 @@ func refusing429(t *testing.T, retryAfter, body string, first ...string) *wstest
 		"\r\nContent-Type: text/plain\r\nX-Venue: test\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
 	s.Extra = []byte(body)
 	return s.Start(t)
+}
+
+// answerRequests accepts on ln until it is closed and, on a goroutine per
+// connection, reads the upgrade request and runs answer, then closes the
+// connection.
+func answerRequests(ln net.Listener, answer func(nc net.Conn)) {
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(nc)); err != nil {
+					return
+				}
+				answer(nc)
+			}()
+		}
+	}()
 }
 
 // checkHandshake429 checks err is the 429 HandshakeError of refusing429.
@@ -140,22 +162,10 @@ func TestHandshakeError(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		go func() {
-			for {
-				nc, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer nc.Close()
-					if _, err := http.ReadRequest(bufio.NewReader(nc)); err != nil {
-						return
-					}
-					io.WriteString(nc, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 7\r\nX-Venue: test\r\n"+
-						"Content-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
-				}()
-			}
-		}()
+		answerRequests(ln, func(nc net.Conn) {
+			io.WriteString(nc, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 7\r\nX-Venue: test\r\n"+
+				"Content-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		})
 		url := "wss://" + ln.Addr().String() + "/"
 		ctx, cancel := dialCtx(t)
 		defer cancel()
@@ -415,4 +425,134 @@ func TestManyResponseHeaders(t *testing.T) {
 	if f := pumpOne(t, p, c, nil); f.Kind != EventClose || f.Code != 1000 {
 		t.Fatalf("final %+v, want EventClose 1000", f)
 	}
+}
+
+// TestHandshakeErrorLateBody: a refusal whose body comes in later
+// segments than its head, as net/http writes it when the handler flushes
+// the head first, still carries the body in HandshakeError: chunked
+// (decoded) and with a Content-Length, ws and wss, through Dial and
+// DialAsync; a body without either header ends at the server's close. A
+// body the head announces that never comes holds the refusal back for
+// 200 ms at most, not for the handshake timeout. Found by a hostile
+// review: Body was empty whenever the body came in a segment of its own.
+func TestHandshakeErrorLateBody(t *testing.T) {
+	p := newTestPool(t, Config{}, hangGuard)
+	const body = "venue closed for maintenance until 06:00 UTC\n"
+	late := func(length bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "3")
+			w.Header().Set("X-Venue", "test")
+			if length {
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.(http.Flusher).Flush()
+			time.Sleep(30 * time.Millisecond)
+			io.WriteString(w, body[:10])
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+			io.WriteString(w, body[10:])
+		}
+	}
+	check := func(t *testing.T, err error, status int, want string) {
+		t.Helper()
+		var he *HandshakeError
+		if !errors.As(err, &he) || !errors.Is(err, ErrBadStatus) {
+			t.Fatalf("%v (%T): want a HandshakeError matching ErrBadStatus", err, err)
+		}
+		if he.StatusCode != status || string(he.Body) != want {
+			t.Errorf("status %d body %q, want %d %q", he.StatusCode, he.Body, status, want)
+		}
+		if status == http.StatusServiceUnavailable && (he.RetryAfter != 3*time.Second || he.Header.Get("X-Venue") != "test") {
+			t.Errorf("RetryAfter %v Header %v", he.RetryAfter, he.Header)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		length bool
+	}{{"chunked", false}, {"content-length", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(late(tc.length))
+			defer srv.Close()
+			url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/"
+			ctx, cancel := dialCtx(t)
+			defer cancel()
+			_, err := p.Dial(ctx, url, nil)
+			check(t, err, 503, body)
+			c, err := p.DialAsync(url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := pumpOne(t, p, c, nil)
+			check(t, ev.Err, 503, body)
+		})
+		t.Run(tc.name+"-wss", func(t *testing.T) {
+			// Run with -tags talaris_openssl for the other backend.
+			srv := httptest.NewUnstartedServer(late(tc.length))
+			srv.TLS = serverTLS(t, testCertFile, testKeyFile, 0, 0)
+			srv.StartTLS()
+			defer srv.Close()
+			ctx, cancel := dialCtx(t)
+			defer cancel()
+			_, err := p.Dial(ctx, "wss"+strings.TrimPrefix(srv.URL, "https")+"/", tlsOpts)
+			check(t, err, 503, body)
+		})
+	}
+	// raw answers every request with head, then (after 30 ms) tail, then
+	// holds the connection open for hold before it closes it.
+	raw := func(t *testing.T, head, tail string, hold time.Duration) string {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		t.Cleanup(func() { close(done); ln.Close() })
+		answerRequests(ln, func(nc net.Conn) {
+			io.WriteString(nc, head)
+			time.Sleep(30 * time.Millisecond)
+			io.WriteString(nc, tail)
+			select {
+			case <-time.After(hold):
+			case <-done:
+			}
+		})
+		return "ws://" + ln.Addr().String() + "/"
+	}
+	t.Run("close-delimited", func(t *testing.T) {
+		url := raw(t, "HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n", body, 0)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, url, nil)
+		check(t, err, 403, body)
+	})
+	t.Run("body-never-comes", func(t *testing.T) {
+		// Content-Length 100, 10 bytes sent, the connection held open: the
+		// refusal comes with those 10 bytes after the 200 ms wait, long
+		// before the 10 s handshake timeout.
+		url := raw(t, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nX-Venue: test\r\nContent-Length: 100\r\n\r\n", body[:10], time.Minute)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		start := time.Now()
+		_, err := p.Dial(ctx, url, nil)
+		check(t, err, 503, body[:10])
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("the refusal took %v: it waited for the handshake timeout", d)
+		}
+	})
+	t.Run("no-body", func(t *testing.T) {
+		// Content-Length 0 and a 304: reported at once, nothing waited for.
+		for _, head := range []string{
+			"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nX-Venue: test\r\nContent-Length: 0\r\n\r\n",
+			"HTTP/1.1 304 Not Modified\r\n\r\n",
+		} {
+			url := raw(t, head, "", time.Minute)
+			ctx, cancel := dialCtx(t)
+			_, err := p.Dial(ctx, url, nil)
+			cancel()
+			var he *HandshakeError
+			if !errors.As(err, &he) || len(he.Body) != 0 {
+				t.Errorf("%q: %v", head, err)
+			}
+		}
+	})
 }

@@ -428,6 +428,37 @@ static void test_retry_after(void)
 	}
 }
 
+/* test_body_framing: a refusal's Content-Length (any case, OWS trimmed,
+ * clamped to 2^31; junk or absent -1) and a chunked Transfer-Encoding,
+ * which an incomplete head does not report yet. */
+static void test_body_framing(void)
+{
+	static const struct {
+		const char *hdr;
+		int64_t len;
+		int chunked;
+	} cases[] = {
+		{"Content-Length: 17\r\n", 17, 0},
+		{"content-length:  0 \r\n", 0, 0},
+		{"Content-Length: 99999999999999999999\r\n", (int64_t)1 << 31, 0},
+		{"Content-Length: 1e3\r\n", -1, 0},
+		{"Transfer-Encoding: chunked\r\n", -1, 1},
+		{"Transfer-Encoding: gzip, Chunked\r\n", -1, 1},
+		{"Transfer-Encoding: gzip\r\n", -1, 0},
+		{"", -1, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char buf[256];
+		tl_http_response r;
+		int n = snprintf(buf, sizeof(buf), "HTTP/1.1 503 Service Unavailable\r\n%s\r\n", cases[i].hdr);
+		CHECK(tl_http_parse_response(buf, (size_t)n, KEY, "", 0, &r) == TL_HTTP_ERR_STATUS);
+		CHECK(r.content_length == cases[i].len);
+		CHECK(r.chunked == cases[i].chunked);
+		CHECK(tl_http_parse_response(buf, (size_t)n - 2, KEY, "", 0, &r) == TL_HTTP_NEED_MORE);
+		CHECK(r.content_length == -1 && r.chunked == 0);
+	}
+}
+
 static void test_strerror(void)
 {
 	for (int c = -9; c <= 1; c++) {
@@ -450,6 +481,7 @@ int main(void)
 	test_head_size();
 	test_incremental_chunks();
 	test_retry_after();
+	test_body_framing();
 	test_strerror();
 	CHECK_DONE("test_http");
 }
