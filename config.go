@@ -315,14 +315,14 @@ var defaults = Config{
 
 // Derived defaults and the Decoder's sizes.
 const (
-	cqPerSQ             = 4                    // CQEntries = cqPerSQ x SQEntries
-	decoderEventRing    = 1 << 12              // events in a Decoder's ring
-	decoderMinArenaSize = 1 << 20              // a Decoder's arena: at least this, and 2 x its largest message
-	directMax           = 64 << 10             // the largest message a direct send writes (Config.NoDirectSend)
-	reapWait            = time.Millisecond     // a failed Dial waits this long at most for its final event, to pass it itself (reapFailed)
-	bellWindow          = 2 * time.Millisecond // a pump sleeps on its doorbell this long after a direct send (Config.ReplyDoorbell)
-	bellSpinTimes       = 5                    // after a doorbell wake-up the pump spins up to this many SpinTimes for the loop's publish
-	maxLoops            = 64                   // Config.Loops at most (the pump's futex_waitv takes 128 words)
+	cqPerSQ             = 4                     // CQEntries = cqPerSQ x SQEntries
+	decoderEventRing    = 1 << 12               // events in a Decoder's ring
+	decoderMinArenaSize = 1 << 20               // a Decoder's arena: at least this, and 2 x its largest message
+	directMax           = 64 << 10              // the largest message a direct send writes (Config.NoDirectSend)
+	reapWait            = 10 * time.Millisecond // a failed Dial waits this long at most for its final event, to pass it itself (reapFailed)
+	bellWindow          = 2 * time.Millisecond  // a pump sleeps on its doorbell this long after a direct send (Config.ReplyDoorbell)
+	bellSpinTimes       = 5                     // after a doorbell wake-up the pump spins up to this many SpinTimes for the loop's publish
+	maxLoops            = 64                    // Config.Loops at most (the pump's futex_waitv takes 128 words)
 )
 
 // arenaFor returns the smallest power of two >= min that holds two

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xbdf85410de45867a
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3dba03f9a42a030f
 import "C"
 
-const csrcHash = "bdf85410de45867a"
+const csrcHash = "3dba03f9a42a030f"

@@ -465,6 +465,11 @@ func (p *Pool) enterPump() error {
 // freed at Close).
 const pumpReaping = 3
 
+// reapAll is reapQuiet for no particular connection: it passes the
+// quiet events of failed synchronous Dials at the head of the rings, when
+// no pump call runs (allocSlot's last resort before ErrTooManyConns).
+func (p *Pool) reapAll() { p.reapQuiet(^uint32(0), 0) }
+
 // reapQuiet passes, when no pump call runs, the events at the head of the
 // rings that belong to failed synchronous Dials (quiet: no callback gets
 // them), so their slots and ConnCount come back without a pump call: a
@@ -477,8 +482,14 @@ const pumpReaping = 3
 // pump call running, or starting meanwhile (it waits out the claim, see
 // enterPump), passes the event itself.
 func (p *Pool) reapQuiet(slot, gen uint32) bool {
-	if !p.pumping.CompareAndSwap(0, pumpReaping) {
-		return false
+	for !p.pumping.CompareAndSwap(0, pumpReaping) {
+		if p.pumping.Load() != pumpReaping && p.pumping.Load() != 0 {
+			return false // a pump call (or Close) has the ring
+		}
+		// Another failed Dial reaping: microseconds. Giving up here left
+		// this Dial's slot taken until something pumped (ErrTooManyConns
+		// for the next Dial on a full Pool).
+		osYield()
 	}
 	found := false
 	for _, sh := range p.shards {

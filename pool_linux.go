@@ -840,6 +840,13 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 		}
 	}()
 	slot, gen, err := p.allocSlot(1)
+	if err == ErrTooManyConns {
+		// A failed Dial's slot may still wait for its final event to be
+		// passed (reapFailed waits at most reapWait for the loop to
+		// publish it): pass what is there, then look again.
+		p.reapAll()
+		slot, gen, err = p.allocSlot(1)
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -948,10 +955,14 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 			if !p.closed.Load() {
 				p.reapFailed(slot, gen)
 			}
-			if cancelled == nil && atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err))) == cErrAborted {
+			ferr := atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err)))
+			if cancelled == nil && ferr == cErrAborted {
 				cancelled = ctx.Err() // aborted by the context before Dial looked
 			}
-			if cancelled != nil {
+			// A refusal that waited for its body when the context ended
+			// is reported as the refusal (the loop ended the wait for
+			// the abort): its status and Retry-After are what happened.
+			if cancelled != nil && ferr != cErrHTTP {
 				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
 				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
 				return Conn{}, err

@@ -96,6 +96,13 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 	tl_life_stop_reconnect(c);
 	if (c->dying) /* ending already (or its EventReconnecting waits for room): now final */
 		return;
+	if (c->refusing && !c->fail_err && (cmd->flags & TL_CMDF_IF_DIALING)) {
+		/* Dial's context ended while a refusal waited for its body: the
+		 * refusal is what happened, with the body bytes that came. */
+		tl_conn_refusal_end(l, c);
+		tl_life_after(l, c);
+		return;
+	}
 	if (c->rc_wait) {
 		tl_life_fail(l, c, TL_E_ABORTED, 0, 1006, "closed while waiting to reconnect"); /* as an Abort */
 	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {

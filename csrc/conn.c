@@ -770,7 +770,7 @@ static int refusal_body_in(const struct tl_conn *c)
 	if (have >= TL_REFUSAL_BODY_MAX || c->hs_len == TL_HTTP_MAX_HEAD)
 		return 1;
 	if (c->refuse_chunked)
-		return (have >= 5 && memcmp(b, "0\r\n\r\n", 5) == 0) || memmem(b, have, "\r\n0\r\n\r\n", 7) != NULL;
+		return tl_http_chunked_end(b, have) != 0;
 	if (c->refuse_length >= 0)
 		return have >= (size_t)c->refuse_length;
 	return 0;

@@ -450,6 +450,65 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 	return TL_HTTP_OK;
 }
 
+static int hexval(uint8_t ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	ch |= 0x20;
+	return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+int tl_http_chunked_end(const char *buf, size_t n)
+{
+	const uint8_t *b = (const uint8_t *)buf;
+	size_t i = 0;
+
+	for (;;) {
+		uint64_t size = 0;
+		size_t digits = 0;
+		int v;
+
+		while (i < n && (v = hexval(b[i])) >= 0) {
+			if (size >> 56)
+				return -1; /* no body is that long */
+			size = size * 16 + (uint64_t)v;
+			digits++;
+			i++;
+		}
+		if (i == n)
+			return 0;
+		if (digits == 0)
+			return -1;
+		/* chunk extensions (";name=value") and the CRLF end the line */
+		while (i < n && b[i] != '\n')
+			i++;
+		if (i == n)
+			return 0;
+		i++;
+		if (size == 0) {
+			/* trailer fields, one per line, until the empty line */
+			for (;;) {
+				size_t start = i;
+				while (i < n && b[i] != '\n')
+					i++;
+				if (i == n)
+					return 0;
+				i++;
+				if (i - start <= 2) /* "\r\n" (or a bare "\n") */
+					return 1;
+			}
+		}
+		if (size > n - i)
+			return 0;
+		i += (size_t)size;
+		if (n - i < 2)
+			return 0;
+		if (b[i] != '\r' || b[i + 1] != '\n')
+			return -1;
+		i += 2;
+	}
+}
+
 const char *tl_http_strerror(int code)
 {
 	switch (code) {

@@ -88,6 +88,14 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 			   const char *protocols, size_t protocols_len,
 			   tl_http_response *out);
 
+/* tl_http_chunked_end reports whether b[0..n) holds the end of a chunked
+ * body: chunks (hex size, any case and leading zeros, extensions after ';'
+ * ignored, then the data and its CRLF), the last chunk (size 0) and the
+ * trailer section's empty line. Returns 1 when the end is in b, 0 when more
+ * bytes are needed, -1 when b is not chunked framing (nothing more is
+ * worth waiting for). One pass over at most n bytes; never allocates. */
+int tl_http_chunked_end(const char *b, size_t n);
+
 /* tl_http_strerror names a TL_HTTP_* code: a static string, never NULL
  * ("unknown ..." for codes outside the enum). */
 const char *tl_http_strerror(int code);

@@ -539,6 +539,54 @@ func TestHandshakeErrorLateBody(t *testing.T) {
 			t.Errorf("the refusal took %v: it waited for the handshake timeout", d)
 		}
 	})
+	t.Run("chunked-framing", func(t *testing.T) {
+		// Found by a review of the wait: an end spelled otherwise than
+		// "0\r\n\r\n" (extensions, trailers, padded sizes) was waited out
+		// for 200 ms, and chunk data holding "\r\n0\r\n\r\n" ended the
+		// body early. The end is found by walking the chunks
+		// (tl_http_chunked_end, test_http.c).
+		const refused = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nX-Venue: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+		for _, tc := range []struct{ tail, want string }{
+			{"5\r\nhello\r\n0;why=maint\r\n\r\n", "hello"},
+			{"5\r\nhello\r\n0\r\nX-Reason: maint\r\n\r\n", "hello"},
+			{"005\r\nhello\r\n000\r\n\r\n", "hello"},
+			{"11\r\nline1\r\n0\r\n\r\nline3\r\n0\r\n\r\n", "line1\r\n0\r\n\r\nline3"},
+		} {
+			url := raw(t, refused, tc.tail, time.Minute)
+			ctx, cancel := dialCtx(t)
+			_, err := p.Dial(ctx, url, nil)
+			cancel()
+			check(t, err, 503, tc.want)
+		}
+	})
+	t.Run("trailer", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Reason")
+			w.Header().Set("Retry-After", "3")
+			w.Header().Set("X-Venue", "test")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+			io.WriteString(w, body)
+			w.Header().Set("X-Reason", "maintenance")
+		}))
+		defer srv.Close()
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/", nil)
+		check(t, err, 503, body)
+	})
+	t.Run("context-ends-during-wait", func(t *testing.T) {
+		// Dial's context ends while the refusal waits for its body: the
+		// refusal is what Dial returns (status, Retry-After, the body so
+		// far), not the context's timeout. Found by the same review: the
+		// 503 was lost behind "timed out".
+		url := raw(t, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nX-Venue: test\r\nContent-Length: 100\r\n\r\n", body[:10], time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := p.Dial(ctx, url, nil)
+		check(t, err, 503, body[:10])
+	})
 	t.Run("no-body", func(t *testing.T) {
 		// Content-Length 0 and a 304: reported at once, nothing waited for.
 		for _, head := range []string{

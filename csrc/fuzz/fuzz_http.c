@@ -1,7 +1,8 @@
 /* fuzz_http.c - the upgrade response parser: no crash or over-read on any
  * input, results in range, OK results consistent with the buffer, and the
  * stateless-reparse contract: a verdict reached on a prefix is the verdict
- * on the whole, and trailing frame bytes never change it.
+ * on the whole, and trailing frame bytes never change it. The same bytes
+ * also go through the chunked-body end finder (tl_http_chunked_end).
  *
  * Input: byte 0 picks the offered subprotocol list, the rest is the
  * response. The key is fixed so seeds can carry a valid accept value. */
@@ -101,6 +102,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (semantic(got) && m >= r.head_len && (pg != got || pr.head_len != r.head_len))
 			abort();
+	}
+
+	/* The same bytes as a refusal's chunked body: a verdict in range, and
+	 * a verdict on a prefix (end found, or not framing) holds for the
+	 * whole; more bytes only ever end a wait. */
+	{
+		int ce = tl_http_chunked_end(b, n);
+		if (ce < -1 || ce > 1)
+			abort();
+		for (size_t k = 0; k < 8; k++) {
+			int pc = cuts[k] <= n ? tl_http_chunked_end(b, cuts[k]) : 0;
+			if (pc != 0 && pc != ce)
+				abort();
+		}
 	}
 
 	/* More bytes after a verdict change nothing. */

@@ -459,6 +459,32 @@ static void test_body_framing(void)
 	}
 }
 
+/* test_chunked_end: the end of a chunked body is found after any chunk
+ * sizes (case, leading zeros), extensions, trailers and data that looks
+ * like an end; every proper prefix needs more; junk is not framing. */
+static void test_chunked_end(void)
+{
+	static const char *complete[] = {
+		"0\r\n\r\n",
+		"5\r\nhello\r\n0\r\n\r\n",
+		"5\r\nhello\r\n0;why=maint\r\n\r\n",
+		"5;a=b\r\nhello\r\n0\r\nX-Reason: maint\r\nX-Other: 1\r\n\r\n",
+		"005\r\nhello\r\n000\r\n\r\n",
+		"A\r\n0123456789\r\na\r\n0123456789\r\n0\r\n\r\n",
+		"11\r\nline1\r\n0\r\n\r\nline3\r\n0\r\n\r\n", /* data holding "\r\n0\r\n\r\n" */
+	};
+	for (size_t i = 0; i < sizeof(complete) / sizeof(complete[0]); i++) {
+		size_t n = strlen(complete[i]);
+		CHECK(tl_http_chunked_end(complete[i], n) == 1);
+		for (size_t k = 0; k < n; k++)
+			CHECK(tl_http_chunked_end(complete[i], k) == 0);
+	}
+	CHECK(tl_http_chunked_end("zz\r\n", 4) == -1);
+	CHECK(tl_http_chunked_end("5\r\nhelloXX0\r\n\r\n", 16) == -1);
+	CHECK(tl_http_chunked_end("ffffffffffffffffff\r\n", 20) == -1);
+	CHECK(tl_http_chunked_end("ffffffff\r\nabc", 13) == 0);
+}
+
 static void test_strerror(void)
 {
 	for (int c = -9; c <= 1; c++) {
@@ -482,6 +508,7 @@ int main(void)
 	test_incremental_chunks();
 	test_retry_after();
 	test_body_framing();
+	test_chunked_end();
 	test_strerror();
 	CHECK_DONE("test_http");
 }
