@@ -448,16 +448,22 @@ func (p *Pool) enterPump() error {
 		case 0:
 			continue // released meanwhile
 		case pumpReaping:
-			osYield() // a failed Dial passing its quiet events: microseconds
+			// A failed Dial passing its quiet events: microseconds. No new
+			// reaper starts meanwhile (reapQuiet leaves the events to this
+			// pump call), so failing Dials in a loop cannot starve it.
+			p.pumpWaiting.Store(true)
+			osYield()
 			continue
 		case 2:
 			return ErrPoolClosed
 		}
+		p.pumpWaiting.Store(false)
 		if p.closed.Load() {
 			return ErrPoolClosed
 		}
 		return ErrConcurrentPump
 	}
+	p.pumpWaiting.Store(false)
 	return nil
 }
 
@@ -477,21 +483,29 @@ func (p *Pool) reapAll() { p.reapQuiet(^uint32(0), 0) }
 // out of slots (ErrTooManyConns) on dials that all failed. It stops at the
 // first event a pump would deliver (data, an open, a connection its
 // caller has). It reports whether the caller needs to look again: no pump
-// runs and the final event of slot/gen was not among those passed (the
-// loop stores the closed state just before it publishes that event). A
+// runs, the final event of slot/gen was not passed (by this call or by
+// another reaper: passing it clears quiet[slot]; the loop stores the
+// closed state just before it publishes that event), and no event a pump
+// must deliver stands at a ring's head (only a pump call passes that). A
 // pump call running, or starting meanwhile (it waits out the claim, see
 // enterPump), passes the event itself.
 func (p *Pool) reapQuiet(slot, gen uint32) bool {
-	for !p.pumping.CompareAndSwap(0, pumpReaping) {
-		if p.pumping.Load() != pumpReaping && p.pumping.Load() != 0 {
-			return false // a pump call (or Close) has the ring
+	passed := func() bool { // another reaper (or a pump) passed slot/gen's final event
+		return slot < uint32(len(p.quiet)) && p.quiet[slot].Load() != gen
+	}
+	for p.pumpWaiting.Load() || !p.pumping.CompareAndSwap(0, pumpReaping) {
+		if p.pumpWaiting.Load() || p.pumping.Load() != pumpReaping && p.pumping.Load() != 0 {
+			return false // a pump call (or Close) has the ring, or is about to
+		}
+		if passed() {
+			return false
 		}
 		// Another failed Dial reaping: microseconds. Giving up here left
 		// this Dial's slot taken until something pumped (ErrTooManyConns
 		// for the next Dial on a full Pool).
 		osYield()
 	}
-	found := false
+	found, blocked := false, false
 	for _, sh := range p.shards {
 		r := &sh.ev
 		tail := r.loadTail()
@@ -499,8 +513,12 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 		for ; i != tail; i++ {
 			e := &r.events[i&r.mask]
 			s, k := uint32(e.slot)+r.base, EventKind(e.kind)
-			if k == EventText || k == EventBinary || k == EventOpen || !p.endedQuiet(s, uint32(e.gen)) {
+			if k == EventText || k == EventBinary || k == EventOpen || p.quiet[s].Load() != uint32(e.gen) {
+				blocked = true // a pump must deliver it: waiting here will not pass it
 				break
+			}
+			if !p.endedQuiet(s, uint32(e.gen)) {
+				break // a failed Dial still ending: its final event comes soon
 			}
 			if s == slot && uint32(e.gen) == gen && e.flags&C.TL_EVF_FINAL != 0 {
 				found = true
@@ -516,7 +534,7 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 	for i := range logs { // the Logger runs without the claim (a pump call waits on it)
 		p.logRecord(logs[i].c, &logs[i].ev, logs[i].attempt)
 	}
-	return !found
+	return !found && !blocked && !passed()
 }
 
 // endedQuiet reports whether the events of slot/gen are a failed

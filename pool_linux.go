@@ -99,6 +99,9 @@ type pool struct {
 
 	nconns  atomic.Int32
 	pumping atomic.Int32
+	// pumpWaiting: a pump call waits for a reaper's claim (enterPump);
+	// reapQuiet then takes no new claim and leaves the events to it.
+	pumpWaiting atomic.Bool
 	// reapLogs belongs to reapQuiet's claim (pumping 3): the lifecycle
 	// records it passed, logged once it gave the claim back.
 	reapLogs []reapLog

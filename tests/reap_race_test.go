@@ -3,6 +3,7 @@
 package talaris_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -79,5 +80,95 @@ func TestFailedDialsConcurrentSlots(t *testing.T) {
 				t.Errorf("ConnCount %d after every Dial returned", n)
 			}
 		})
+	}
+}
+
+// TestFailedDialsRaceCloseReaping: Pool.Close lands while four goroutines'
+// refused Dials pass each other's final events (the reapers' claim):
+// every Dial returns (the refusal or ErrPoolClosed), twenty times, with
+// Close at 0-19 ms into the storm. From the review of the reaping fix.
+func TestFailedDialsRaceCloseReaping(t *testing.T) {
+	for r := 0; r < 20; r++ {
+		p := newTestPool(t, Config{MaxConns: 4}, hangGuard)
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		answerRequests(ln, func(nc net.Conn) { io.WriteString(nc, "HTTP/1.1 503 X\r\nContent-Length: 2\r\n\r\nok") })
+		url := "ws://" + ln.Addr().String() + "/"
+		errc := make(chan error, 4)
+		for k := 0; k < 4; k++ {
+			go func() {
+				for i := 0; i < 50; i++ {
+					ctx, cancel := dialCtx(t)
+					_, err := p.Dial(ctx, url, nil)
+					cancel()
+					var he *HandshakeError
+					if errors.Is(err, ErrPoolClosed) {
+						break
+					}
+					if !errors.As(err, &he) {
+						errc <- err
+						return
+					}
+				}
+				errc <- nil
+			}()
+		}
+		time.Sleep(time.Duration(r) * time.Millisecond)
+		p.Close()
+		for k := 0; k < 4; k++ {
+			if err := <-errc; err != nil {
+				t.Errorf("round %d: a Dial returned %v", r, err)
+			}
+		}
+		ln.Close()
+	}
+}
+
+// TestRefusalRaceDialContext: Dial's context ends before, near and after
+// the 200 ms a refusal waits for its body (a Content-Length body that
+// never comes whole), on a threaded and an inline Pool: every Dial returns
+// the refusal with the body so far, or ErrTimeout when its context ended
+// before the refusal came; no slot stays taken. From the review of the
+// refusal wait.
+func TestRefusalRaceDialContext(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		p := newTestPool(t, Config{MaxConns: 4, InlineLoop: inline}, hangGuard)
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		answerRequests(ln, func(nc net.Conn) {
+			io.WriteString(nc, "HTTP/1.1 503 X\r\nContent-Length: 100\r\n\r\nabc")
+			time.Sleep(time.Second)
+		})
+		url := "ws://" + ln.Addr().String() + "/"
+		for i := 0; i < 12; i++ {
+			d := 194*time.Millisecond + time.Duration(i)*time.Millisecond
+			if i%4 == 0 {
+				d = time.Duration(i) * 5 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			_, err := p.Dial(ctx, url, nil)
+			cancel()
+			var he *HandshakeError
+			switch {
+			case errors.As(err, &he):
+				if he.StatusCode != 503 || string(he.Body) != "abc" {
+					t.Errorf("inline %v, context %v: status %d body %q", inline, d, he.StatusCode, he.Body)
+				}
+			case errors.Is(err, ErrTimeout):
+			default:
+				t.Errorf("inline %v, context %v: %v", inline, d, err)
+			}
+		}
+		if inline {
+			pumpUntil(t, p, func(Conn, Event) {}, func() bool { return p.ConnCount() == 0 }, nil)
+		}
+		if n := p.ConnCount(); n != 0 {
+			t.Errorf("inline %v: ConnCount %d", inline, n)
+		}
 	}
 }
