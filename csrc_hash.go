@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x3dba03f9a42a030f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x469208d874b2189b
 import "C"
 
-const csrcHash = "3dba03f9a42a030f"
+const csrcHash = "469208d874b2189b"

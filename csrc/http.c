@@ -494,7 +494,8 @@ int tl_http_chunked_end(const char *buf, size_t n)
 				if (i == n)
 					return 0;
 				i++;
-				if (i - start <= 2) /* "\r\n" (or a bare "\n") */
+				/* the empty line: "\r\n", or a bare "\n" */
+				if (i - start == 1 || (i - start == 2 && b[start] == '\r'))
 					return 1;
 			}
 		}

@@ -479,6 +479,9 @@ static void test_chunked_end(void)
 		for (size_t k = 0; k < n; k++)
 			CHECK(tl_http_chunked_end(complete[i], k) == 0);
 	}
+	/* a one-byte trailer line is a field, not the empty line */
+	CHECK(tl_http_chunked_end("0\r\nX\n", 5) == 0);
+	CHECK(tl_http_chunked_end("0\r\nX\n\n", 6) == 1);
 	CHECK(tl_http_chunked_end("zz\r\n", 4) == -1);
 	CHECK(tl_http_chunked_end("5\r\nhelloXX0\r\n\r\n", 16) == -1);
 	CHECK(tl_http_chunked_end("ffffffffffffffffff\r\n", 20) == -1);
