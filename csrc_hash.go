@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x469208d874b2189b
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd78fb93ed23daf81
 import "C"
 
-const csrcHash = "469208d874b2189b"
+const csrcHash = "d78fb93ed23daf81"

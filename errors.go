@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -153,17 +155,11 @@ func newHandshakeError(cause error, code int, resp []byte, now time.Time) *Hands
 // frames it: a chunked body decoded (as far as its chunks came), a
 // Content-Length body cut to that length, at most maxHandshakeBody bytes.
 func handshakeBody(raw []byte, h http.Header) []byte {
-	if te := h.Get("Transfer-Encoding"); te != "" && bytes.Contains(bytes.ToLower([]byte(te)), []byte("chunked")) {
+	if strings.Contains(strings.ToLower(h.Get("Transfer-Encoding")), "chunked") {
 		// A body cut short decodes as far as it goes: keep that.
-		var out []byte
-		cr := httputil.NewChunkedReader(bytes.NewReader(raw))
-		buf := make([]byte, maxHandshakeBody)
-		for len(out) < maxHandshakeBody {
-			n, err := cr.Read(buf[:maxHandshakeBody-len(out)])
-			out = append(out, buf[:n]...)
-			if err != nil {
-				break
-			}
+		out, _ := io.ReadAll(io.LimitReader(httputil.NewChunkedReader(bytes.NewReader(raw)), maxHandshakeBody))
+		if len(out) == 0 {
+			return nil
 		}
 		return out
 	}

@@ -493,12 +493,15 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 	passed := func() bool { // another reaper (or a pump) passed slot/gen's final event
 		return slot < uint32(len(p.quiet)) && p.quiet[slot].Load() != gen
 	}
-	for p.pumpWaiting.Load() || !p.pumping.CompareAndSwap(0, pumpReaping) {
-		if p.pumpWaiting.Load() || p.pumping.Load() != pumpReaping && p.pumping.Load() != 0 {
-			return false // a pump call (or Close) has the ring, or is about to
+	for {
+		if p.pumpWaiting.Load() {
+			return false // a pump call waits for the claim: the events are its
 		}
-		if passed() {
-			return false
+		if p.pumping.CompareAndSwap(0, pumpReaping) {
+			break
+		}
+		if c := p.pumping.Load(); c != pumpReaping && c != 0 || passed() {
+			return false // a pump call (or Close) has the ring, or slot/gen is done
 		}
 		// Another failed Dial reaping: microseconds. Giving up here left
 		// this Dial's slot taken until something pumped (ErrTooManyConns

@@ -776,8 +776,7 @@ static int refusal_body_in(const struct tl_conn *c)
 	return 0;
 }
 
-/* refusal_end reports the refused upgrade that waited for its body. */
-static void refusal_end(struct tl_loop *l, struct tl_conn *c)
+void tl_conn_refusal_end(struct tl_loop *l, struct tl_conn *c)
 {
 	char msg[80];
 
@@ -787,27 +786,20 @@ static void refusal_end(struct tl_loop *l, struct tl_conn *c)
 	tl_conn_fail(l, c, TL_E_HTTP, TL_HTTP_ERR_STATUS, c->refuse_status, msg);
 }
 
-void tl_conn_refusal_end(struct tl_loop *l, struct tl_conn *c) { refusal_end(l, c); }
-
-/* refusal_feed adds bytes after a refused head (as many as hs holds) and
- * reports the refusal once its body is in. */
-static int refusal_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
+/* refusal_wait reports the refusal once its body is in (TL_FEED_DEAD),
+ * else lets it wait for more (TL_FEED_OK). */
+static int refusal_wait(struct tl_loop *l, struct tl_conn *c)
 {
-	size_t room = TL_HTTP_MAX_HEAD - c->hs_len, take = n < room ? n : room;
-
-	memcpy(c->hs + c->hs_len, p, take);
-	c->hs_len += take;
-	*used = n;
 	if (!refusal_body_in(c))
 		return TL_FEED_OK;
-	refusal_end(l, c);
+	tl_conn_refusal_end(l, c);
 	return TL_FEED_DEAD;
 }
 
 /* upgrade_feed gathers the response head; on success it reports how many
  * bytes of p belonged to the head so the rest is parsed as frames. A
  * refusal (a status other than 101) whose body has not come with the head
- * waits for it (refusal_feed) up to TL_REFUSAL_BODY_WAIT_NS, so
+ * waits for it (refusal_wait) up to TL_REFUSAL_BODY_WAIT_NS, so
  * HandshakeError carries the server's reason when it writes the body in a
  * segment of its own. */
 static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t n, size_t *used)
@@ -817,10 +809,12 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 	struct tl_dial *d = c->dial;
 	int rc;
 
-	if (c->refusing)
-		return refusal_feed(l, c, p, n, used);
 	memcpy(c->hs + c->hs_len, p, take);
 	c->hs_len += take;
+	if (c->refusing) { /* the body's next bytes (as many as hs holds) */
+		*used = n;
+		return refusal_wait(l, c);
+	}
 	rc = tl_http_parse_response(c->hs, c->hs_len, c->key, d->protocols, d->protocols_len, &rs);
 	if (rc == TL_HTTP_NEED_MORE) {
 		if (c->hs_len == TL_HTTP_MAX_HEAD)
@@ -836,26 +830,19 @@ static int upgrade_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, 
 		c->refuse_head_len = rs.head_len;
 		c->refuse_length = rs.content_length;
 		c->refuse_chunked = (uint8_t)rs.chunked;
-		*used = n;
-		if (refusal_body_in(c)) {
-			refusal_end(l, c);
-			return TL_FEED_DEAD;
-		}
 		c->refusing = 1;
+		*used = n;
+		if (refusal_wait(l, c) == TL_FEED_DEAD)
+			return TL_FEED_DEAD;
 		if (!c->deadline_ns || c->deadline_ns > tl_timer_now_ns() + TL_REFUSAL_BODY_WAIT_NS)
 			tl_timer_set_deadline(l, c, TL_REFUSAL_BODY_WAIT_NS);
 		return TL_FEED_OK;
 	}
 	if (rc != TL_HTTP_OK) {
-		char msg[80];
-		if (rc == TL_HTTP_ERR_STATUS)
-			snprintf(msg, sizeof(msg), "upgrade refused with HTTP status %d", rs.status);
-		else
-			snprintf(msg, sizeof(msg), "%s", tl_http_strerror(rc));
 		*used = n;
 		c->retry_after = rs.retry_after;
 		keep_head(c);
-		tl_conn_fail(l, c, TL_E_HTTP, rc, (uint16_t)(rc == TL_HTTP_ERR_STATUS ? rs.status : 0), msg);
+		tl_conn_fail(l, c, TL_E_HTTP, rc, 0, tl_http_strerror(rc));
 		return TL_FEED_DEAD;
 	}
 	{
@@ -1439,7 +1426,7 @@ void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c)
 	} else if (c->close_rcvd) {
 		c->todo |= TL_DO_TEARDOWN; /* clean: EventClose */
 	} else if (c->refusing) {
-		refusal_end(l, c); /* a close-delimited body ended, or the server hung up */
+		tl_conn_refusal_end(l, c); /* a close-delimited body ended, or the server hung up */
 	} else if (c->state < TL_ST_OPEN) {
 		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0,
 			     c->eof_errno ? strerror(c->eof_errno) : "connection closed during the handshake");
