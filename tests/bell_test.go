@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -75,17 +75,17 @@ func TestReplyDoorbell(t *testing.T) {
 	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL + "/echo"
 	for _, tc := range []struct {
 		name     string
-		cfg      Config
+		cfg      talaris.Config
 		url      string
-		opts     *DialOptions
+		opts     *talaris.DialOptions
 		wantBell bool
 	}{
-		{"bell/ws", Config{ReplyDoorbell: true}, url, nil, true},
-		{"default/ws", Config{}, url, nil, false},
-		{"bell-nodirect/ws", Config{ReplyDoorbell: true, NoDirectSend: true}, url, nil, false},
-		{"bell-block/ws", Config{ReplyDoorbell: true, LoopWait: WaitBlock, ConsumerWait: WaitBlock}, url, nil, false},
+		{"bell/ws", talaris.Config{ReplyDoorbell: true}, url, nil, true},
+		{"default/ws", talaris.Config{}, url, nil, false},
+		{"bell-nodirect/ws", talaris.Config{ReplyDoorbell: true, NoDirectSend: true}, url, nil, false},
+		{"bell-block/ws", talaris.Config{ReplyDoorbell: true, LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, url, nil, false},
 		// wss sends go through the loop: no direct send, no doorbell.
-		{"bell/wss", Config{ReplyDoorbell: true}, secure, tlsOpts, false},
+		{"bell/wss", talaris.Config{ReplyDoorbell: true}, secure, tlsOpts, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c := dialOpts(t, tc.cfg, tc.url, tc.opts)
@@ -106,13 +106,13 @@ func TestReplyDoorbell(t *testing.T) {
 }
 
 // bellDial opens a pool of cfg (hang-guarded) and dials url on it.
-func bellDial(t *testing.T, cfg Config, url string) (*Pool, Conn) {
+func bellDial(t *testing.T, cfg talaris.Config, url string) (*talaris.Pool, talaris.Conn) {
 	t.Helper()
 	return dialOpts(t, cfg, url, nil)
 }
 
 // dialOpts opens a pool of cfg (hang-guarded) and dials url on it with opts.
-func dialOpts(t *testing.T, cfg Config, url string, opts *DialOptions) (*Pool, Conn) {
+func dialOpts(t *testing.T, cfg talaris.Config, url string, opts *talaris.DialOptions) (*talaris.Pool, talaris.Conn) {
 	t.Helper()
 	p := newTestPool(t, cfg, hangGuard)
 	ctx, cancel := dialCtx(t)
@@ -131,7 +131,7 @@ func dialOpts(t *testing.T, cfg Config, url string, opts *DialOptions) (*Pool, C
 func TestReplyDoorbellCloseRace(t *testing.T) {
 	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
 	for i := 0; i < 16; i++ {
-		p := newTestPool(t, Config{ReplyDoorbell: true}, hangGuard)
+		p := newTestPool(t, talaris.Config{ReplyDoorbell: true}, hangGuard)
 		ctx, cancel := dialCtx(t)
 		c, err := p.Dial(ctx, url, nil)
 		cancel()
@@ -151,17 +151,17 @@ func TestReplyDoorbellCloseRace(t *testing.T) {
 func TestReplyDoorbellPeerEnds(t *testing.T) {
 	t.Run("reset", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellReset, 20)
-		p, c := bellDial(t, Config{ReplyDoorbell: true}, url)
+		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true}, url)
 		seen, err := pingPong(p, c, 1<<30)
 		// The answer to echo 20 meets the reset (ErrClosed) or goes out
 		// before it; either way the pump then takes the final event.
-		for errors.Is(err, ErrClosed) {
-			_, err = p.PumpData(func(Conn, Opcode, []byte) {})
+		for errors.Is(err, talaris.ErrClosed) {
+			_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {})
 		}
-		if seen != 20 || !errors.Is(err, ErrNoConns) {
+		if seen != 20 || !errors.Is(err, talaris.ErrNoConns) {
 			t.Fatalf("%d echoes before the reset (want 20), pump: %v (want ErrNoConns: the connection ended)", seen, err)
 		}
-		if st := c.State(); st != StateClosed {
+		if st := c.State(); st != talaris.StateClosed {
 			t.Fatalf("state %v after the reset", st)
 		}
 		if err := c.SendBinary([]byte("late")); err == nil {
@@ -170,7 +170,7 @@ func TestReplyDoorbellPeerEnds(t *testing.T) {
 	})
 	t.Run("stop-reading", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellStopRead, 20)
-		p, c := bellDial(t, Config{ReplyDoorbell: true, CloseTimeout: 200 * time.Millisecond}, url) // the silent peer never answers our close
+		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true, CloseTimeout: 200 * time.Millisecond}, url) // the silent peer never answers our close
 		go func() {
 			// Ping-pong until the peer goes silent, then close once the
 			// pump has been asleep a while.
@@ -184,7 +184,7 @@ func TestReplyDoorbellPeerEnds(t *testing.T) {
 		}()
 		msg := make([]byte, 64)
 		seen, err := pingPong(p, c, 1<<30)
-		if seen != 20 || !errors.Is(err, ErrPoolClosed) {
+		if seen != 20 || !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Fatalf("%d echoes (want 20), pump: %v (want ErrPoolClosed)", seen, err)
 		}
 		if err := c.SendBinary(msg); err == nil {
@@ -201,10 +201,10 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
 	var base float64
 	for _, bell := range []bool{false, true} {
-		p, c := bellDial(t, Config{ReplyDoorbell: bell}, url)
+		p, c := bellDial(t, talaris.Config{ReplyDoorbell: bell}, url)
 		msg := make([]byte, 64)
 		got := false
-		fn := func(Conn, Opcode, []byte) { got = true }
+		fn := func(talaris.Conn, talaris.Opcode, []byte) { got = true }
 		var fail error
 		round := func() {
 			if err := c.SendBinary(msg); err != nil {

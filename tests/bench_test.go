@@ -8,7 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"io"
 	"net"
 	"strconv"
@@ -36,11 +36,11 @@ import (
 // Run: go test -run '^$' -bench BenchmarkDecode -benchtime 20x .
 func BenchmarkDecode(b *testing.B) {
 	stream, want := decodeStream(decodeMsgs)
-	b.Run("talaris", func(b *testing.B) { benchDecodeTalaris(b, stream, want, Config{}) })
+	b.Run("talaris", func(b *testing.B) { benchDecodeTalaris(b, stream, want, talaris.Config{}) })
 	// Stage stamps (Config.SampleEvery): an Inject is a memory
 	// connection's completion, so 1 stamps one message per 4096-byte chunk.
-	b.Run("talaris-sample64", func(b *testing.B) { benchDecodeTalaris(b, stream, want, Config{SampleEvery: 64}) })
-	b.Run("talaris-sample1", func(b *testing.B) { benchDecodeTalaris(b, stream, want, Config{SampleEvery: 1}) })
+	b.Run("talaris-sample64", func(b *testing.B) { benchDecodeTalaris(b, stream, want, talaris.Config{SampleEvery: 64}) })
+	b.Run("talaris-sample1", func(b *testing.B) { benchDecodeTalaris(b, stream, want, talaris.Config{SampleEvery: 1}) })
 	b.Run("talaris-decoder", func(b *testing.B) { benchDecodeDecoder(b, stream, want) })
 	b.Run("gobwas", func(b *testing.B) { benchDecodeGobwas(b, stream, want) })
 	b.Run("gorilla", func(b *testing.B) { benchDecodeGorilla(b, stream, want) })
@@ -91,8 +91,8 @@ func reportPerMsg(b *testing.B, iters int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(iters*decodeMsgs), "ns/msg")
 }
 
-func benchDecodeTalaris(b *testing.B, stream []byte, want uint64, cfg Config) {
-	p, err := NewPool(cfg)
+func benchDecodeTalaris(b *testing.B, stream []byte, want uint64, cfg talaris.Config) {
+	p, err := talaris.NewPool(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,8 +103,8 @@ func benchDecodeTalaris(b *testing.B, stream []byte, want uint64, cfg Config) {
 	}
 	var sum uint64
 	var got int
-	fn := func(_ Conn, op Opcode, payload []byte) {
-		sum += msgID(op == OpText, payload)
+	fn := func(_ talaris.Conn, op talaris.Opcode, payload []byte) {
+		sum += msgID(op == talaris.OpText, payload)
 		got++
 	}
 	b.SetBytes(int64(len(stream)))
@@ -148,15 +148,15 @@ func processCPU(b *testing.B) int64 {
 // event ring and Go callback on the calling thread, one cgo call per
 // 4096-byte read.
 func benchDecodeDecoder(b *testing.B, stream []byte, want uint64) {
-	d, err := NewDecoder(0)
+	d, err := talaris.NewDecoder(0)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer d.Close()
 	var sum uint64
 	var got int
-	fn := func(_ Conn, op Opcode, payload []byte) {
-		sum += msgID(op == OpText, payload)
+	fn := func(_ talaris.Conn, op talaris.Opcode, payload []byte) {
+		sum += msgID(op == talaris.OpText, payload)
 		got++
 	}
 	b.SetBytes(int64(len(stream)))
@@ -330,7 +330,7 @@ func BenchmarkSampleCost(b *testing.B) {
 	frame := ws.AppendFrame(nil, true, ws.OpBinary, make([]byte, 16))
 	for _, every := range []uint32{0, 1} {
 		b.Run("every"+strconv.Itoa(int(every)), func(b *testing.B) {
-			p, err := NewPool(Config{SampleEvery: every})
+			p, err := talaris.NewPool(talaris.Config{SampleEvery: every})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -341,7 +341,7 @@ func BenchmarkSampleCost(b *testing.B) {
 			}
 			const burst = 256
 			got := 0
-			fn := func(Conn, Opcode, []byte) { got++ }
+			fn := func(talaris.Conn, talaris.Opcode, []byte) { got++ }
 			b.ReportAllocs()
 			iters := 0
 			cpu0 := processCPU(b)

@@ -9,7 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"fmt"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"io"
 	"net"
 	"net/http"
@@ -166,7 +166,7 @@ func startTLSFeed(b *testing.B) string {
 func BenchmarkTLSIngress(b *testing.B) {
 	addr := startTLSFeed(b)
 	for _, v := range waitVariants {
-		b.Run("talaris-"+TLSBackend()+"-"+v.name, func(b *testing.B) { benchTalarisTLS(b, addr, v.cfg) })
+		b.Run("talaris-"+talaris.TLSBackend()+"-"+v.name, func(b *testing.B) { benchTalarisTLS(b, addr, v.cfg) })
 	}
 	b.Run("gobwas-cryptotls", func(b *testing.B) { benchGobwasTLS(b, addr) })
 }
@@ -174,15 +174,15 @@ func BenchmarkTLSIngress(b *testing.B) {
 // waitVariants are the talaris wait strategies benchmarked side by side.
 var waitVariants = []struct {
 	name string
-	cfg  Config
+	cfg  talaris.Config
 }{
-	{"default", Config{}},
-	{"block", Config{LoopWait: WaitBlock, ConsumerWait: WaitBlock}},
-	{"spin", Config{LoopWait: WaitSpin, ConsumerWait: WaitSpin}},
+	{"default", talaris.Config{}},
+	{"block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
+	{"spin", talaris.Config{LoopWait: talaris.WaitSpin, ConsumerWait: talaris.WaitSpin}},
 }
 
-func benchTalarisTLS(b *testing.B, addr string, cfg Config) {
-	p, err := NewPool(cfg)
+func benchTalarisTLS(b *testing.B, addr string, cfg talaris.Config) {
+	p, err := talaris.NewPool(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -194,10 +194,10 @@ func benchTalarisTLS(b *testing.B, addr string, cfg Config) {
 		b.Fatal(err)
 	}
 	// Drain EventOpen so the timed loop sees data only.
-	p.PumpEventsNowait(func(Conn, Event) {})
+	p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {})
 	var next uint64
 	bad := false
-	fn := func(_ Conn, _ Opcode, pl []byte) {
+	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) {
 		if len(pl) != tlsFeedFrame || binary.LittleEndian.Uint64(pl) != next {
 			bad = true
 		}

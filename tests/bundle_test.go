@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -31,9 +31,9 @@ func TestRecvBundleCloseRace(t *testing.T) {
 	spec := streamSpec{n: scaled(200_000), size: 300}
 	for it := range 6 {
 		t.Run(fmt.Sprint(it), func(t *testing.T) {
-			p := newTestPool(t, Config{BufSize: 4096, BufCount: 16}, hangGuard)
-			var conns []Conn
-			sts := map[Conn]*streamState{}
+			p := newTestPool(t, talaris.Config{BufSize: 4096, BufCount: 16}, hangGuard)
+			var conns []talaris.Conn
+			sts := map[talaris.Conn]*streamState{}
 			for range 3 {
 				c, err := p.DialAsync(srv.URL+spec.path(), nil)
 				if err != nil {
@@ -42,7 +42,7 @@ func TestRecvBundleCloseRace(t *testing.T) {
 				conns = append(conns, c)
 				sts[c] = newStreamState(spec)
 			}
-			floodCloseRace(t, p, conns, it, func(c Conn, ev Event) int {
+			floodCloseRace(t, p, conns, it, func(c talaris.Conn, ev talaris.Event) int {
 				st := sts[c]
 				st.on(ev)
 				return st.chk.Count()
@@ -65,9 +65,9 @@ func TestRecvBundleCloseRace(t *testing.T) {
 // runs through them again).
 func TestRecvBundleFloodSlowPump(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{BufSize: 4096, BufCount: 16, EventRingSize: 1024, Loops: 1}, 3*hangGuard)
+	p := newTestPool(t, talaris.Config{BufSize: 4096, BufCount: 16, EventRingSize: 1024, Loops: 1}, 3*hangGuard)
 	for round, spec := range []streamSpec{{n: scaled(50_000), size: 300}, {n: scaled(5_000), size: 9000}} {
-		sts := map[Conn]*streamState{}
+		sts := map[talaris.Conn]*streamState{}
 		for range 4 {
 			sts[dial(t, p, srv.URL+spec.path())] = newStreamState(spec)
 		}

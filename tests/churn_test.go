@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -143,7 +143,7 @@ func TestChurnConnections(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, useTLS bool) {
 				srv := wstest.NewRaw(churnPeer)
 				opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
-				p := newTestPool(t, Config{MaxConns: 4, CloseTimeout: 200 * time.Millisecond, InlineLoop: inline}, hangGuard)
+				p := newTestPool(t, talaris.Config{MaxConns: 4, CloseTimeout: 200 * time.Millisecond, InlineLoop: inline}, hangGuard)
 				base := -1
 				next := 0
 				for r := range rounds {
@@ -168,10 +168,10 @@ func TestChurnConnections(t *testing.T) {
 // churnRound dials four connections, each with the next ending, sends
 // each its ending's name, and pumps until all four have had their final
 // event, checking the echo and that the final event matches the ending.
-func churnRound(t *testing.T, p *Pool, url string, opts *DialOptions, next *int, round int) {
+func churnRound(t *testing.T, p *talaris.Pool, url string, opts *talaris.DialOptions, next *int, round int) {
 	t.Helper()
 	type live struct {
-		c      Conn
+		c      talaris.Conn
 		end    string
 		msg    []byte
 		echoed bool
@@ -194,7 +194,7 @@ func churnRound(t *testing.T, p *Pool, url string, opts *DialOptions, next *int,
 		conns[i] = l
 	}
 	left := len(conns)
-	pumpUntil(t, p, func(c Conn, ev Event) {
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 		var l *live
 		for _, x := range conns {
 			if x.c == c {
@@ -206,14 +206,14 @@ func churnRound(t *testing.T, p *Pool, url string, opts *DialOptions, next *int,
 			return
 		}
 		switch ev.Kind {
-		case EventText:
+		case talaris.EventText:
 			if !bytes.Equal(ev.Payload, l.msg) || l.echoed {
 				t.Errorf("%s: echo %q, want %q once", l.end, ev.Payload, l.msg)
 			}
 			l.echoed = true
 			switch l.end {
 			case "client-close", "stuck-close":
-				if err := c.Close(CloseNormal, "churn"); err != nil {
+				if err := c.Close(talaris.CloseNormal, "churn"); err != nil {
 					t.Errorf("%s: Close: %v", l.end, err)
 				}
 			case "abort":
@@ -221,7 +221,7 @@ func churnRound(t *testing.T, p *Pool, url string, opts *DialOptions, next *int,
 					t.Errorf("Abort: %v", err)
 				}
 			}
-		case EventClose, EventError:
+		case talaris.EventClose, talaris.EventError:
 			if l.final != nil {
 				t.Errorf("%s: second final event %v", l.end, ev.Kind)
 			}
@@ -237,19 +237,19 @@ func churnRound(t *testing.T, p *Pool, url string, opts *DialOptions, next *int,
 		}
 		switch l.end {
 		case "client-close":
-			if f.Kind != EventClose || f.Code != CloseNormal {
+			if f.Kind != talaris.EventClose || f.Code != talaris.CloseNormal {
 				t.Errorf("%s: final %+v, want EventClose 1000", l.end, *f)
 			}
 		case "server-close":
-			if f.Kind != EventClose || f.Code != 4000 {
+			if f.Kind != talaris.EventClose || f.Code != 4000 {
 				t.Errorf("%s: final %+v, want EventClose 4000", l.end, *f)
 			}
 		case "reset", "mid-frame", "fin":
-			if f.Kind != EventError {
+			if f.Kind != talaris.EventError {
 				t.Errorf("%s: final %+v, want EventError", l.end, *f)
 			}
 		}
-		if s := l.c.State(); s != StateClosed {
+		if s := l.c.State(); s != talaris.StateClosed {
 			t.Errorf("%s: state %v after the final event, want StateClosed", l.end, s)
 		}
 	}
@@ -274,7 +274,7 @@ func TestChurnPools(t *testing.T) {
 			var baseVM, baseRSS, poolVM int64
 			for i := range cycles {
 				vm0 := procStatusKB(t, "VmSize")
-				p, err := NewPool(Config{MaxConns: 4, InlineLoop: inline})
+				p, err := talaris.NewPool(talaris.Config{MaxConns: 4, InlineLoop: inline})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -286,7 +286,7 @@ func TestChurnPools(t *testing.T) {
 				}
 				for _, u := range []struct {
 					url  string
-					opts *DialOptions
+					opts *talaris.DialOptions
 				}{{plain.URL + "/echo", nil}, {secure.URL + "/echo", sopts}} {
 					ctx, cancel := dialCtx(t)
 					c, err := p.Dial(ctx, u.url, u.opts)
@@ -298,8 +298,8 @@ func TestChurnPools(t *testing.T) {
 						t.Fatal(err)
 					}
 					got := false
-					pumpUntil(t, p, func(cc Conn, ev Event) {
-						if cc == c && ev.Kind == EventText && string(ev.Payload) == "ping" {
+					pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
+						if cc == c && ev.Kind == talaris.EventText && string(ev.Payload) == "ping" {
 							got = true
 						}
 					}, func() bool { return got }, nil)

@@ -5,7 +5,7 @@ package talaris_test
 import (
 	"bytes"
 	"errors"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"testing"
 	"unsafe"
 
@@ -17,15 +17,15 @@ import (
 func TestDecoder(t *testing.T) {
 	stream, want := decodeStream(2000)
 	for chunk := 1; chunk <= 64; chunk++ {
-		d, err := NewDecoder(1 << 16)
+		d, err := talaris.NewDecoder(1 << 16)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var sum uint64
 		got := 0
 		for off := 0; off < len(stream); off += chunk {
-			if _, err := d.Decode(stream[off:min(off+chunk, len(stream))], func(_ Conn, op Opcode, p []byte) {
-				sum += msgID(op == OpText, p)
+			if _, err := d.Decode(stream[off:min(off+chunk, len(stream))], func(_ talaris.Conn, op talaris.Opcode, p []byte) {
+				sum += msgID(op == talaris.OpText, p)
 				got++
 			}); err != nil {
 				t.Fatalf("chunk %d: %v", chunk, err)
@@ -42,24 +42,24 @@ func TestDecoder(t *testing.T) {
 		want error
 		code int
 	}{
-		{"reserved opcode", []byte{0x83, 0}, ErrProtocol, 1002},
-		{"invalid utf8", ws.AppendFrame(nil, true, ws.OpText, []byte{0xed, 0xa0, 0x80}), ErrInvalidUTF8, 1007},
-		{"too big", []byte{0x82, 127, 0, 0, 0, 0, 0x10, 0, 0, 0}, ErrMessageTooBig, 1009},
-		{"close", ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "bye")), ErrClosed, 1000},
+		{"reserved opcode", []byte{0x83, 0}, talaris.ErrProtocol, 1002},
+		{"invalid utf8", ws.AppendFrame(nil, true, ws.OpText, []byte{0xed, 0xa0, 0x80}), talaris.ErrInvalidUTF8, 1007},
+		{"too big", []byte{0x82, 127, 0, 0, 0, 0, 0x10, 0, 0, 0}, talaris.ErrMessageTooBig, 1009},
+		{"close", ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "bye")), talaris.ErrClosed, 1000},
 	}
 	for _, c := range cases {
-		d, _ := NewDecoder(1 << 20)
+		d, _ := talaris.NewDecoder(1 << 20)
 		wire := append(ws.AppendFrame(nil, true, ws.OpText, []byte("ok")), c.wire...)
 		var msgs [][]byte
-		_, err := d.Decode(wire, func(_ Conn, _ Opcode, p []byte) { msgs = append(msgs, bytes.Clone(p)) })
-		var ce *ConnError
+		_, err := d.Decode(wire, func(_ talaris.Conn, _ talaris.Opcode, p []byte) { msgs = append(msgs, bytes.Clone(p)) })
+		var ce *talaris.ConnError
 		if !errors.Is(err, c.want) || !errors.As(err, &ce) || ce.Code != c.code {
 			t.Errorf("%s: err %v, want %v with code %d", c.name, err, c.want, c.code)
 		}
 		if len(msgs) != 1 || string(msgs[0]) != "ok" {
 			t.Errorf("%s: messages before the failure: %q", c.name, msgs)
 		}
-		if _, err2 := d.Decode([]byte{0x81, 0}, func(Conn, Opcode, []byte) { t.Errorf("%s: message after failure", c.name) }); err2 == nil {
+		if _, err2 := d.Decode([]byte{0x81, 0}, func(talaris.Conn, talaris.Opcode, []byte) { t.Errorf("%s: message after failure", c.name) }); err2 == nil {
 			t.Errorf("%s: no error after failure", c.name)
 		}
 		d.Close()
@@ -81,7 +81,7 @@ func TestDecoderInPlace(t *testing.T) {
 		q := uintptr(unsafe.Pointer(&p[0]))
 		return q >= s && q+uintptr(len(p)) <= e
 	}
-	d, err := NewDecoder(1 << 16)
+	d, err := talaris.NewDecoder(1 << 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestDecoderInPlace(t *testing.T) {
 	var got []string
 	var inplace []bool
 	for _, c := range [][]byte{c1, c2} {
-		if _, err := d.Decode(c, func(_ Conn, _ Opcode, p []byte) {
+		if _, err := d.Decode(c, func(_ talaris.Conn, _ talaris.Opcode, p []byte) {
 			got = append(got, string(p))
 			inplace = append(inplace, within(p, c))
 		}); err != nil {
@@ -113,11 +113,11 @@ func TestDecoderInPlace(t *testing.T) {
 	stream, want := decodeStream(n)
 	var sum uint64
 	count, out := 0, 0
-	if _, err := d.Decode(stream, func(_ Conn, op Opcode, p []byte) {
-		if id := msgID(op == OpText, p); id != uint64(count) {
+	if _, err := d.Decode(stream, func(_ talaris.Conn, op talaris.Opcode, p []byte) {
+		if id := msgID(op == talaris.OpText, p); id != uint64(count) {
 			t.Fatalf("message %d has id %d", count, id)
 		}
-		sum += msgID(op == OpText, p)
+		sum += msgID(op == talaris.OpText, p)
 		if !within(p, stream) {
 			out++
 		}
@@ -134,7 +134,7 @@ func TestDecoderInPlace(t *testing.T) {
 	if !raceEnabled {
 		small, _ := decodeStream(300) // whole frames; cut at 2000 inside one
 		got := 0
-		fn := func(Conn, Opcode, []byte) { got++ }
+		fn := func(talaris.Conn, talaris.Opcode, []byte) { got++ }
 		if a := testing.AllocsPerRun(50, func() {
 			for _, b := range [][]byte{small[:2000], small[2000:], nil} {
 				if _, err := d.Decode(b, fn); err != nil {
@@ -156,39 +156,39 @@ func TestDecoderInPlace(t *testing.T) {
 // with a close frame.
 func TestDecoderCloseInCallback(t *testing.T) {
 	stream, _ := decodeStream(5000)
-	d, err := NewDecoder(1 << 16)
+	d, err := talaris.NewDecoder(1 << 16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := 0
 	var inner error
-	_, err = d.Decode(stream, func(_ Conn, _ Opcode, p []byte) {
+	_, err = d.Decode(stream, func(_ talaris.Conn, _ talaris.Opcode, p []byte) {
 		got++
 		if got == 1 {
-			_, inner = d.Decode(stream[:10], func(Conn, Opcode, []byte) { t.Error("message from a nested Decode") })
+			_, inner = d.Decode(stream[:10], func(talaris.Conn, talaris.Opcode, []byte) { t.Error("message from a nested Decode") })
 		}
 		if got == 10 {
 			d.Close()
 		}
 	})
-	if !errors.Is(err, ErrClosed) || got < 10 || got == 5000 {
+	if !errors.Is(err, talaris.ErrClosed) || got < 10 || got == 5000 {
 		t.Fatalf("Decode returned %v after %d messages; want ErrClosed after 10 and before the end", err, got)
 	}
 	if inner == nil {
 		t.Fatal("Decode from its own callback was accepted")
 	}
-	if _, err := d.Decode(stream, func(Conn, Opcode, []byte) { t.Error("message after Close") }); !errors.Is(err, ErrClosed) {
+	if _, err := d.Decode(stream, func(talaris.Conn, talaris.Opcode, []byte) { t.Error("message after Close") }); !errors.Is(err, talaris.ErrClosed) {
 		t.Fatalf("Decode after Close: %v", err)
 	}
 	d.Close() // again: nothing left to free
 
-	d, _ = NewDecoder(1 << 16)
+	d, _ = talaris.NewDecoder(1 << 16)
 	wire := ws.AppendFrame(ws.AppendFrame(nil, true, ws.OpText, []byte("a")), true, ws.OpClose, ws.ClosePayload(1000, ""))
-	if _, err := d.Decode(wire, func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrClosed) {
+	if _, err := d.Decode(wire, func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrClosed) {
 		t.Fatalf("after a close frame: %v", err)
 	}
 	d.Close()
-	if _, err := d.Decode(wire, func(Conn, Opcode, []byte) { t.Error("message after Close") }); !errors.Is(err, ErrClosed) {
+	if _, err := d.Decode(wire, func(talaris.Conn, talaris.Opcode, []byte) { t.Error("message after Close") }); !errors.Is(err, talaris.ErrClosed) {
 		t.Fatalf("Decode after Close: %v", err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -67,14 +67,14 @@ func answerRequests(ln net.Listener, answer func(nc net.Conn)) {
 // checkHandshake429 checks err is the 429 HandshakeError of refusing429.
 func checkHandshake429(t *testing.T, err error, body string, minRetry, maxRetry time.Duration) {
 	t.Helper()
-	var he *HandshakeError
+	var he *talaris.HandshakeError
 	if !errors.As(err, &he) {
 		t.Fatalf("error %v (%T) is not a *HandshakeError", err, err)
 	}
-	if !errors.Is(err, ErrHandshake) || !errors.Is(err, ErrBadStatus) {
+	if !errors.Is(err, talaris.ErrHandshake) || !errors.Is(err, talaris.ErrBadStatus) {
 		t.Errorf("%v: want errors.Is ErrHandshake and ErrBadStatus", err)
 	}
-	var ce *ConnError
+	var ce *talaris.ConnError
 	if !errors.As(err, &ce) || ce.Code != 429 {
 		t.Errorf("ConnError under it: %+v", ce)
 	}
@@ -96,7 +96,7 @@ func checkHandshake429(t *testing.T, err error, body string, minRetry, maxRetry 
 // error and through DialAsync's EventError; Retry-After as seconds and as
 // an HTTP-date; a body longer than the bound is cut.
 func TestHandshakeError(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	body := "slow down, you are over the limit\n"
 	t.Run("seconds", func(t *testing.T) {
 		srv := refusing429(t, "1", body)
@@ -120,7 +120,7 @@ func TestHandshakeError(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev := pumpOne(t, p, c, nil)
-		if ev.Kind != EventError {
+		if ev.Kind != talaris.EventError {
 			t.Fatalf("final event %v, want error", ev.Kind)
 		}
 		checkHandshake429(t, ev.Err, body, 0, 0)
@@ -143,7 +143,7 @@ func TestHandshakeError(t *testing.T) {
 		ctx, cancel := dialCtx(t)
 		defer cancel()
 		_, err := p.Dial(ctx, srv.URL, nil)
-		var he *HandshakeError
+		var he *talaris.HandshakeError
 		if !errors.As(err, &he) {
 			t.Fatalf("%v is not a HandshakeError", err)
 		}
@@ -170,8 +170,8 @@ func TestHandshakeError(t *testing.T) {
 		ctx, cancel := dialCtx(t)
 		defer cancel()
 		_, err = p.Dial(ctx, url, tlsOpts)
-		var he *HandshakeError
-		if !errors.As(err, &he) || !errors.Is(err, ErrBadStatus) {
+		var he *talaris.HandshakeError
+		if !errors.As(err, &he) || !errors.Is(err, talaris.ErrBadStatus) {
 			t.Fatalf("wss 503: %v, want a HandshakeError matching ErrBadStatus", err)
 		}
 		if he.StatusCode != 503 || he.RetryAfter != 7*time.Second || string(he.Body) != body || he.Header.Get("X-Venue") != "test" {
@@ -193,8 +193,8 @@ func TestHandshakeError(t *testing.T) {
 		ctx, cancel := dialCtx(t)
 		defer cancel()
 		_, err := p.Dial(ctx, srv.URL, nil)
-		var he *HandshakeError
-		if !errors.As(err, &he) || !errors.Is(err, ErrBadAccept) || !errors.Is(err, ErrHandshake) {
+		var he *talaris.HandshakeError
+		if !errors.As(err, &he) || !errors.Is(err, talaris.ErrBadAccept) || !errors.Is(err, talaris.ErrHandshake) {
 			t.Fatalf("%v: want a HandshakeError matching ErrBadAccept", err)
 		}
 		if he.StatusCode != 101 || he.Header.Get("Upgrade") != "websocket" {
@@ -206,11 +206,11 @@ func TestHandshakeError(t *testing.T) {
 // TestDialErrno: connect failures wrap the errno, from Dial and from
 // DialAsync's event.
 func TestDialErrno(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	_, err := p.Dial(ctx, "ws://"+refusedAddr(t), nil)
-	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, ErrDial) {
+	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, talaris.ErrDial) {
 		t.Fatalf("refused: %v; want ErrDial and ECONNREFUSED", err)
 	}
 	var errno syscall.Errno
@@ -314,9 +314,9 @@ func TestDialEveryAddress(t *testing.T) {
 	})}
 	go hs.Serve(ln6)
 	defer hs.Close()
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	url := "ws://dual.talaris.test:" + strconv.Itoa(port) + "/"
-	opts := &DialOptions{Resolver: dualResolver(t)}
+	opts := &talaris.DialOptions{Resolver: dualResolver(t)}
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	c, err := p.Dial(ctx, url, opts)
@@ -324,25 +324,25 @@ func TestDialEveryAddress(t *testing.T) {
 		t.Fatalf("Dial %s: %v", url, err)
 	}
 	var got string
-	ev := pumpOne(t, p, c, func(ev Event) {
-		if ev.Kind == EventText {
+	ev := pumpOne(t, p, c, func(ev talaris.Event) {
+		if ev.Kind == talaris.EventText {
 			got = string(ev.Payload)
 		}
 	})
-	if got != "over v6" || ev.Kind != EventClose {
+	if got != "over v6" || ev.Kind != talaris.EventClose {
 		t.Errorf("got %q, final %v", got, ev.Kind)
 	}
 	if r := <-remote; !strings.HasPrefix(r, "[::1]:") {
 		t.Errorf("server saw %s, want [::1]", r)
 	}
 	// With an IPv4 LocalAddr only 127.0.0.1 is tried: refused.
-	_, err = p.Dial(ctx, url, &DialOptions{Resolver: opts.Resolver, LocalAddr: "127.0.0.1"})
+	_, err = p.Dial(ctx, url, &talaris.DialOptions{Resolver: opts.Resolver, LocalAddr: "127.0.0.1"})
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("IPv4-only dial: %v, want ECONNREFUSED", err)
 	}
 	// A name that does not resolve.
 	_, err = p.Dial(ctx, "ws://nowhere.invalid/", nil)
-	if !errors.Is(err, ErrResolve) {
+	if !errors.Is(err, talaris.ErrResolve) {
 		t.Errorf("unresolvable name: %v, want ErrResolve", err)
 	}
 }
@@ -356,7 +356,7 @@ func TestLocalAddr(t *testing.T) {
 		c.WriteClose(1000, "")
 		c.ExpectClose()
 	}).Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	// A free port on 127.0.0.2.
 	l, err := net.Listen("tcp4", "127.0.0.2:0")
 	if err != nil {
@@ -372,7 +372,7 @@ func TestLocalAddr(t *testing.T) {
 		{"127.0.0.2:" + strconv.Itoa(freePort), "127.0.0.2", freePort},
 	} {
 		ctx, cancel := dialCtx(t)
-		c, err := p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: tc.local})
+		c, err := p.Dial(ctx, srv.URL, &talaris.DialOptions{LocalAddr: tc.local})
 		cancel()
 		if err != nil {
 			t.Fatalf("LocalAddr %s: %v", tc.local, err)
@@ -386,17 +386,17 @@ func TestLocalAddr(t *testing.T) {
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	for _, bad := range []string{"nonsense", "127.0.0.2:99999", "fe80::1%eth0"} {
-		if _, err := p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: bad}); !errors.Is(err, ErrBadURL) {
+		if _, err := p.Dial(ctx, srv.URL, &talaris.DialOptions{LocalAddr: bad}); !errors.Is(err, talaris.ErrBadURL) {
 			t.Errorf("LocalAddr %q: %v, want ErrBadURL", bad, err)
 		}
 	}
 	// IPv6 source, IPv4 server: no address to try.
-	if _, err := p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: "::1"}); !errors.Is(err, ErrResolve) {
+	if _, err := p.Dial(ctx, srv.URL, &talaris.DialOptions{LocalAddr: "::1"}); !errors.Is(err, talaris.ErrResolve) {
 		t.Errorf("LocalAddr ::1 to an IPv4 server: %v, want ErrResolve", err)
 	}
 	// An address this host does not have: bind fails, errno wrapped.
-	_, err = p.Dial(ctx, srv.URL, &DialOptions{LocalAddr: "192.0.2.77"})
-	if !errors.Is(err, ErrDial) || !errors.Is(err, syscall.EADDRNOTAVAIL) {
+	_, err = p.Dial(ctx, srv.URL, &talaris.DialOptions{LocalAddr: "192.0.2.77"})
+	if !errors.Is(err, talaris.ErrDial) || !errors.Is(err, syscall.EADDRNOTAVAIL) {
 		t.Errorf("LocalAddr not on this host: %v, want ErrDial wrapping EADDRNOTAVAIL", err)
 	}
 }
@@ -415,14 +415,14 @@ func TestManyResponseHeaders(t *testing.T) {
 		srv.Header.Set(fmt.Sprintf("X-Edge-%d", i), "v")
 	}
 	srv.Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	c, err := p.Dial(ctx, srv.URL, nil)
 	if err != nil {
 		t.Fatalf("Dial with 70 response header lines: %v", err)
 	}
-	if f := pumpOne(t, p, c, nil); f.Kind != EventClose || f.Code != 1000 {
+	if f := pumpOne(t, p, c, nil); f.Kind != talaris.EventClose || f.Code != 1000 {
 		t.Fatalf("final %+v, want EventClose 1000", f)
 	}
 }
@@ -436,7 +436,7 @@ func TestManyResponseHeaders(t *testing.T) {
 // 200 ms at most, not for the handshake timeout. Found by a hostile
 // review: Body was empty whenever the body came in a segment of its own.
 func TestHandshakeErrorLateBody(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	const body = "venue closed for maintenance until 06:00 UTC\n"
 	late := func(length bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -456,8 +456,8 @@ func TestHandshakeErrorLateBody(t *testing.T) {
 	}
 	check := func(t *testing.T, err error, status int, want string) {
 		t.Helper()
-		var he *HandshakeError
-		if !errors.As(err, &he) || !errors.Is(err, ErrBadStatus) {
+		var he *talaris.HandshakeError
+		if !errors.As(err, &he) || !errors.Is(err, talaris.ErrBadStatus) {
 			t.Fatalf("%v (%T): want a HandshakeError matching ErrBadStatus", err, err)
 		}
 		if he.StatusCode != status || string(he.Body) != want {
@@ -597,7 +597,7 @@ func TestHandshakeErrorLateBody(t *testing.T) {
 			ctx, cancel := dialCtx(t)
 			_, err := p.Dial(ctx, url, nil)
 			cancel()
-			var he *HandshakeError
+			var he *talaris.HandshakeError
 			if !errors.As(err, &he) || len(he.Body) != 0 {
 				t.Errorf("%q: %v", head, err)
 			}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -37,7 +37,7 @@ func TestFailedDialsGiveSlotsBack(t *testing.T) {
 	defer stall.Close()
 	good := wstest.NewGorilla().Start(t)
 
-	p := newTestPool(t, Config{MaxConns: 4}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxConns: 4}, hangGuard)
 	for i := range 24 {
 		var url string
 		var want error
@@ -46,9 +46,9 @@ func TestFailedDialsGiveSlotsBack(t *testing.T) {
 		case 0:
 			url, want = refused, syscall.ECONNREFUSED
 		case 1:
-			url, want = busy.URL, ErrHandshake
+			url, want = busy.URL, talaris.ErrHandshake
 		case 2:
-			url, want, d = "ws://"+stall.Addr().String()+"/", ErrTimeout, 30*time.Millisecond
+			url, want, d = "ws://"+stall.Addr().String()+"/", talaris.ErrTimeout, 30*time.Millisecond
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		_, err := p.Dial(ctx, url, nil)
@@ -64,9 +64,9 @@ func TestFailedDialsGiveSlotsBack(t *testing.T) {
 	if err := c.SendText([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	var kinds []EventKind
+	var kinds []talaris.EventKind
 	for len(kinds) < 2 {
-		if _, err := p.Pump(func(cc Conn, ev Event) {
+		if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 			if cc != c {
 				t.Errorf("event %v for a Conn nobody had", ev.Kind)
 			}
@@ -75,7 +75,7 @@ func TestFailedDialsGiveSlotsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if kinds[0] != EventOpen || kinds[1] != EventText {
+	if kinds[0] != talaris.EventOpen || kinds[1] != talaris.EventText {
 		t.Fatalf("events %v, want open then the echo", kinds)
 	}
 }
@@ -92,23 +92,23 @@ func TestEndWhileDialingCode(t *testing.T) {
 	defer ln.Close()
 	for _, how := range []string{"abort", "close"} {
 		t.Run(how, func(t *testing.T) {
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			c, err := p.DialAsync("ws://"+ln.Addr().String()+"/", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for c.State() < StateUpgrading {
+			for c.State() < talaris.StateUpgrading {
 				time.Sleep(time.Millisecond)
 			}
 			if how == "abort" {
 				err = c.Abort()
 			} else {
-				err = c.Close(CloseNormal, "")
+				err = c.Close(talaris.CloseNormal, "")
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f := pumpOne(t, p, c, nil); f.Kind != EventError || !errors.Is(f.Err, ErrAborted) || f.Code != CloseAbnormal {
+			if f := pumpOne(t, p, c, nil); f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrAborted) || f.Code != talaris.CloseAbnormal {
 				t.Fatalf("final %+v, want EventError, ErrAborted, Code 1006", f)
 			}
 		})
@@ -142,7 +142,7 @@ func (h blockingWarn) WithGroup(string) slog.Handler      { return h }
 func TestFailedDialLogsOutsidePumpClaim(t *testing.T) {
 	url := "ws://" + refusedAddr(t) + "/"
 	h := blockingWarn{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	p := newTestPool(t, Config{Logger: slog.New(h)}, hangGuard)
+	p := newTestPool(t, talaris.Config{Logger: slog.New(h)}, hangGuard)
 	dialDone := make(chan error, 1)
 	go func() {
 		_, err := p.Dial(context.Background(), url, nil)
@@ -155,7 +155,7 @@ func TestFailedDialLogsOutsidePumpClaim(t *testing.T) {
 	}
 	pumped := make(chan error, 1)
 	go func() {
-		_, err := p.PumpNowait(func(Conn, Opcode, []byte) {})
+		_, err := p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {})
 		pumped <- err
 	}()
 	select {
@@ -178,24 +178,24 @@ func TestFailedDialLogsOutsidePumpClaim(t *testing.T) {
 func TestCloseDuringBackoffCode(t *testing.T) {
 	url := "ws://" + refusedAddr(t) + "/"
 	for _, abort := range []bool{false, true} {
-		p := newTestPool(t, Config{}, hangGuard)
-		c, err := p.DialAsync(url, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Second}})
+		p := newTestPool(t, talaris.Config{}, hangGuard)
+		c, err := p.DialAsync(url, &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		closed := false
-		f := pumpOne(t, p, c, func(ev Event) {
-			if ev.Kind == EventReconnecting && !closed {
+		f := pumpOne(t, p, c, func(ev talaris.Event) {
+			if ev.Kind == talaris.EventReconnecting && !closed {
 				closed = true
 				t.Logf("state at close: %v", c.State())
 				if abort {
 					c.Abort()
 				} else {
-					c.Close(CloseNormal, "")
+					c.Close(talaris.CloseNormal, "")
 				}
 			}
 		})
-		t.Logf("abort=%v: final %v Code %d Err %v (ErrAborted %v)", abort, f.Kind, f.Code, f.Err, errors.Is(f.Err, ErrAborted))
+		t.Logf("abort=%v: final %v Code %d Err %v (ErrAborted %v)", abort, f.Kind, f.Code, f.Err, errors.Is(f.Err, talaris.ErrAborted))
 		if f.Code != 1006 {
 			t.Errorf("abort=%v: Code %d, want 1006 (as Abort / as Close before the handshake)", abort, f.Code)
 		}
@@ -217,7 +217,7 @@ func TestFailedDialsRaceClose(t *testing.T) {
 	busyTLS.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
 	urls := []string{"ws://" + refusedAddr(t) + "/", busy.URL, busyTLS.URL}
 	for round := range 6 {
-		p := newTestPool(t, Config{MaxConns: 4, Logger: slog.New(slog.DiscardHandler)}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxConns: 4, Logger: slog.New(slog.DiscardHandler)}, hangGuard)
 		done := make(chan struct{})
 		var wg sync.WaitGroup
 		for g := range 4 {
@@ -227,7 +227,7 @@ func TestFailedDialsRaceClose(t *testing.T) {
 				for i := 0; ; i++ {
 					url := urls[(g+i)%len(urls)]
 					_, err := p.Dial(context.Background(), url, tlsOpts)
-					if errors.Is(err, ErrPoolClosed) {
+					if errors.Is(err, talaris.ErrPoolClosed) {
 						return
 					}
 					if err == nil {
@@ -241,7 +241,7 @@ func TestFailedDialsRaceClose(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				if _, err := p.PumpNowait(func(Conn, Opcode, []byte) {}); errors.Is(err, ErrPoolClosed) {
+				if _, err := p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {}); errors.Is(err, talaris.ErrPoolClosed) {
 					return
 				}
 				select {

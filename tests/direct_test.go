@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -34,18 +34,18 @@ type bgPump struct {
 	pongs int
 }
 
-func startPump(t *testing.T, p *Pool, c Conn) *bgPump {
+func startPump(t *testing.T, p *talaris.Pool, c talaris.Conn) *bgPump {
 	b := &bgPump{done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		for {
-			_, err := p.Pump(func(cc Conn, ev Event) {
+			_, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 				b.mu.Lock()
 				defer b.mu.Unlock()
 				switch ev.Kind {
-				case EventPong:
+				case talaris.EventPong:
 					b.pongs++
-				case EventClose, EventError:
+				case talaris.EventClose, talaris.EventError:
 					if cc == c {
 						f := copyFinal(ev)
 						b.final = &f
@@ -80,10 +80,10 @@ func (b *bgPump) wait(t *testing.T) *finalEvent {
 }
 
 // sendRetry sends b, retrying while the queue is full.
-func sendRetry(c Conn, b []byte) error {
+func sendRetry(c talaris.Conn, b []byte) error {
 	for {
 		err := c.SendBinary(b)
-		if !errors.Is(err, ErrWouldBlock) {
+		if !errors.Is(err, talaris.ErrWouldBlock) {
 			return err
 		}
 		time.Sleep(20 * time.Microsecond)
@@ -96,21 +96,21 @@ func sendRetry(c Conn, b []byte) error {
 // behind them. The server sees every sender's messages complete, intact
 // and in order.
 func TestDirectSendConcurrentSenders(t *testing.T) {
-	send := func(c Conn, ctx context.Context, op Opcode, b []byte) error {
+	send := func(c talaris.Conn, ctx context.Context, op talaris.Opcode, b []byte) error {
 		for {
 			var err error
-			if op == OpText {
+			if op == talaris.OpText {
 				err = c.SendText(b)
 			} else {
 				err = c.SendBinary(b)
 			}
-			if !errors.Is(err, ErrWouldBlock) {
+			if !errors.Is(err, talaris.ErrWouldBlock) {
 				return err
 			}
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
-	runConcurrentSendersCheck(t, 16, Config{MaxSendQueue: 256 << 10}, send, func(t *testing.T, st ConnStats) {
+	runConcurrentSendersCheck(t, 16, talaris.Config{MaxSendQueue: 256 << 10}, send, func(t *testing.T, st talaris.ConnStats) {
 		if st.DirectSends == 0 {
 			t.Errorf("no message went out directly (stats %+v)", st)
 		}
@@ -128,7 +128,7 @@ func TestDirectSendConcurrentSenders(t *testing.T) {
 func TestDirectSendPeerStopsReading(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
 		s := newSink(t, useTLS, false, 0)
-		p := newTestPool(t, Config{MaxSendQueue: 256 << 10}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxSendQueue: 256 << 10}, hangGuard)
 		c := dialSink(t, p, s)
 		// The loop offers the socket once its output after the upgrade is
 		// done, a moment after Dial returns: until then sends queue.
@@ -160,7 +160,7 @@ func TestDirectSendPeerStopsReading(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
 		for range 2000 {
-			if err := c.SendContext(ctx, OpBinary, seqMsg(buf, next)); err != nil {
+			if err := c.SendContext(ctx, talaris.OpBinary, seqMsg(buf, next)); err != nil {
 				t.Fatalf("SendContext %d: %v", next, err)
 			}
 			next++
@@ -173,7 +173,7 @@ func TestDirectSendPeerStopsReading(t *testing.T) {
 		if st.MsgsOut != uint64(next) || st.SendQueued != 0 {
 			t.Errorf("stats %+v after %d messages arrived", st, next)
 		}
-		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
 		if n, _, err := s.state(); err != nil || n != next {
@@ -234,7 +234,7 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 					seenPings.Add(1)
 				case ws.OpClose:
 					r.atClose = r.n
-					rc.WriteClose(CloseNormal, "")
+					rc.WriteClose(talaris.CloseNormal, "")
 					return
 				default:
 					if !h.Fin {
@@ -250,7 +250,7 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 			}
 		})
 		opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
-		p := newTestPool(t, Config{MaxSendQueue: 128 << 10}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxSendQueue: 128 << 10}, hangGuard)
 		c, bg := dialPumped(t, p, srv.URL, opts)
 		stopPing := make(chan struct{})
 		pingDone := make(chan struct{})
@@ -262,7 +262,7 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 					return
 				case <-time.After(time.Millisecond):
 				}
-				if err := c.Ping([]byte("c")); err != nil && !errors.Is(err, ErrWouldBlock) {
+				if err := c.Ping([]byte("c")); err != nil && !errors.Is(err, talaris.ErrWouldBlock) {
 					t.Errorf("Ping: %v", err)
 					return
 				}
@@ -284,7 +284,7 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 		close(stopPing)
 		<-pingDone
 		st := c.Stats()
-		if err := c.Close(CloseNormal, "done"); err != nil {
+		if err := c.Close(talaris.CloseNormal, "done"); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 		f := bg.wait(t)
@@ -304,7 +304,7 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 		if r.pongs == 0 || r.pings == 0 {
 			t.Errorf("pongs %d, pings %d: the control frames were not exercised", r.pongs, r.pings)
 		}
-		if f == nil || f.Kind != EventClose {
+		if f == nil || f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
 		if !useTLS && st.DirectSends == 0 {
@@ -333,10 +333,12 @@ func TestDirectSendRacingEnd(t *testing.T) {
 
 func directRaceOnce(t *testing.T, useTLS bool, how string, reading bool) {
 	s := newSink(t, useTLS, reading, 0)
-	p := newTestPool(t, Config{MaxSendQueue: 64 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxSendQueue: 64 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
 	c := dialSink(t, p, s)
 	bg := startPump(t, p, c)
-	ended := func(err error) bool { return errors.Is(err, ErrClosed) || errors.Is(err, ErrPoolClosed) }
+	ended := func(err error) bool {
+		return errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
+	}
 	var wg sync.WaitGroup
 	var direct atomic.Int64
 	for g := range 4 {
@@ -350,7 +352,7 @@ func directRaceOnce(t *testing.T, useTLS bool, how string, reading bool) {
 				case err == nil:
 				case ended(err):
 					return
-				case errors.Is(err, ErrWouldBlock):
+				case errors.Is(err, talaris.ErrWouldBlock):
 					time.Sleep(10 * time.Microsecond)
 				default:
 					t.Errorf("sender %d: %v", g, err)
@@ -368,7 +370,7 @@ func directRaceOnce(t *testing.T, useTLS bool, how string, reading bool) {
 	case "Abort":
 		err = c.Abort()
 	case "Conn.Close":
-		err = c.Close(CloseNormal, "")
+		err = c.Close(talaris.CloseNormal, "")
 	default:
 		err = p.Close()
 	}
@@ -383,12 +385,12 @@ func directRaceOnce(t *testing.T, useTLS bool, how string, reading bool) {
 		t.Fatal("senders did not return after the end")
 	}
 	f := bg.wait(t)
-	want := ErrClosed
+	want := talaris.ErrClosed
 	switch how {
 	case "Pool.Close":
-		want = ErrPoolClosed
+		want = talaris.ErrPoolClosed
 	case "Abort":
-		if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrAborted) {
+		if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrAborted) {
 			t.Errorf("final %+v, want EventError ErrAborted", f)
 		}
 	default:
@@ -432,7 +434,7 @@ func TestDirectSendReconnect(t *testing.T) {
 					return
 				}
 				if op == ws.OpClose {
-					rc.WriteClose(CloseNormal, "")
+					rc.WriteClose(talaris.CloseNormal, "")
 					second <- nil
 					return
 				}
@@ -452,11 +454,11 @@ func TestDirectSendReconnect(t *testing.T) {
 				got2.Add(1)
 			}
 		})
-		opts := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
+		opts := &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}
 		if tlsOn := startWS(t, useTLS, srv.Start, srv.StartTLS); tlsOn != nil {
 			opts.TLS = tlsOn.TLS
 		}
-		p := newTestPool(t, Config{MaxSendQueue: 64 << 10}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxSendQueue: 64 << 10}, hangGuard)
 		c, bg := dialPumped(t, p, srv.URL, opts)
 		buf := make([]byte, 9000)
 		deadline := time.Now().Add(hangGuard)
@@ -465,14 +467,14 @@ func TestDirectSendReconnect(t *testing.T) {
 				t.Fatalf("second connection got %d messages (stats %+v)", got2.Load(), c.Stats())
 			}
 			err := c.SendBinary(seqMsg(buf[:500+(i*131)%8000], i))
-			if errors.Is(err, ErrWouldBlock) {
+			if errors.Is(err, talaris.ErrWouldBlock) {
 				time.Sleep(50 * time.Microsecond)
 			} else if err != nil {
 				t.Fatalf("send %d: %v", i, err)
 			}
 		}
 		st := c.Stats()
-		if err := c.Close(CloseNormal, ""); err != nil {
+		if err := c.Close(talaris.CloseNormal, ""); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 		bg.wait(t)
@@ -498,7 +500,7 @@ func TestDirectSendReconnect(t *testing.T) {
 // loop (DirectSends stays 0) and arrives as before.
 func TestNoDirectSend(t *testing.T) {
 	s := newSink(t, false, true, 0)
-	p := newTestPool(t, Config{NoDirectSend: true}, hangGuard)
+	p := newTestPool(t, talaris.Config{NoDirectSend: true}, hangGuard)
 	c := dialSink(t, p, s)
 	buf := make([]byte, 300)
 	for i := range 1000 {

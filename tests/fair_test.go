@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -27,7 +27,7 @@ const defaultConnPendingEvents = 256
 
 // fairServer starts a gorilla server over ws:// or wss:// and returns it
 // with the DialOptions that trust it.
-func fairServer(t *testing.T, useTLS bool) (*wstest.Server, *DialOptions) {
+func fairServer(t *testing.T, useTLS bool) (*wstest.Server, *talaris.DialOptions) {
 	t.Helper()
 	srv := wstest.NewGorilla()
 	return srv, startWS(t, useTLS, srv.Start, srv.StartTLS)
@@ -65,7 +65,7 @@ func TestFairShareFloodBesideEcho(t *testing.T) {
 
 func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, Config{MaxConnPendingEvents: share, Loops: 1}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: share, Loops: 1}, hangGuard)
 	limit := uint64(share)
 	if share == 0 {
 		limit = defaultConnPendingEvents
@@ -90,28 +90,28 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 	var echoes, aheadMax int
 	var ahead int
 	opened := 0
-	closed := map[Conn]bool{}
+	closed := map[talaris.Conn]bool{}
 	var done bool
-	fn := func(c Conn, ev Event) {
+	fn := func(c talaris.Conn, ev talaris.Event) {
 		switch {
-		case ev.Kind == EventOpen:
+		case ev.Kind == talaris.EventOpen:
 			opened++
-		case c == o && ev.Kind == EventBinary:
+		case c == o && ev.Kind == talaris.EventBinary:
 			if seq := binary.LittleEndian.Uint64(ev.Payload); int(seq) != echoes {
 				t.Errorf("echo %d carries order %d", echoes, seq)
 			}
 			echoes++
 			aheadMax = max(aheadMax, ahead)
 			done = true
-		case ev.Kind == EventBinary:
+		case ev.Kind == talaris.EventBinary:
 			if !done { // (the pump call that delivers the echo may hand out later flood messages after it)
 				ahead++
 			}
 			if err := chk[c].Check(ev.Payload); err != nil {
 				t.Fatal(err)
 			}
-		case ev.Kind == EventClose || ev.Kind == EventError:
-			if c == o || ev.Kind != EventClose || chk[c].Count() != n {
+		case ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError:
+			if c == o || ev.Kind != talaris.EventClose || chk[c].Count() != n {
 				t.Errorf("%v on conn %d (%v) after %d messages", ev.Kind, c.Slot(), ev.Err, chk[c].Count())
 			}
 			closed[c] = true
@@ -137,7 +137,7 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 
 // dialEchoFloods dials an echo connection, then two that each stream n
 // 64-byte messages, with a checker per flood.
-func dialEchoFloods(t *testing.T, p *Pool, srv *wstest.Server, opts *DialOptions, n int) (Conn, []Conn, map[Conn]*wstest.Checker) {
+func dialEchoFloods(t *testing.T, p *talaris.Pool, srv *wstest.Server, opts *talaris.DialOptions, n int) (talaris.Conn, []talaris.Conn, map[talaris.Conn]*wstest.Checker) {
 	t.Helper()
 	ctx, cancel := dialCtx(t)
 	defer cancel()
@@ -145,8 +145,8 @@ func dialEchoFloods(t *testing.T, p *Pool, srv *wstest.Server, opts *DialOptions
 	if err != nil {
 		t.Fatal(err)
 	}
-	floods := make([]Conn, 2)
-	chk := map[Conn]*wstest.Checker{}
+	floods := make([]talaris.Conn, 2)
+	chk := map[talaris.Conn]*wstest.Checker{}
 	for i := range floods {
 		if floods[i], err = p.Dial(ctx, fmt.Sprintf("%s/stream?n=%d&size=64", srv.URL, n), opts); err != nil {
 			t.Fatal(err)
@@ -163,7 +163,7 @@ func dialEchoFloods(t *testing.T, p *Pool, srv *wstest.Server, opts *DialOptions
 // flood messages (fn counts them in *ahead while *done is false: the
 // Pump call that delivers the echo may hand out flood messages after it)
 // may pass before it.
-func echoRounds(t *testing.T, p *Pool, o Conn, rounds int, fn EventFunc, ahead *int, done *bool,
+func echoRounds(t *testing.T, p *talaris.Pool, o talaris.Conn, rounds int, fn talaris.EventFunc, ahead *int, done *bool,
 	limit func(r int) int, state func() string) {
 	t.Helper()
 	order := make([]byte, 16)
@@ -188,7 +188,7 @@ func echoRounds(t *testing.T, p *Pool, o Conn, rounds int, fn EventFunc, ahead *
 // its share and is never held.
 func TestFairShareLoneConn(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{MaxConnPendingEvents: 64, EventRingSize: 4096, Loops: 1}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: 64, EventRingSize: 4096, Loops: 1}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	f, err := p.Dial(ctx, srv.URL+"/stream?n=100000&size=64", nil)
@@ -203,14 +203,14 @@ func TestFairShareLoneConn(t *testing.T) {
 		t.Fatalf("a lone connection was held %d times (%s)", h, state())
 	}
 	chk := wstest.NewChecker(64)
-	final := pumpOne(t, p, f, func(ev Event) {
-		if ev.Kind == EventBinary {
+	final := pumpOne(t, p, f, func(ev talaris.Event) {
+		if ev.Kind == talaris.EventBinary {
 			if err := chk.Check(ev.Payload); err != nil {
 				t.Fatal(err)
 			}
 		}
 	})
-	if final.Kind != EventClose || chk.Count() != 100000 {
+	if final.Kind != talaris.EventClose || chk.Count() != 100000 {
 		t.Fatalf("final %+v after %d messages", final, chk.Count())
 	}
 }
@@ -230,14 +230,14 @@ func TestFairShareCloseRace(t *testing.T) {
 
 func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, Config{MaxConnPendingEvents: 32, CloseTimeout: 500 * time.Millisecond, Loops: 1}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: 32, CloseTimeout: 500 * time.Millisecond, Loops: 1}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var floods []Conn
+	var floods []talaris.Conn
 	for range 2 {
 		f, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=64", opts)
 		if err != nil {
@@ -254,8 +254,8 @@ func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 		go func() {
 			defer wg.Done()
 			for {
-				_, err := p.PumpData(func(Conn, Opcode, []byte) { time.Sleep(time.Microsecond) })
-				if errors.Is(err, ErrPoolClosed) || errors.Is(err, ErrNoConns) {
+				_, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) { time.Sleep(time.Microsecond) })
+				if errors.Is(err, talaris.ErrPoolClosed) || errors.Is(err, talaris.ErrNoConns) {
 					return
 				}
 				if err != nil {
@@ -265,11 +265,11 @@ func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 			}
 		}()
 	}
-	for _, c := range append([]Conn{o}, floods...) {
+	for _, c := range append([]talaris.Conn{o}, floods...) {
 		wg.Add(1)
-		go func(c Conn) {
+		go func(c talaris.Conn) {
 			defer wg.Done()
-			if err := c.Close(CloseNormal, "bye"); err != nil && !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrClosed) {
+			if err := c.Close(talaris.CloseNormal, "bye"); err != nil && !errors.Is(err, talaris.ErrPoolClosed) && !errors.Is(err, talaris.ErrClosed) {
 				errc <- fmt.Errorf("Conn.Close: %w", err)
 			}
 			if err := c.SendText([]byte("late")); err == nil {
@@ -298,11 +298,11 @@ func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 	if err := p.Close(); err != nil {
 		t.Fatalf("Pool.Close: %v", err)
 	}
-	if _, err := p.Pump(func(Conn, Event) {}); !errors.Is(err, ErrPoolClosed) {
+	if _, err := p.Pump(func(talaris.Conn, talaris.Event) {}); !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Fatalf("Pump after Close: %v", err)
 	}
-	for _, c := range append([]Conn{o}, floods...) {
-		if s := c.State(); s != StateClosed {
+	for _, c := range append([]talaris.Conn{o}, floods...) {
+		if s := c.State(); s != talaris.StateClosed {
 			t.Fatalf("state after Pool.Close: %v", s)
 		}
 	}
@@ -324,7 +324,7 @@ func TestFairShareBytes(t *testing.T) {
 func fairBytes(t *testing.T, useTLS bool, size int) {
 	const share = 256 << 10
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, Config{MaxConnPendingBytes: share, Loops: 1}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxConnPendingBytes: share, Loops: 1}, hangGuard)
 	n := 64
 	if testing.Short() {
 		// Still 4 shares (64 KiB) or 16 messages larger than a share (1
@@ -360,16 +360,16 @@ func fairBytes(t *testing.T, useTLS bool, size int) {
 		func() bool { return o.Stats().MsgsIn == 1 }, state)
 	chk := wstest.NewChecker(size)
 	var echoed, closed bool
-	pumpUntil(t, p, func(c Conn, ev Event) {
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 		switch {
-		case c == o && ev.Kind == EventText:
+		case c == o && ev.Kind == talaris.EventText:
 			echoed = string(ev.Payload) == "order"
-		case c == f && ev.Kind == EventBinary:
+		case c == f && ev.Kind == talaris.EventBinary:
 			if err := chk.Check(ev.Payload); err != nil {
 				t.Fatal(err)
 			}
-		case c == f && (ev.Kind == EventClose || ev.Kind == EventError):
-			if ev.Kind != EventClose || chk.Count() != n {
+		case c == f && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError):
+			if ev.Kind != talaris.EventClose || chk.Count() != n {
 				t.Errorf("flood ended with %v (%v) after %d of %d messages", ev.Kind, ev.Err, chk.Count(), n)
 			}
 			closed = true
@@ -394,7 +394,7 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 	const share, ring = 64, 4096
 	const press = ring / 4
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, Config{MaxConnPendingEvents: share, EventRingSize: ring}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: share, EventRingSize: ring}, hangGuard)
 	n := scaled(100000)
 	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
 	inRing := func() uint64 { return floods[0].Stats().MsgsIn + floods[1].Stats().MsgsIn }
@@ -410,7 +410,7 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 	}
 
 	// The echo connection goes: nobody is left to wait behind the floods.
-	if err := o.Close(CloseNormal, "bye"); err != nil {
+	if err := o.Close(talaris.CloseNormal, "bye"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "floods past their shares once alone", func() bool { return inRing() >= 4*share }, state)
@@ -428,26 +428,26 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 	}
 	var echoes, ahead int
 	var done bool
-	closed := map[Conn]bool{}
-	fn := func(c Conn, ev Event) {
+	closed := map[talaris.Conn]bool{}
+	fn := func(c talaris.Conn, ev talaris.Event) {
 		switch {
-		case c == o2 && ev.Kind == EventBinary:
+		case c == o2 && ev.Kind == talaris.EventBinary:
 			if seq := binary.LittleEndian.Uint64(ev.Payload); int(seq) != echoes {
 				t.Errorf("echo %d carries order %d", echoes, seq)
 			}
 			echoes++
 			done = true
-		case c == o && ev.Kind == EventBinary:
+		case c == o && ev.Kind == talaris.EventBinary:
 			t.Errorf("a message on the closed echo connection")
-		case ev.Kind == EventBinary:
+		case ev.Kind == talaris.EventBinary:
 			if !done { // (the pump call that delivers the echo may hand out later flood messages after it)
 				ahead++
 			}
 			if err := chk[c].Check(ev.Payload); err != nil {
 				t.Fatal(err)
 			}
-		case c != o && (ev.Kind == EventClose || ev.Kind == EventError):
-			if c == o2 || ev.Kind != EventClose || chk[c].Count() != n {
+		case c != o && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError):
+			if c == o2 || ev.Kind != talaris.EventClose || chk[c].Count() != n {
 				t.Errorf("%v on conn %d (%v) after %d messages", ev.Kind, c.Slot(), ev.Err, chk[c].Count())
 			}
 			closed[c] = true

@@ -6,7 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"net"
 	"net/url"
 	"strconv"
@@ -35,13 +35,13 @@ import (
 // faultCfg is a pool configuration the fault scenarios run under.
 type faultCfg struct {
 	name   string
-	cfg    Config
+	cfg    talaris.Config
 	slow   bool // the consumer sleeps every few events
 	noBufs bool // the buffer ring is tiny: -ENOBUFS must have happened
 }
 
 // smallRings makes stalls likely: 64 events, 64 KiB of arena.
-func smallRings(c Config) Config {
+func smallRings(c talaris.Config) talaris.Config {
 	c.EventRingSize = 64
 	c.ArenaSize = 64 << 10
 	c.MaxMessageSize = 32 << 10
@@ -49,11 +49,11 @@ func smallRings(c Config) Config {
 }
 
 var faultCfgs = []faultCfg{
-	{name: "default", cfg: Config{}},
-	{name: "buf256x2", cfg: Config{BufSize: 256, BufCount: 2}, noBufs: true},
-	{name: "buf512x4-slow", cfg: smallRings(Config{BufSize: 512, BufCount: 4}), slow: true, noBufs: true},
-	{name: "cq4", cfg: Config{SQEntries: 2, CQEntries: 4}},
-	{name: "cq4-buf256x4-slow", cfg: smallRings(Config{SQEntries: 2, CQEntries: 4, BufSize: 256, BufCount: 4}), slow: true, noBufs: true},
+	{name: "default", cfg: talaris.Config{}},
+	{name: "buf256x2", cfg: talaris.Config{BufSize: 256, BufCount: 2}, noBufs: true},
+	{name: "buf512x4-slow", cfg: smallRings(talaris.Config{BufSize: 512, BufCount: 4}), slow: true, noBufs: true},
+	{name: "cq4", cfg: talaris.Config{SQEntries: 2, CQEntries: 4}},
+	{name: "cq4-buf256x4-slow", cfg: smallRings(talaris.Config{SQEntries: 2, CQEntries: 4, BufSize: 256, BufCount: 4}), slow: true, noBufs: true},
 }
 
 // faultIters is how many times each scenario repeats.
@@ -68,7 +68,7 @@ func faultIters() int {
 // arrive.
 type faultJob struct {
 	url  string
-	opts *DialOptions
+	opts *talaris.DialOptions
 	spec streamSpec // the messages that arrive whole (n of them)
 	// lost: after exactly spec.n messages the connection ends with
 	// EventError, ErrConnectionLost, code 1006; else with EventClose 1000
@@ -85,20 +85,20 @@ func (j faultJob) String() string {
 
 // preDialed is a connection dialed before runFaultJobs starts pumping.
 type preDialed struct {
-	c     Conn
+	c     talaris.Conn
 	st    *streamState
 	label string
 }
 
 // runFaultJobs dials every job at once (DialAsync) and pumps until each
 // connection has delivered its final event, then checks each one.
-func runFaultJobs(t *testing.T, p *Pool, jobs []faultJob, slow bool, pre ...preDialed) {
+func runFaultJobs(t *testing.T, p *talaris.Pool, jobs []faultJob, slow bool, pre ...preDialed) {
 	t.Helper()
-	states := make(map[Conn]*streamState, len(jobs)+len(pre))
+	states := make(map[talaris.Conn]*streamState, len(jobs)+len(pre))
 	for _, d := range pre {
 		states[d.c] = d.st
 	}
-	order := make([]Conn, len(jobs))
+	order := make([]talaris.Conn, len(jobs))
 	for i, j := range jobs {
 		c, err := p.DialAsync(j.url, j.opts)
 		if err != nil {
@@ -109,7 +109,7 @@ func runFaultJobs(t *testing.T, p *Pool, jobs []faultJob, slow bool, pre ...preD
 	}
 	finals, events := 0, 0
 	for finals < len(jobs)+len(pre) {
-		_, err := p.Pump(func(c Conn, ev Event) {
+		_, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
 			st := states[c]
 			if st == nil {
 				t.Errorf("event %v for an unknown connection (slot %d gen %d)", ev.Kind, c.Slot(), c.ID()>>32)
@@ -169,13 +169,13 @@ func runFaultJobs(t *testing.T, p *Pool, jobs []faultJob, slow bool, pre ...preD
 		f := st.final
 		switch {
 		case j.lost:
-			if f.Kind != EventError || f.Code != CloseAbnormal || !errors.Is(f.Err, ErrConnectionLost) {
+			if f.Kind != talaris.EventError || f.Code != talaris.CloseAbnormal || !errors.Is(f.Err, talaris.ErrConnectionLost) {
 				t.Errorf("%s: final %+v, want EventError 1006 ErrConnectionLost", label, *f)
 			}
-		case f.Kind != EventClose || f.Code != CloseNormal || f.Reason != "done":
+		case f.Kind != talaris.EventClose || f.Code != talaris.CloseNormal || f.Reason != "done":
 			t.Errorf("%s: final %+v, want EventClose 1000 \"done\"", label, *f)
 		}
-		if s := c.State(); s != StateClosed {
+		if s := c.State(); s != talaris.StateClosed {
 			t.Errorf("%s: state %v after the final event", label, s)
 		}
 	}
@@ -185,13 +185,13 @@ func runFaultJobs(t *testing.T, p *Pool, jobs []faultJob, slow bool, pre ...preD
 }
 
 // newFaultPool makes a pool for fc (with a hang guard).
-func newFaultPool(t *testing.T, fc faultCfg) *Pool {
+func newFaultPool(t *testing.T, fc faultCfg) *talaris.Pool {
 	t.Helper()
 	return newTestPool(t, fc.cfg, hangGuard)
 }
 
 // checkFaultStats checks that the tiny buffer ring did run dry.
-func checkFaultStats(t *testing.T, fc faultCfg, p *Pool) {
+func checkFaultStats(t *testing.T, fc faultCfg, p *talaris.Pool) {
 	t.Helper()
 	st := p.Stats()
 	if fc.noBufs && st.NoBufs == 0 {
@@ -328,7 +328,7 @@ func cutJob(base string, spec streamSpec, cut, end string) faultJob {
 // overflow scenarios use (else the test reports the smallest it takes).
 func TestFaultCQMinimum(t *testing.T) {
 	for cq := uint32(4); cq <= 64; cq *= 2 {
-		p, err := NewPool(Config{SQEntries: 2, CQEntries: cq})
+		p, err := talaris.NewPool(talaris.Config{SQEntries: 2, CQEntries: cq})
 		if err == nil {
 			p.Close()
 			if cq != 4 {
@@ -427,7 +427,7 @@ func TestFaultCutMidFrame(t *testing.T) {
 // delivers exactly N, then EventError with ErrConnectionLost and 1006.
 // Run it with both backends: go test ./ and go test -tags talaris_openssl ./.
 func TestFaultTLSCutMidRecord(t *testing.T) {
-	t.Logf("TLS backend %s", TLSBackend())
+	t.Logf("TLS backend %s", talaris.TLSBackend())
 	cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
 	gor := wstest.NewGorilla().StartTLS(t, cfg)
 	cod := wstest.NewCoder().StartTLS(t, cfg)

@@ -5,7 +5,7 @@ package talaris_test
 import (
 	"errors"
 	"fmt"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"runtime"
 	"sync"
@@ -35,26 +35,26 @@ import (
 func TestHandoffCgoCalls(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
 	for _, loops := range []int{1, 2, 3, -1, -2} {
-		name, cfg := fmt.Sprintf("loops%d", loops), Config{Loops: loops}
+		name, cfg := fmt.Sprintf("loops%d", loops), talaris.Config{Loops: loops}
 		switch loops {
 		case -1:
-			loops, name, cfg = 1, "nobundle", Config{Loops: 1, NoRecvBundle: true}
+			loops, name, cfg = 1, "nobundle", talaris.Config{Loops: 1, NoRecvBundle: true}
 		case -2:
-			loops, name, cfg = 1, "inline", Config{Loops: 1, InlineLoop: true}
+			loops, name, cfg = 1, "inline", talaris.Config{Loops: 1, InlineLoop: true}
 		}
 		t.Run(name, func(t *testing.T) {
 			p := newTestPool(t, cfg, 3*hangGuard)
 			spec := streamSpec{n: scaled(1_000_000) / loops, size: 16}
-			sts := map[Conn]*streamState{}
+			sts := map[talaris.Conn]*streamState{}
 			for range loops {
 				sts[dial(t, p, srv.URL+spec.path())] = newStreamState(spec)
 			}
 			finals := 0
 			before := runtime.NumCgoCall()
-			pumpUntil(t, p, func(cc Conn, ev Event) {
+			pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
 				if st := sts[cc]; st != nil {
 					st.on(ev)
-					if st.final != nil && (ev.Kind == EventClose || ev.Kind == EventError) {
+					if st.final != nil && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError) {
 						finals++
 					}
 				}
@@ -107,17 +107,17 @@ func memFrames(n int) ([]byte, uint64) {
 // also while draining one memory connection per loop.
 func TestPumpAllocs(t *testing.T) {
 	for _, loops := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("loops%d", loops), func(t *testing.T) { testPumpAllocs(t, Config{Loops: loops}) })
+		t.Run(fmt.Sprintf("loops%d", loops), func(t *testing.T) { testPumpAllocs(t, talaris.Config{Loops: loops}) })
 	}
 	// The inline loop: the pump's cgo call per batch allocates nothing.
-	t.Run("inline", func(t *testing.T) { testPumpAllocs(t, Config{Loops: 1, InlineLoop: true}) })
+	t.Run("inline", func(t *testing.T) { testPumpAllocs(t, talaris.Config{Loops: 1, InlineLoop: true}) })
 }
 
-func testPumpAllocs(t *testing.T, cfg Config) {
+func testPumpAllocs(t *testing.T, cfg talaris.Config) {
 	const n = 256
 	loops := cfg.Loops
 	p := newTestPool(t, cfg, hangGuard)
-	conns := make([]Conn, loops)
+	conns := make([]talaris.Conn, loops)
 	for i := range conns {
 		var err error
 		if conns[i], err = p.DialMemory(); err != nil {
@@ -128,9 +128,9 @@ func testPumpAllocs(t *testing.T, cfg Config) {
 	want1 := (n / loops) * loops // messages per run
 	var got int
 	var bytesIn int
-	dataFn := func(_ Conn, _ Opcode, b []byte) { got++; bytesIn += len(b) }
-	evFn := func(_ Conn, ev Event) {
-		if ev.Kind == EventText || ev.Kind == EventBinary {
+	dataFn := func(_ talaris.Conn, _ talaris.Opcode, b []byte) { got++; bytesIn += len(b) }
+	evFn := func(_ talaris.Conn, ev talaris.Event) {
+		if ev.Kind == talaris.EventText || ev.Kind == talaris.EventBinary {
 			got++
 			bytesIn += len(ev.Payload)
 		}
@@ -192,10 +192,10 @@ func testPumpAllocs(t *testing.T, cfg Config) {
 // ErrConcurrentPump, with every pump variant, and no data race.
 func TestConcurrentPump(t *testing.T) {
 	t.Run("blocked", func(t *testing.T) {
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		errc := make(chan error, 1)
 		go func() {
-			_, err := p.Pump(func(Conn, Event) {}) // no connections: blocks until Close
+			_, err := p.Pump(func(talaris.Conn, talaris.Event) {}) // no connections: blocks until Close
 			errc <- err
 		}()
 		deadline := time.Now().Add(hangGuard)
@@ -205,24 +205,24 @@ func TestConcurrentPump(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		nop := func(Conn, Opcode, []byte) {}
+		nop := func(talaris.Conn, talaris.Opcode, []byte) {}
 		checks := map[string]func() (int, error){
-			"Pump":             func() (int, error) { return p.Pump(func(Conn, Event) {}) },
+			"Pump":             func() (int, error) { return p.Pump(func(talaris.Conn, talaris.Event) {}) },
 			"PumpData":         func() (int, error) { return p.PumpData(nop) },
 			"PumpSpin":         func() (int, error) { return p.PumpSpin(10, nop) },
 			"PumpNowait":       func() (int, error) { return p.PumpNowait(nop) },
-			"PumpEventsNowait": func() (int, error) { return p.PumpEventsNowait(func(Conn, Event) {}) },
+			"PumpEventsNowait": func() (int, error) { return p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {}) },
 		}
 		for name, fn := range checks {
-			if n, err := fn(); !errors.Is(err, ErrConcurrentPump) || n != 0 {
+			if n, err := fn(); !errors.Is(err, talaris.ErrConcurrentPump) || n != 0 {
 				t.Errorf("%s while another goroutine pumps: %d, %v; want ErrConcurrentPump", name, n, err)
 			}
 		}
 		p.Close()
-		if err := <-errc; !errors.Is(err, ErrPoolClosed) {
+		if err := <-errc; !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Errorf("the blocked Pump returned %v after Close, want ErrPoolClosed", err)
 		}
-		if _, err := p.PumpNowait(nop); !errors.Is(err, ErrPoolClosed) {
+		if _, err := p.PumpNowait(nop); !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Errorf("PumpNowait after Close: %v, want ErrPoolClosed", err)
 		}
 	})
@@ -230,7 +230,7 @@ func TestConcurrentPump(t *testing.T) {
 		// Two goroutines pump the same live stream as fast as they can.
 		// Every batch is delivered by exactly one of them, in order.
 		srv := wstest.NewGorilla().Start(t)
-		p := newTestPool(t, Config{EventRingSize: 256}, hangGuard)
+		p := newTestPool(t, talaris.Config{EventRingSize: 256}, hangGuard)
 		spec := streamSpec{n: scaled(100000), size: 24}
 		c := dial(t, p, srv.URL+spec.path())
 		var mu sync.Mutex // the callbacks never overlap; the mutex makes -race agree
@@ -244,13 +244,13 @@ func TestConcurrentPump(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for !done.Load() {
-					_, err := p.PumpEventsNowait(func(cc Conn, ev Event) {
+					_, err := p.PumpEventsNowait(func(cc talaris.Conn, ev talaris.Event) {
 						if !mu.TryLock() {
 							t.Error("two callbacks ran at once")
 							return
 						}
 						defer mu.Unlock()
-						if cc == c && ev.Kind != EventOpen {
+						if cc == c && ev.Kind != talaris.EventOpen {
 							st.on(ev)
 							if st.final != nil {
 								done.Store(true)
@@ -258,7 +258,7 @@ func TestConcurrentPump(t *testing.T) {
 						}
 					})
 					switch {
-					case errors.Is(err, ErrConcurrentPump):
+					case errors.Is(err, talaris.ErrConcurrentPump):
 						refused[g]++
 					case err != nil:
 						t.Errorf("pumper %d: %v", g, err)
@@ -292,7 +292,7 @@ func TestDialWhilePumping(t *testing.T) {
 		// stream with ErrCloseTimeout. When the close ends is not what
 		// this test checks; that it ends clean is, so the bound is the
 		// hang guard's.
-		p := newTestPool(t, Config{CloseTimeout: hangGuard}, 2*hangGuard)
+		p := newTestPool(t, talaris.Config{CloseTimeout: hangGuard}, 2*hangGuard)
 		spec := streamSpec{n: scaled(300000), size: 32, frag: 2, ping: true}
 		main, err := p.DialAsync(srv.URL+spec.path(), nil)
 		if err != nil {
@@ -300,19 +300,19 @@ func TestDialWhilePumping(t *testing.T) {
 		}
 		// The pumper owns everything below until it returns.
 		st := newStreamState(spec)
-		events := map[Conn][]finalEvent{}
+		events := map[talaris.Conn][]finalEvent{}
 		finals := 0
 		pumped := make(chan struct{})
 		go func() {
 			defer close(pumped)
 			for finals < 1+dialers*perDialer {
-				_, err := p.Pump(func(c Conn, ev Event) {
+				_, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
 					if c == main {
 						st.on(ev)
 					} else {
 						events[c] = append(events[c], copyFinal(ev))
 					}
-					if ev.Kind == EventClose || ev.Kind == EventError {
+					if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 						finals++
 					}
 				})
@@ -322,7 +322,7 @@ func TestDialWhilePumping(t *testing.T) {
 				}
 			}
 		}()
-		dialed := make(chan Conn, dialers*perDialer)
+		dialed := make(chan talaris.Conn, dialers*perDialer)
 		var wg sync.WaitGroup
 		for d := range dialers {
 			wg.Add(1)
@@ -349,7 +349,7 @@ func TestDialWhilePumping(t *testing.T) {
 		for c := range dialed {
 			n++
 			evs := events[c]
-			if len(evs) != 2 || evs[0].Kind != EventOpen || evs[1].Kind != EventClose {
+			if len(evs) != 2 || evs[0].Kind != talaris.EventOpen || evs[1].Kind != talaris.EventClose {
 				t.Errorf("dialed conn %#x: events %+v, want open then close", c.ID(), evs)
 				continue
 			}

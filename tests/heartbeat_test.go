@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -127,16 +127,16 @@ func (pp *peerProc) waitLine(t *testing.T, prefix string) string {
 
 // pumpFinal pumps until c's final event and returns it with the time the
 // pump saw it; fn (if set) sees c's other events.
-func pumpFinal(t testing.TB, p *Pool, c Conn, fn func(ev Event)) (finalEvent, time.Time) {
+func pumpFinal(t testing.TB, p *talaris.Pool, c talaris.Conn, fn func(ev talaris.Event)) (finalEvent, time.Time) {
 	t.Helper()
 	var final *finalEvent
 	var at time.Time
 	for final == nil {
-		if _, err := p.Pump(func(cc Conn, ev Event) {
+		if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 			if cc != c {
 				return
 			}
-			if ev.Kind == EventClose || ev.Kind == EventError {
+			if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 				f := copyFinal(ev)
 				final, at = &f, time.Now()
 			} else if fn != nil {
@@ -152,12 +152,12 @@ func pumpFinal(t testing.TB, p *Pool, c Conn, fn func(ev Event)) (finalEvent, ti
 // schemes returns the subtests' URL schemes with the dial options each needs.
 func schemes() []struct {
 	name string
-	opts DialOptions
+	opts talaris.DialOptions
 } {
 	return []struct {
 		name string
-		opts DialOptions
-	}{{"ws", DialOptions{}}, {"wss", *tlsOpts}}
+		opts talaris.DialOptions
+	}{{"ws", talaris.DialOptions{}}, {"wss", *tlsOpts}}
 }
 
 // ---- heartbeat ----
@@ -173,7 +173,7 @@ func TestReadTimeoutStoppedServer(t *testing.T) {
 	for _, sc := range schemes() {
 		t.Run(sc.name, func(t *testing.T) {
 			pp := startPython(t, sc.name == "wss")
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			ctx, cancel := dialCtx(t)
 			defer cancel()
 			opts := sc.opts
@@ -192,8 +192,8 @@ func TestReadTimeoutStoppedServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			echoed := false
-			f, at := pumpFinal(t, p, c, func(ev Event) {
-				if ev.Kind == EventText && !echoed {
+			f, at := pumpFinal(t, p, c, func(ev talaris.Event) {
+				if ev.Kind == talaris.EventText && !echoed {
 					echoed, before, seen = true, sendAt, time.Now()
 					if err := pp.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 						t.Fatal(err)
@@ -207,8 +207,8 @@ func TestReadTimeoutStoppedServer(t *testing.T) {
 			if !echoed {
 				last = "the handshake (no echo within 300ms)"
 			}
-			t.Logf("%s %s: read timeout 300ms fired %v after %s", TLSBackend(), sc.name, at.Sub(seen), last)
-			if f.Kind != EventError || !errors.Is(f.Err, ErrReadTimeout) || f.Code != CloseAbnormal {
+			t.Logf("%s %s: read timeout 300ms fired %v after %s", talaris.TLSBackend(), sc.name, at.Sub(seen), last)
+			if f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrReadTimeout) || f.Code != talaris.CloseAbnormal {
 				t.Fatalf("final event %+v, want EventError ErrReadTimeout 1006", f)
 			}
 			if at.Sub(before) < 300*time.Millisecond || at.Sub(seen) > 2*time.Second {
@@ -270,7 +270,7 @@ func newIdleKiller(t *testing.T, idle time.Duration) *idleKiller {
 // connection stays open for 3 s, and the server sees a ping about every
 // 100 ms.
 func TestPingIntervalKeepsIdleOpen(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 
@@ -283,7 +283,7 @@ func TestPingIntervalKeepsIdleOpen(t *testing.T) {
 		f, _ := pumpFinal(t, p, c, nil)
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		if !k.timedOut || f.Kind != EventError || !errors.Is(f.Err, ErrConnectionLost) {
+		if !k.timedOut || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrConnectionLost) {
 			t.Fatalf("server timed out %v, final %+v: want the idle client dropped", k.timedOut, f)
 		}
 	})
@@ -319,9 +319,9 @@ func TestPingIntervalKeepsIdleOpen(t *testing.T) {
 // stayed open, that the server saw a ping about every 100 ms and never
 // timed the client out; then closes it. It returns what went wrong with
 // the heartbeat (the caller decides whether a freeze explains it).
-func pingIdleOnce(t *testing.T, p *Pool, ctx context.Context, run time.Duration) error {
+func pingIdleOnce(t *testing.T, p *talaris.Pool, ctx context.Context, run time.Duration) error {
 	k := newIdleKiller(t, time.Second)
-	c, err := p.Dial(ctx, k.URL+"/", &DialOptions{PingInterval: 100 * time.Millisecond, ReadTimeout: time.Second})
+	c, err := p.Dial(ctx, k.URL+"/", &talaris.DialOptions{PingInterval: 100 * time.Millisecond, ReadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,11 +329,11 @@ func pingIdleOnce(t *testing.T, p *Pool, ctx context.Context, run time.Duration)
 	pongs := 0
 	var ended error
 	for ended == nil && time.Now().Before(end) {
-		if _, err := p.Pump(func(cc Conn, ev Event) {
+		if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 			switch ev.Kind {
-			case EventPong:
+			case talaris.EventPong:
 				pongs++
-			case EventClose, EventError:
+			case talaris.EventClose, talaris.EventError:
 				ended = fmt.Errorf("connection ended after %d pongs: %v %d %v", pongs, ev.Kind, ev.Code, ev.Err)
 			}
 		}); err != nil {
@@ -343,7 +343,7 @@ func pingIdleOnce(t *testing.T, p *Pool, ctx context.Context, run time.Duration)
 	if ended != nil {
 		return ended
 	}
-	if st := c.State(); st != StateOpen {
+	if st := c.State(); st != talaris.StateOpen {
 		return fmt.Errorf("state %v after %v, want open", st, run)
 	}
 	k.mu.Lock()
@@ -367,10 +367,10 @@ func pingIdleOnce(t *testing.T, p *Pool, ctx context.Context, run time.Duration)
 	if want := int(run / (200 * time.Millisecond)); len(pings) < want {
 		return fmt.Errorf("%d pings in %v, want at least %d (interval 100ms)", len(pings), run, want)
 	}
-	if err := c.Close(CloseNormal, "bye"); err != nil {
+	if err := c.Close(talaris.CloseNormal, "bye"); err != nil {
 		t.Fatal(err)
 	}
-	if f, _ := pumpFinal(t, p, c, nil); f.Kind != EventClose || f.Code != CloseNormal {
+	if f, _ := pumpFinal(t, p, c, nil); f.Kind != talaris.EventClose || f.Code != talaris.CloseNormal {
 		t.Fatalf("final %+v, want EventClose 1000", f)
 	}
 	return nil
@@ -379,9 +379,9 @@ func pingIdleOnce(t *testing.T, p *Pool, ctx context.Context, run time.Duration)
 // TestHeartbeatOptionsValidated: heartbeat periods below 1 ms (or
 // negative) are refused with ErrInvalidConfig before anything is dialed.
 func TestHeartbeatOptionsValidated(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
-	for _, o := range []DialOptions{{PingInterval: -time.Second}, {ReadTimeout: time.Microsecond}, {HandshakeTimeout: -1}} {
-		if _, err := p.DialAsync("ws://127.0.0.1:1/", &o); !errors.Is(err, ErrInvalidConfig) {
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	for _, o := range []talaris.DialOptions{{PingInterval: -time.Second}, {ReadTimeout: time.Microsecond}, {HandshakeTimeout: -1}} {
+		if _, err := p.DialAsync("ws://127.0.0.1:1/", &o); !errors.Is(err, talaris.ErrInvalidConfig) {
 			t.Errorf("DialAsync with %+v: %v, want ErrInvalidConfig", o, err)
 		}
 	}
@@ -393,18 +393,18 @@ func TestHeartbeatOptionsValidated(t *testing.T) {
 // ---- Abort ----
 
 // checkDead checks that every method of an ended connection says so.
-func checkDead(t *testing.T, c Conn) {
+func checkDead(t *testing.T, c talaris.Conn) {
 	t.Helper()
-	if err := c.Abort(); !errors.Is(err, ErrClosed) {
+	if err := c.Abort(); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("Abort after the end: %v, want ErrClosed", err)
 	}
-	if err := c.Close(CloseNormal, ""); !errors.Is(err, ErrClosed) {
+	if err := c.Close(talaris.CloseNormal, ""); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("Close after the end: %v, want ErrClosed", err)
 	}
-	if err := c.SendText([]byte("x")); !errors.Is(err, ErrClosed) {
+	if err := c.SendText([]byte("x")); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("SendText after the end: %v, want ErrClosed", err)
 	}
-	if st := c.State(); st != StateClosed {
+	if st := c.State(); st != talaris.StateClosed {
 		t.Errorf("State after the end: %v", st)
 	}
 }
@@ -415,10 +415,10 @@ func checkDead(t *testing.T, c Conn) {
 // once, with EventError wrapping ErrAborted and code 1006; afterwards
 // every method reports ErrClosed.
 func TestAbort(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	expectAborted := func(t *testing.T, c Conn, what string) {
+	expectAborted := func(t *testing.T, c talaris.Conn, what string) {
 		t.Helper()
 		t0 := time.Now()
 		if err := c.Abort(); err != nil {
@@ -426,7 +426,7 @@ func TestAbort(t *testing.T) {
 		}
 		f, at := pumpFinal(t, p, c, nil)
 		t.Logf("%s: aborted in %v", what, at.Sub(t0))
-		if f.Kind != EventError || !errors.Is(f.Err, ErrAborted) || !errors.Is(f.Err, ErrClosed) || f.Code != CloseAbnormal {
+		if f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrAborted) || !errors.Is(f.Err, talaris.ErrClosed) || f.Code != talaris.CloseAbnormal {
 			t.Fatalf("%s: final %+v, want EventError ErrAborted (matching ErrClosed too) 1006", what, f)
 		}
 		if d := at.Sub(t0); d > 2*time.Second {
@@ -448,8 +448,8 @@ func TestAbort(t *testing.T) {
 			}
 			got := ""
 			for got == "" {
-				p.Pump(func(cc Conn, ev Event) {
-					if cc == c && ev.Kind == EventText {
+				p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+					if cc == c && ev.Kind == talaris.EventText {
 						got = string(ev.Payload)
 					}
 				})
@@ -516,10 +516,10 @@ func TestAbortRaces(t *testing.T) {
 	if testing.Short() {
 		rounds, poolRounds = 10, 4
 	}
-	small := Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 64 << 10, CmdRingSize: 1 << 16,
+	small := talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 64 << 10, CmdRingSize: 1 << 16,
 		BufCount: 64, MaxConns: 16, CloseTimeout: 2 * time.Second}
 	okErr := func(err error) bool {
-		return err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrPoolClosed)
+		return err == nil || errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
 	}
 	for _, sc := range schemes() {
 		t.Run(sc.name, func(t *testing.T) {
@@ -537,7 +537,7 @@ func TestAbortRaces(t *testing.T) {
 				errs := make(chan error, 64)
 				wg.Add(3)
 				go func() { defer wg.Done(); errs <- c.Abort() }()
-				go func() { defer wg.Done(); errs <- c.Close(CloseNormal, "race") }()
+				go func() { defer wg.Done(); errs <- c.Close(talaris.CloseNormal, "race") }()
 				go func() {
 					defer wg.Done()
 					for i := 0; i < 20; i++ {
@@ -555,8 +555,8 @@ func TestAbortRaces(t *testing.T) {
 						t.Errorf("round %d: call returned %v", r, err)
 					}
 				}
-				aborted := f.Kind == EventError && errors.Is(f.Err, ErrAborted)
-				closed := f.Kind == EventClose && f.Code == CloseNormal
+				aborted := f.Kind == talaris.EventError && errors.Is(f.Err, talaris.ErrAborted)
+				closed := f.Kind == talaris.EventClose && f.Code == talaris.CloseNormal
 				if !aborted && !closed {
 					t.Fatalf("round %d: final %+v, want ErrAborted or a clean close", r, f)
 				}
@@ -564,11 +564,11 @@ func TestAbortRaces(t *testing.T) {
 			}
 
 			for r := range poolRounds {
-				p, err := NewPool(small)
+				p, err := talaris.NewPool(small)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var conns []Conn
+				var conns []talaris.Conn
 				for range 3 {
 					c, err := p.Dial(ctx, srv.URL+"/echo", &sc.opts)
 					if err != nil {
@@ -581,7 +581,7 @@ func TestAbortRaces(t *testing.T) {
 				pumped := make(chan error, 1)
 				go func() {
 					for {
-						if _, err := p.Pump(func(Conn, Event) {}); err != nil {
+						if _, err := p.Pump(func(talaris.Conn, talaris.Event) {}); err != nil {
 							pumped <- err
 							return
 						}
@@ -590,7 +590,7 @@ func TestAbortRaces(t *testing.T) {
 				for _, c := range conns {
 					wg.Add(3)
 					go func() { defer wg.Done(); errs <- c.Abort() }()
-					go func() { defer wg.Done(); errs <- c.Close(CloseGoingAway, "race") }()
+					go func() { defer wg.Done(); errs <- c.Close(talaris.CloseGoingAway, "race") }()
 					go func() {
 						defer wg.Done()
 						for i := 0; i < 20; i++ {
@@ -615,7 +615,7 @@ func TestAbortRaces(t *testing.T) {
 						t.Errorf("pool round %d: call returned %v", r, err)
 					}
 				}
-				if err := <-pumped; !errors.Is(err, ErrPoolClosed) {
+				if err := <-pumped; !errors.Is(err, talaris.ErrPoolClosed) {
 					t.Errorf("pool round %d: pump ended with %v, want ErrPoolClosed", r, err)
 				}
 				for _, c := range conns {
@@ -651,7 +651,7 @@ func TestPoolCloseGoingAway(t *testing.T) {
 				}
 			}
 		}).Start(t)
-		p, err := NewPool(Config{})
+		p, err := talaris.NewPool(talaris.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -673,7 +673,7 @@ func TestPoolCloseGoingAway(t *testing.T) {
 
 	t.Run("python_wss", func(t *testing.T) {
 		pp := startPython(t, true)
-		p, err := NewPool(Config{})
+		p, err := talaris.NewPool(talaris.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -684,7 +684,7 @@ func TestPoolCloseGoingAway(t *testing.T) {
 		p.Close()
 		d := time.Since(t0)
 		l := pp.waitLine(t, "CLOSED")
-		t.Logf("%s: Python websockets printed %q; Pool.Close took %v", TLSBackend(), l, d)
+		t.Logf("%s: Python websockets printed %q; Pool.Close took %v", talaris.TLSBackend(), l, d)
 		if l != "CLOSED 1001 pool closed" {
 			t.Errorf("server saw %q, want CLOSED 1001 pool closed", l)
 		}
@@ -724,7 +724,7 @@ func TestPoolCloseGoingAway(t *testing.T) {
 				}
 			}
 		}).Start(t)
-		p, err := NewPool(Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 64 << 10})
+		p, err := talaris.NewPool(talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 64 << 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -753,7 +753,7 @@ func TestPoolCloseGoingAway(t *testing.T) {
 		done := make(chan struct{})
 		srv := wstest.NewRaw(func(c *wstest.RawConn) { <-done }).Start(t)
 		t.Cleanup(func() { close(done) })
-		p, err := NewPool(Config{CloseTimeout: 300 * time.Millisecond})
+		p, err := talaris.NewPool(talaris.Config{CloseTimeout: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -824,10 +824,10 @@ func TestCloseTiming(t *testing.T) {
 		t.Log("node ws not installed: skipping the Node peer")
 	}
 
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for _, pc := range peers {
 		scheme := "ws"
-		opts := &DialOptions{}
+		opts := &talaris.DialOptions{}
 		if pc.wss {
 			scheme, opts = "wss", tlsOpts
 		}
@@ -837,7 +837,7 @@ func TestCloseTiming(t *testing.T) {
 				t.Fatal(err)
 			}
 			t0 := time.Now()
-			if err := c.Close(CloseNormal, "bye"); err != nil {
+			if err := c.Close(talaris.CloseNormal, "bye"); err != nil {
 				t.Fatal(err)
 			}
 			fc, at := pumpFinal(t, p, c, nil)
@@ -851,11 +851,11 @@ func TestCloseTiming(t *testing.T) {
 			fs, at2 := pumpFinal(t, p, c2, nil)
 			dServer := at2.Sub(t1)
 			t.Logf("close timing %s %s %s: client-initiated %v, server-initiated (dial+close) %v",
-				TLSBackend(), pc.name, scheme, dClient.Round(10*time.Microsecond), dServer.Round(10*time.Microsecond))
-			if fc.Kind != EventClose || fc.Code != CloseNormal {
+				talaris.TLSBackend(), pc.name, scheme, dClient.Round(10*time.Microsecond), dServer.Round(10*time.Microsecond))
+			if fc.Kind != talaris.EventClose || fc.Code != talaris.CloseNormal {
 				t.Errorf("client-initiated close ended with %+v", fc)
 			}
-			if fs.Kind != EventClose || fs.Code != CloseNormal {
+			if fs.Kind != talaris.EventClose || fs.Code != talaris.CloseNormal {
 				t.Errorf("server-initiated close ended with %+v", fs)
 			}
 			if dClient > time.Second || dServer > time.Second {
@@ -878,7 +878,7 @@ func TestCloseTimeoutReported(t *testing.T) {
 		<-done // keep TCP open, read nothing more
 	}).Start(t)
 	t.Cleanup(func() { close(done) })
-	p := newTestPool(t, Config{CloseTimeout: 300 * time.Millisecond}, hangGuard)
+	p := newTestPool(t, talaris.Config{CloseTimeout: 300 * time.Millisecond}, hangGuard)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := p.Dial(ctx, srv.URL+"/", nil)
@@ -886,12 +886,12 @@ func TestCloseTimeoutReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	if err := c.Close(CloseNormal, "bye"); err != nil {
+	if err := c.Close(talaris.CloseNormal, "bye"); err != nil {
 		t.Fatal(err)
 	}
 	f, at := pumpFinal(t, p, c, nil)
 	t.Logf("close with no TCP end: %+v after %v", f, at.Sub(t0))
-	if f.Kind != EventError || !errors.Is(f.Err, ErrCloseTimeout) {
+	if f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrCloseTimeout) {
 		t.Fatalf("final %+v, want EventError ErrCloseTimeout", f)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -29,10 +29,10 @@ import (
 func TestHostileAPIRaces(t *testing.T) {
 	cfgs := []struct {
 		name string
-		cfg  Config
+		cfg  talaris.Config
 	}{
-		{"default", Config{}},
-		{"nodirect-fair", Config{NoDirectSend: true, MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096}},
+		{"default", talaris.Config{}},
+		{"nodirect-fair", talaris.Config{NoDirectSend: true, MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096}},
 	}
 	iters := 2
 	if testing.Short() { // (the race run: every iteration costs several times more)
@@ -100,7 +100,7 @@ func hostilePeer(peer string) func(rc *wstest.RawConn) {
 	}
 }
 
-func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int) {
+func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config, it int) {
 	srv := wstest.NewRaw(hostilePeer(peer))
 	opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
 	cfg.CloseTimeout = 300 * time.Millisecond
@@ -110,7 +110,9 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int
 
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	ended := func(err error) bool { return errors.Is(err, ErrClosed) || errors.Is(err, ErrPoolClosed) }
+	ended := func(err error) bool {
+		return errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
+	}
 	var wg sync.WaitGroup
 	var calls atomic.Int64
 	errs := make(chan error, 16)
@@ -131,7 +133,7 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int
 				case err == nil:
 				case ended(err):
 					return
-				case errors.Is(err, ErrWouldBlock):
+				case errors.Is(err, talaris.ErrWouldBlock):
 					time.Sleep(20 * time.Microsecond)
 				default:
 					report("%s: %v", name, err)
@@ -143,7 +145,7 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int
 	small, big := make([]byte, 64), make([]byte, 9000)
 	run("SendBinary", func() error { return c.SendBinary(small) })
 	run("SendBinary 9000", func() error { return c.SendBinary(big) })
-	run("SendContext", func() error { return c.SendContext(ctx, OpBinary, small) })
+	run("SendContext", func() error { return c.SendContext(ctx, talaris.OpBinary, small) })
 	run("Ping", func() error { return c.Ping([]byte("hb")) })
 	stopStats := make(chan struct{})
 	var statsWG sync.WaitGroup
@@ -177,7 +179,7 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int
 
 	time.Sleep(time.Duration(2+(it*7+len(t.Name()))%9) * time.Millisecond)
 	enders := map[string]func() error{
-		"Conn.Close": func() error { return c.Close(CloseNormal, "") },
+		"Conn.Close": func() error { return c.Close(talaris.CloseNormal, "") },
 		"Pool.Close": p.Close,
 		"Abort":      c.Abort,
 	}
@@ -210,7 +212,7 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int
 		// too, so both answers are checked below.
 		if f := bg.wait(t); f == nil {
 			t.Errorf("no final event after %s", end)
-		} else if end == "Abort" && !errors.Is(f.Err, ErrClosed) && (peer == "stops-reading" || !errors.Is(f.Err, ErrConnectionLost)) {
+		} else if end == "Abort" && !errors.Is(f.Err, talaris.ErrClosed) && (peer == "stops-reading" || !errors.Is(f.Err, talaris.ErrConnectionLost)) {
 			// (A peer's reset or cut that the loop met before the abort
 			// ends it as lost.)
 			t.Errorf("final %+v after Abort, want an error matching ErrClosed", *f)
@@ -221,17 +223,17 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int
 	for _, f := range []func() error{
 		func() error { return c.SendBinary(small) },
 		func() error { return c.SendText([]byte("late")) },
-		func() error { return c.SendContext(ctx, OpText, []byte("late")) },
+		func() error { return c.SendContext(ctx, talaris.OpText, []byte("late")) },
 		func() error { return c.Ping(nil) },
 		func() error { return c.Pong(nil) },
-		func() error { return c.Close(CloseNormal, "") },
+		func() error { return c.Close(talaris.CloseNormal, "") },
 		c.Abort,
 	} {
 		if err := f(); !ended(err) {
 			t.Errorf("a call after the end (%s, peer %s) returned %v, want ErrClosed or ErrPoolClosed", end, peer, err)
 		}
 	}
-	if st := c.Stats(); st != (ConnStats{}) {
+	if st := c.Stats(); st != (talaris.ConnStats{}) {
 		t.Errorf("Stats after the end = %+v, want zero", st)
 	}
 	if err := p.Close(); err != nil {
@@ -251,16 +253,16 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg Config, it int
 // returns one) answers without a panic: sends, SendContext, Ping, Pong,
 // Close and Abort refuse with an error, Stats is zero, State idle.
 func TestZeroConnAPI(t *testing.T) {
-	var c Conn
+	var c talaris.Conn
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	for name, f := range map[string]func() error{
 		"SendText":    func() error { return c.SendText([]byte("x")) },
 		"SendBinary":  func() error { return c.SendBinary([]byte("x")) },
-		"SendContext": func() error { return c.SendContext(ctx, OpBinary, []byte("x")) },
+		"SendContext": func() error { return c.SendContext(ctx, talaris.OpBinary, []byte("x")) },
 		"Ping":        func() error { return c.Ping(nil) },
 		"Pong":        func() error { return c.Pong(nil) },
-		"Close":       func() error { return c.Close(CloseNormal, "") },
+		"Close":       func() error { return c.Close(talaris.CloseNormal, "") },
 		"Abort":       c.Abort,
 	} {
 		if err := f(); err == nil {
@@ -269,10 +271,10 @@ func TestZeroConnAPI(t *testing.T) {
 			t.Logf("zero Conn %s: %v", name, err)
 		}
 	}
-	if st := c.Stats(); st != (ConnStats{}) {
+	if st := c.Stats(); st != (talaris.ConnStats{}) {
 		t.Errorf("zero Conn Stats = %+v, want zero", st)
 	}
-	if st := c.State(); st != StateIdle {
+	if st := c.State(); st != talaris.StateIdle {
 		t.Errorf("zero Conn State = %v, want idle", st)
 	}
 }

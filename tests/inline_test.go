@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 	"golang.org/x/sys/unix"
@@ -33,14 +33,14 @@ import (
 // goroutine and from inside a callback, a peer that stops reading, the
 // other goroutines' limits. Timeouts are hang guards only.
 
-var inlineCfg = Config{InlineLoop: true}
+var inlineCfg = talaris.Config{InlineLoop: true}
 
 // inlineTarget is one server of the inline tests: a library over ws or
 // wss (URL without path, dial options).
 type inlineTarget struct {
 	name string
 	url  string
-	opts *DialOptions
+	opts *talaris.DialOptions
 }
 
 // inlineTargets starts a gorilla and a coder server, each over ws and wss.
@@ -83,7 +83,7 @@ func TestInlineEchoFromGoroutine(t *testing.T) {
 				msg := make([]byte, 100)
 				for i := 0; i < n; i++ {
 					binary.LittleEndian.PutUint64(msg, uint64(i))
-					if err := c.SendContext(ctx, OpBinary, msg); err != nil {
+					if err := c.SendContext(ctx, talaris.OpBinary, msg); err != nil {
 						sent <- err
 						return
 					}
@@ -96,8 +96,8 @@ func TestInlineEchoFromGoroutine(t *testing.T) {
 			seen := 0
 			var bad error
 			for seen < n && bad == nil {
-				if _, err := p.PumpData(func(cc Conn, op Opcode, pl []byte) {
-					if cc != c || op != OpBinary || len(pl) != 100 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
+				if _, err := p.PumpData(func(cc talaris.Conn, op talaris.Opcode, pl []byte) {
+					if cc != c || op != talaris.OpBinary || len(pl) != 100 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
 						bad = fmt.Errorf("echo %d: op %v len %d", seen, op, len(pl))
 					}
 					seen++
@@ -117,14 +117,14 @@ func TestInlineEchoFromGoroutine(t *testing.T) {
 
 // checkedStream is a Pump callback for one /stream: each binary message
 // is checked by chk, and the connection's last event is stored in *end.
-func checkedStream(t *testing.T, chk *wstest.Checker, end **Event) EventFunc {
-	return func(_ Conn, ev Event) {
+func checkedStream(t *testing.T, chk *wstest.Checker, end **talaris.Event) talaris.EventFunc {
+	return func(_ talaris.Conn, ev talaris.Event) {
 		switch ev.Kind {
-		case EventBinary:
+		case talaris.EventBinary:
 			if err := chk.Check(ev.Payload); err != nil {
 				t.Error(err)
 			}
-		case EventClose, EventError:
+		case talaris.EventClose, talaris.EventError:
 			e := ev
 			*end = &e
 		}
@@ -148,13 +148,13 @@ func TestInlineFeed(t *testing.T) {
 					t.Fatal(err)
 				}
 				chk := wstest.NewChecker(q.size)
-				var end *Event
+				var end *talaris.Event
 				for end == nil {
 					if _, err := p.Pump(checkedStream(t, chk, &end)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				if chk.Count() != q.n || end.Kind != EventClose || end.Code != 1000 {
+				if chk.Count() != q.n || end.Kind != talaris.EventClose || end.Code != 1000 {
 					t.Fatalf("%d/%d messages, end %v %d (%v)", chk.Count(), q.n, end.Kind, end.Code, end.Err)
 				}
 				_ = c
@@ -188,7 +188,7 @@ func TestInlineCloseFromCallback(t *testing.T) {
 	for _, tg := range inlineTargets(t) {
 		for _, what := range []string{"pool", "conn"} {
 			t.Run(tg.name+"/"+what, func(t *testing.T) {
-				p := newTestPool(t, Config{InlineLoop: true, CloseTimeout: time.Second}, hangGuard)
+				p := newTestPool(t, talaris.Config{InlineLoop: true, CloseTimeout: time.Second}, hangGuard)
 				ctx, cancel := dialCtx(t)
 				defer cancel()
 				c, err := p.Dial(ctx, tg.url+"/stream?n=1000000&size=64", tg.opts)
@@ -196,12 +196,12 @@ func TestInlineCloseFromCallback(t *testing.T) {
 					t.Fatal(err)
 				}
 				got, closed := 0, false
-				var end *Event
+				var end *talaris.Event
 				var perr error
 				for perr == nil && end == nil {
-					_, perr = p.Pump(func(cc Conn, ev Event) {
+					_, perr = p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 						switch ev.Kind {
-						case EventBinary:
+						case talaris.EventBinary:
 							got++
 							if got == 5000 && !closed {
 								closed = true
@@ -210,21 +210,21 @@ func TestInlineCloseFromCallback(t *testing.T) {
 									if err := p.Close(); err != nil {
 										t.Error(err)
 									}
-								} else if err := c.Close(CloseNormal, "enough"); err != nil {
+								} else if err := c.Close(talaris.CloseNormal, "enough"); err != nil {
 									t.Error(err)
 								}
 								if d := time.Since(start); d > 3*time.Second {
 									t.Errorf("Close from the callback took %v", d)
 								}
 							}
-						case EventClose, EventError:
+						case talaris.EventClose, talaris.EventError:
 							e := ev
 							end = &e
 						}
 					})
 				}
 				if what == "pool" {
-					if !errors.Is(perr, ErrPoolClosed) {
+					if !errors.Is(perr, talaris.ErrPoolClosed) {
 						t.Fatalf("pump after Close in the callback: %v (end %v)", perr, end)
 					}
 					if err := c.SendText([]byte("late")); err == nil {
@@ -249,7 +249,7 @@ func TestInlineCloseFromCallback(t *testing.T) {
 func TestInlineStoppedReader(t *testing.T) {
 	url := delayedEcho(t, 0, bellStopRead, 3)
 	t.Run("owner", func(t *testing.T) {
-		p, c := dialOpts(t, Config{InlineLoop: true, MaxSendQueue: 1 << 20, CloseTimeout: 200 * time.Millisecond}, url, nil)
+		p, c := dialOpts(t, talaris.Config{InlineLoop: true, MaxSendQueue: 1 << 20, CloseTimeout: 200 * time.Millisecond}, url, nil)
 		msg := make([]byte, 64<<10)
 		// Full means the queue stays full with the loop run between the
 		// attempts: the first ErrWouldBlock can come while the loop has
@@ -258,9 +258,9 @@ func TestInlineStoppedReader(t *testing.T) {
 		// while it waits, would then find room (seen in CI).
 		stuck := 0
 		for i := 0; i < 8192 && stuck < 32; i++ {
-			p.PumpNowait(func(Conn, Opcode, []byte) {})
+			p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {})
 			switch err := c.SendBinary(msg); {
-			case errors.Is(err, ErrWouldBlock):
+			case errors.Is(err, talaris.ErrWouldBlock):
 				stuck++
 				time.Sleep(time.Millisecond)
 			case err != nil:
@@ -274,7 +274,7 @@ func TestInlineStoppedReader(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		if err := c.SendContext(ctx, OpBinary, msg); !errors.Is(err, context.DeadlineExceeded) {
+		if err := c.SendContext(ctx, talaris.OpBinary, msg); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("SendContext to a full queue: %v", err)
 		}
 		start := time.Now()
@@ -287,7 +287,7 @@ func TestInlineStoppedReader(t *testing.T) {
 	})
 	t.Run("other", func(t *testing.T) {
 		for i := 0; i < 6; i++ {
-			p, c := dialOpts(t, Config{InlineLoop: true, CloseTimeout: 100 * time.Millisecond}, url, nil)
+			p, c := dialOpts(t, talaris.Config{InlineLoop: true, CloseTimeout: 100 * time.Millisecond}, url, nil)
 			pingPongCloseRace(t, p, c, i, time.Duration(i)*3*time.Millisecond)
 		}
 	})
@@ -302,10 +302,10 @@ func TestInlineOtherGoroutines(t *testing.T) {
 	p := newTestPool(t, inlineCfg, hangGuard)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.PumpData(func(Conn, Opcode, []byte) {})
+		_, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {})
 		errc <- err
 	}()
-	if err := <-errc; !errors.Is(err, ErrNotLoopThread) {
+	if err := <-errc; !errors.Is(err, talaris.ErrNotLoopThread) {
 		t.Fatalf("pump from another goroutine: %v", err)
 	}
 	// Nobody pumps: another goroutine's Dial ends with its context.
@@ -315,36 +315,36 @@ func TestInlineOtherGoroutines(t *testing.T) {
 		_, err := p.Dial(ctx, srv.URL+"/echo", nil)
 		errc <- err
 	}()
-	if err := <-errc; !errors.Is(err, ErrTimeout) {
+	if err := <-errc; !errors.Is(err, talaris.ErrTimeout) {
 		t.Fatalf("dial nobody pumps: %v", err)
 	}
 	// The pool's goroutine pumps: another's Dial opens (the abandoned
 	// dial above may open or end meanwhile: its events are skipped).
-	dialed := make(chan Conn, 1)
+	dialed := make(chan talaris.Conn, 1)
 	go func() {
 		ctx, cancel := dialCtx(t)
 		defer cancel()
-		c, err := p.Dial(ctx, srv.URL+"/echo", &DialOptions{PingInterval: 10 * time.Millisecond})
+		c, err := p.Dial(ctx, srv.URL+"/echo", &talaris.DialOptions{PingInterval: 10 * time.Millisecond})
 		if err != nil {
 			t.Error(err)
 		}
 		dialed <- c
 	}()
-	var c Conn
+	var c talaris.Conn
 	pongs := 0
 	deadline := time.Now().Add(hangGuard)
 	for pongs < 5 && time.Now().Before(deadline) {
-		if c == (Conn{}) {
+		if c == (talaris.Conn{}) {
 			select {
 			case c = <-dialed:
-				if c == (Conn{}) {
+				if c == (talaris.Conn{}) {
 					t.FailNow()
 				}
 			default:
 			}
 		}
-		if _, err := p.Pump(func(cc Conn, ev Event) {
-			if c != (Conn{}) && cc == c && ev.Kind == EventPong {
+		if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+			if c != (talaris.Conn{}) && cc == c && ev.Kind == talaris.EventPong {
 				pongs++
 			}
 		}); err != nil {
@@ -378,7 +378,7 @@ func TestInlineDialContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := p.Dial(ctx, "ws://"+ln.Addr().String()+"/", nil); !errors.Is(err, ErrTimeout) {
+	if _, err := p.Dial(ctx, "ws://"+ln.Addr().String()+"/", nil); !errors.Is(err, talaris.ErrTimeout) {
 		t.Fatalf("dial: %v", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -411,10 +411,10 @@ func TestInlineIdleCPU(t *testing.T) {
 	got := 0
 	var err error
 	for err == nil {
-		_, err = p.PumpData(func(Conn, Opcode, []byte) { got++ })
+		_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) { got++ })
 	}
 	<-closed
-	if !errors.Is(err, ErrPoolClosed) || got != 0 {
+	if !errors.Is(err, talaris.ErrPoolClosed) || got != 0 {
 		t.Fatalf("pump: %v after %d messages on a quiet connection", err, got)
 	}
 	t.Logf("idle: %v CPU in %v (%.2f %%)", used, idle, 100*used.Seconds()/idle.Seconds())
@@ -434,7 +434,7 @@ func TestInlineFloodCloseRace(t *testing.T) {
 		for _, what := range []string{"pool", "conn"} {
 			t.Run(tg.name+"/"+what, func(t *testing.T) {
 				for i := 0; i < 6; i++ {
-					p := newTestPool(t, Config{InlineLoop: true, CloseTimeout: 500 * time.Millisecond}, hangGuard)
+					p := newTestPool(t, talaris.Config{InlineLoop: true, CloseTimeout: 500 * time.Millisecond}, hangGuard)
 					ctx, cancel := dialCtx(t)
 					c, err := p.Dial(ctx, tg.url+"/stream?n=2000000&size=64", tg.opts)
 					cancel()
@@ -447,11 +447,11 @@ func TestInlineFloodCloseRace(t *testing.T) {
 						if what == "pool" {
 							closed <- p.Close()
 						} else {
-							closed <- c.Close(CloseNormal, "enough")
+							closed <- c.Close(talaris.CloseNormal, "enough")
 						}
 					}()
 					chk := wstest.NewChecker(64)
-					var end *Event
+					var end *talaris.Event
 					var perr error
 					for perr == nil && end == nil {
 						_, perr = p.Pump(checkedStream(t, chk, &end))
@@ -461,9 +461,9 @@ func TestInlineFloodCloseRace(t *testing.T) {
 					}
 					if what == "pool" {
 						if perr == nil {
-							_, perr = p.Pump(func(Conn, Event) {})
+							_, perr = p.Pump(func(talaris.Conn, talaris.Event) {})
 						}
-						if !errors.Is(perr, ErrPoolClosed) {
+						if !errors.Is(perr, talaris.ErrPoolClosed) {
 							t.Fatalf("round %d: pump after Pool.Close: %v", i, perr)
 						}
 					} else if perr != nil || end == nil {
@@ -515,7 +515,7 @@ func slowUpgrade(t *testing.T, delay time.Duration, secure bool) (string, <-chan
 // dialAway dials url from another goroutine with a context of d and
 // reports its error (a Conn it returned is an error too: these dials
 // must give up).
-func dialAway(p *Pool, url string, opts *DialOptions, d time.Duration) <-chan error {
+func dialAway(p *talaris.Pool, url string, opts *talaris.DialOptions, d time.Duration) <-chan error {
 	res := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -541,15 +541,15 @@ func TestInlineAbandonedDial(t *testing.T) {
 	for _, mode := range []string{"inline", "threaded"} {
 		for _, secure := range []bool{false, true} {
 			name := mode + "/ws"
-			opts := (*DialOptions)(nil)
+			opts := (*talaris.DialOptions)(nil)
 			if secure {
 				name, opts = mode+"/wss", tlsOpts
 			}
 			t.Run(name, func(t *testing.T) {
 				url, ended := slowUpgrade(t, 500*time.Millisecond, secure)
 				var got []string
-				record := func(c Conn, ev Event) { got = append(got, fmt.Sprintf("%v %q", ev.Kind, ev.Payload)) }
-				cfg := Config{OnEvent: record}
+				record := func(c talaris.Conn, ev talaris.Event) { got = append(got, fmt.Sprintf("%v %q", ev.Kind, ev.Payload)) }
+				cfg := talaris.Config{OnEvent: record}
 				if mode == "inline" {
 					cfg.InlineLoop = true
 				}
@@ -564,7 +564,7 @@ func TestInlineAbandonedDial(t *testing.T) {
 					}
 					time.Sleep(time.Millisecond)
 				}
-				if err := <-dialed; !errors.Is(err, ErrTimeout) {
+				if err := <-dialed; !errors.Is(err, talaris.ErrTimeout) {
 					t.Fatalf("dial with a 250 ms context, upgrade after 500 ms: %v", err)
 				}
 				// The upgrade and "hello" arrive while nobody pumps.
@@ -605,7 +605,7 @@ func TestInlineDialWhileCallbackWaits(t *testing.T) {
 			slow, _ := slowUpgrade(t, 300*time.Millisecond, secure)
 			echo := wstest.NewGorilla().Start(t).URL + "/echo"
 			p, c := dialOpts(t, inlineCfg, echo, nil)
-			opts := (*DialOptions)(nil)
+			opts := (*talaris.DialOptions)(nil)
 			if secure {
 				opts = tlsOpts
 			}
@@ -617,12 +617,12 @@ func TestInlineDialWhileCallbackWaits(t *testing.T) {
 			var others []string
 			echoes := 0
 			for echoes < 2 {
-				if _, err := p.Pump(func(cc Conn, ev Event) {
+				if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 					if cc != c {
 						others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
 						return
 					}
-					if ev.Kind != EventText {
+					if ev.Kind != talaris.EventText {
 						return
 					}
 					echoes++
@@ -642,7 +642,7 @@ func TestInlineDialWhileCallbackWaits(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if waited < 0 || !errors.Is(dialErr, ErrTimeout) {
+			if waited < 0 || !errors.Is(dialErr, talaris.ErrTimeout) {
 				t.Fatalf("Dial with a 200 ms context, the loop's goroutine in a callback waiting for it: %v after %v", dialErr, waited)
 			}
 			// The abandoned connection ends (the loop aborts it, maybe
@@ -653,7 +653,7 @@ func TestInlineDialWhileCallbackWaits(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%d connections 10 s on", p.ConnCount())
 				}
-				if _, err := p.PumpEventsNowait(func(cc Conn, ev Event) {
+				if _, err := p.PumpEventsNowait(func(cc talaris.Conn, ev talaris.Event) {
 					if cc != c {
 						others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
 					}
@@ -662,7 +662,7 @@ func TestInlineDialWhileCallbackWaits(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if len(others) != 0 || c.State() != StateOpen {
+			if len(others) != 0 || c.State() != talaris.StateOpen {
 				t.Fatalf("events of a Conn the caller never got: %q; own connection %v", others, c.State())
 			}
 		})
@@ -690,7 +690,7 @@ func TestInlineLoopCPU(t *testing.T) {
 		t.Skip("one CPU allowed: pinning would not show")
 	}
 	srv := wstest.NewGorilla().Start(t)
-	p, c := dialOpts(t, Config{InlineLoop: true, LoopCPU: cpu, LoopCPUSet: true}, srv.URL+"/echo", nil)
+	p, c := dialOpts(t, talaris.Config{InlineLoop: true, LoopCPU: cpu, LoopCPUSet: true}, srv.URL+"/echo", nil)
 	var now unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &now); err != nil {
 		t.Fatal(err)
@@ -710,7 +710,7 @@ func TestInlineLoopCPU(t *testing.T) {
 	if now != before {
 		t.Fatalf("after Close the thread's mask has %d CPUs, before NewPool %d", now.Count(), before.Count())
 	}
-	if _, err := NewPool(Config{InlineLoop: true, LoopCPU: 4095, LoopCPUSet: true}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := talaris.NewPool(talaris.Config{InlineLoop: true, LoopCPU: 4095, LoopCPUSet: true}); !errors.Is(err, talaris.ErrInvalidConfig) {
 		t.Fatalf("NewPool pinned to CPU 4095: %v", err)
 	}
 	if err := unix.SchedGetaffinity(0, &now); err != nil || now != before {
@@ -733,14 +733,14 @@ func TestInlineSendersShareRing(t *testing.T) {
 			sink := wstest.NewGorilla()
 			sink.OnMessage = func(ws.Opcode, []byte) { sunk.Add(1) }
 			echo := wstest.NewGorilla()
-			var opts *DialOptions
+			var opts *talaris.DialOptions
 			if secure {
 				cfg := serverTLS(t, testCertFile, testKeyFile, 0, 0)
 				sink, echo, opts = sink.StartTLS(t, cfg), echo.StartTLS(t, cfg), tlsOpts
 			} else {
 				sink, echo = sink.Start(t), echo.Start(t)
 			}
-			p, a := dialOpts(t, Config{InlineLoop: true, CmdRingSize: 64 << 10, NoDirectSend: true}, echo.URL+"/echo", opts)
+			p, a := dialOpts(t, talaris.Config{InlineLoop: true, CmdRingSize: 64 << 10, NoDirectSend: true}, echo.URL+"/echo", opts)
 			ctx, cancel := dialCtx(t)
 			defer cancel()
 			// B is dialed from another goroutine while this one pumps
@@ -757,7 +757,7 @@ func TestInlineSendersShareRing(t *testing.T) {
 				for i := 0; i < n; i++ {
 					for {
 						err := b.SendBinary(msg)
-						if !errors.Is(err, ErrWouldBlock) {
+						if !errors.Is(err, talaris.ErrWouldBlock) {
 							if err != nil {
 								flood <- err
 								return
@@ -786,7 +786,7 @@ func TestInlineSendersShareRing(t *testing.T) {
 					done = true
 				default:
 				}
-				if _, err := p.PumpNowait(func(Conn, Opcode, []byte) {}); err != nil {
+				if _, err := p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {}); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(100 * time.Microsecond)
@@ -820,7 +820,7 @@ func TestInlinePeerDrops(t *testing.T) {
 					t.Fatal(err)
 				}
 				chk := wstest.NewChecker(100)
-				var end *Event
+				var end *talaris.Event
 				for end == nil {
 					if _, err := p.Pump(checkedStream(t, chk, &end)); err != nil {
 						t.Fatal(err)
@@ -829,16 +829,16 @@ func TestInlinePeerDrops(t *testing.T) {
 				if chk.Count() != n && !strings.Contains(q, "rst") {
 					t.Errorf("got %d messages, want %d", chk.Count(), n)
 				}
-				if end.Kind != EventError || !errors.Is(end.Err, ErrConnectionLost) || end.Code != CloseAbnormal {
+				if end.Kind != talaris.EventError || !errors.Is(end.Err, talaris.ErrConnectionLost) || end.Code != talaris.CloseAbnormal {
 					t.Errorf("final event %v %d %v, want EventError ErrConnectionLost 1006", end.Kind, end.Code, end.Err)
 				}
-				if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+				if err := c.SendText([]byte("late")); !errors.Is(err, talaris.ErrClosed) {
 					t.Errorf("send after the drop: %v", err)
 				}
-				if err := c.Close(CloseNormal, ""); !errors.Is(err, ErrClosed) {
+				if err := c.Close(talaris.CloseNormal, ""); !errors.Is(err, talaris.ErrClosed) {
 					t.Errorf("close after the drop: %v", err)
 				}
-				if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrNoConns) {
+				if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrNoConns) {
 					t.Errorf("pump with no connection: %v", err)
 				}
 				c2, err := p.Dial(ctx, tg.url+"/echo", tg.opts)
@@ -864,7 +864,7 @@ func TestInlinePeerDrops(t *testing.T) {
 func TestInlineMethodsRaceClose(t *testing.T) {
 	echo := wstest.NewGorilla().Start(t).URL + "/echo"
 	stopped := delayedEcho(t, 0, bellStopRead, 2)
-	allowed := []error{ErrClosed, ErrPoolClosed, ErrWouldBlock, ErrTimeout, context.DeadlineExceeded, ErrNotLoopThread}
+	allowed := []error{talaris.ErrClosed, talaris.ErrPoolClosed, talaris.ErrWouldBlock, talaris.ErrTimeout, context.DeadlineExceeded, talaris.ErrNotLoopThread}
 	check := func(what string, err error) {
 		if err == nil {
 			return
@@ -881,7 +881,7 @@ func TestInlineMethodsRaceClose(t *testing.T) {
 		if i%2 == 1 {
 			url = stopped
 		}
-		p, c := dialOpts(t, Config{InlineLoop: true, MaxSendQueue: 256 << 10, CloseTimeout: 100 * time.Millisecond}, url, nil)
+		p, c := dialOpts(t, talaris.Config{InlineLoop: true, MaxSendQueue: 256 << 10, CloseTimeout: 100 * time.Millisecond}, url, nil)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -890,7 +890,7 @@ func TestInlineMethodsRaceClose(t *testing.T) {
 				check("SendBinary", c.SendBinary(msg))
 				check("SendText", c.SendText([]byte("x")))
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-				check("SendContext", c.SendContext(ctx, OpBinary, msg))
+				check("SendContext", c.SendContext(ctx, talaris.OpBinary, msg))
 				cancel()
 				check("Ping", c.Ping(nil))
 				check("Pong", c.Pong(nil))
@@ -908,19 +908,19 @@ func TestInlineMethodsRaceClose(t *testing.T) {
 				}
 				if j == 40 {
 					if i%4 < 2 {
-						check("Close", c.Close(CloseNormal, "bye"))
+						check("Close", c.Close(talaris.CloseNormal, "bye"))
 					} else {
 						check("Abort", c.Abort())
 					}
 				}
-				if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrNotLoopThread) && !errors.Is(err, ErrConcurrentPump) && !errors.Is(err, ErrPoolClosed) {
+				if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrNotLoopThread) && !errors.Is(err, talaris.ErrConcurrentPump) && !errors.Is(err, talaris.ErrPoolClosed) {
 					t.Errorf("pump from another goroutine: %v", err)
 				}
-				if p.ConnCount() == 0 && c.State() == StateClosed {
+				if p.ConnCount() == 0 && c.State() == talaris.StateClosed {
 					return
 				}
 				time.Sleep(100 * time.Microsecond)
-				if errors.Is(c.SendText(nil), ErrPoolClosed) {
+				if errors.Is(c.SendText(nil), talaris.ErrPoolClosed) {
 					return
 				}
 			}
@@ -931,10 +931,10 @@ func TestInlineMethodsRaceClose(t *testing.T) {
 			closed <- p.Close()
 		}()
 		var err error
-		for err == nil || errors.Is(err, ErrConcurrentPump) { // (the other goroutine's Pump holds the claim a moment)
-			_, err = p.Pump(func(Conn, Event) {})
+		for err == nil || errors.Is(err, talaris.ErrConcurrentPump) { // (the other goroutine's Pump holds the claim a moment)
+			_, err = p.Pump(func(talaris.Conn, talaris.Event) {})
 		}
-		if !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrNoConns) {
+		if !errors.Is(err, talaris.ErrPoolClosed) && !errors.Is(err, talaris.ErrNoConns) {
 			t.Fatalf("round %d: pump: %v", i, err)
 		}
 		if err := <-closed; err != nil {
@@ -955,13 +955,13 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 	for _, secure := range []bool{false, true} {
 		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
 			srv := wstest.NewGorilla()
-			var opts *DialOptions
+			var opts *talaris.DialOptions
 			if secure {
 				srv, opts = srv.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)), tlsOpts
 			} else {
 				srv = srv.Start(t)
 			}
-			p, c := dialOpts(t, Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, srv.URL+"/echo", opts)
+			p, c := dialOpts(t, talaris.Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, srv.URL+"/echo", opts)
 			type result struct {
 				accepted       int
 				send, ping, sc error
@@ -980,7 +980,7 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 					r.ping = c.Ping(nil) // (a ping's record is smaller)
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-				r.sc = c.SendContext(ctx, OpBinary, msg)
+				r.sc = c.SendContext(ctx, talaris.OpBinary, msg)
 				cancel()
 				res <- r
 			}()
@@ -992,7 +992,7 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 				r = <-res
 				t.Fatalf("sends to a full ring still waiting 5 s on (%d accepted; %v %v %v)", r.accepted, r.send, r.ping, r.sc)
 			}
-			if !errors.Is(r.send, ErrWouldBlock) || !errors.Is(r.ping, ErrWouldBlock) || !errors.Is(r.sc, context.DeadlineExceeded) {
+			if !errors.Is(r.send, talaris.ErrWouldBlock) || !errors.Is(r.ping, talaris.ErrWouldBlock) || !errors.Is(r.sc, context.DeadlineExceeded) {
 				t.Fatalf("full ring after %d messages: send %v, ping %v, SendContext %v", r.accepted, r.send, r.ping, r.sc)
 			}
 			// The pool's goroutine pumps: everything accepted arrives,
@@ -1003,11 +1003,11 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 				defer cancel()
 				msg := make([]byte, 200)
 				binary.LittleEndian.PutUint64(msg, uint64(r.accepted))
-				sent <- c.SendContext(ctx, OpBinary, msg)
+				sent <- c.SendContext(ctx, talaris.OpBinary, msg)
 			}()
 			seen := 0
 			for seen <= r.accepted {
-				if _, err := p.PumpData(func(cc Conn, op Opcode, pl []byte) {
+				if _, err := p.PumpData(func(cc talaris.Conn, op talaris.Opcode, pl []byte) {
 					if got := binary.LittleEndian.Uint64(pl); got != uint64(seen) {
 						t.Fatalf("echo %d is message %d", seen, got)
 					}
@@ -1033,7 +1033,7 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 func TestInlineDialAbortFullRing(t *testing.T) {
 	slow, _ := slowUpgrade(t, time.Second, false)
 	echo := wstest.NewGorilla().Start(t).URL + "/echo"
-	p, c := dialOpts(t, Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, echo, nil)
+	p, c := dialOpts(t, talaris.Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, echo, nil)
 	start := time.Now()
 	dialed := dialAway(p, slow, nil, 300*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // the DIAL is in the ring
@@ -1044,7 +1044,7 @@ func TestInlineDialAbortFullRing(t *testing.T) {
 		for {
 			binary.LittleEndian.PutUint64(msg, uint64(accepted))
 			err := c.SendBinary(msg)
-			if errors.Is(err, ErrWouldBlock) {
+			if errors.Is(err, talaris.ErrWouldBlock) {
 				break
 			}
 			if err != nil {
@@ -1055,7 +1055,7 @@ func TestInlineDialAbortFullRing(t *testing.T) {
 		}
 		for i := 0; i < 1000; i++ { // a ping's record is the abort's size
 			if err := c.Ping(nil); err != nil {
-				if !errors.Is(err, ErrWouldBlock) {
+				if !errors.Is(err, talaris.ErrWouldBlock) {
 					filled <- err
 					return
 				}
@@ -1069,7 +1069,7 @@ func TestInlineDialAbortFullRing(t *testing.T) {
 	}
 	select {
 	case err := <-dialed:
-		if !errors.Is(err, ErrTimeout) {
+		if !errors.Is(err, talaris.ErrTimeout) {
 			t.Fatalf("dial: %v", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -1083,11 +1083,11 @@ func TestInlineDialAbortFullRing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d/%d echoes, %d connections", seen, accepted, p.ConnCount())
 		}
-		if _, err := p.PumpEventsNowait(func(cc Conn, ev Event) {
+		if _, err := p.PumpEventsNowait(func(cc talaris.Conn, ev talaris.Event) {
 			switch {
 			case cc != c:
 				others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
-			case ev.Kind == EventBinary:
+			case ev.Kind == talaris.EventBinary:
 				if got := binary.LittleEndian.Uint64(ev.Payload); got != uint64(seen) {
 					t.Errorf("echo %d is message %d", seen, got)
 				}

@@ -8,7 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"os"
 	"strconv"
 	"testing"
@@ -71,12 +71,12 @@ func scaled(n int) int {
 //
 // TALARIS_TEST_LOOPS=N gives every such pool that does not set
 // Config.Loops N loop threads: the whole suite then runs sharded.
-func newTestPool(t testing.TB, cfg Config, d time.Duration) *Pool {
+func newTestPool(t testing.TB, cfg talaris.Config, d time.Duration) *talaris.Pool {
 	t.Helper()
 	if cfg.Loops == 0 && !cfg.InlineLoop { // (an inline loop is one loop)
 		cfg.Loops = testLoops
 	}
-	p, err := NewPool(cfg)
+	p, err := talaris.NewPool(cfg)
 	if err != nil {
 		t.Fatalf("NewPool(%+v): %v", cfg, err)
 	}
@@ -97,13 +97,13 @@ func dialCtx(t testing.TB) (context.Context, context.CancelFunc) {
 
 // finalEvent is a copy of a connection's last event.
 type finalEvent struct {
-	Kind   EventKind
+	Kind   talaris.EventKind
 	Code   int
 	Reason string
 	Err    error
 }
 
-func copyFinal(ev Event) finalEvent {
+func copyFinal(ev talaris.Event) finalEvent {
 	return finalEvent{Kind: ev.Kind, Code: ev.Code, Reason: string(ev.Reason), Err: ev.Err}
 }
 
@@ -184,14 +184,14 @@ func newStreamState(s streamSpec) *streamState {
 }
 
 // on handles one event of the stream's connection.
-func (st *streamState) on(ev Event) {
+func (st *streamState) on(ev talaris.Event) {
 	switch ev.Kind {
-	case EventOpen:
+	case talaris.EventOpen:
 		if st.opened && st.err == nil {
 			st.err = errors.New("second EventOpen")
 		}
 		st.opened = true
-	case EventText, EventBinary:
+	case talaris.EventText, talaris.EventBinary:
 		if st.err != nil {
 			return
 		}
@@ -199,16 +199,16 @@ func (st *streamState) on(ev Event) {
 			st.err = errors.New("data before EventOpen")
 			return
 		}
-		want := EventBinary
+		want := talaris.EventBinary
 		if st.spec.text {
-			want = EventText
+			want = talaris.EventText
 		}
 		if ev.Kind != want {
 			st.err = fmt.Errorf("message %d: kind %v, want %v", st.chk.Count(), ev.Kind, want)
 			return
 		}
 		st.err = st.chk.Check(ev.Payload)
-	case EventPing:
+	case talaris.EventPing:
 		// The ping before/inside message i carries "p<i>", i being the
 		// message being received (= messages checked so far).
 		want := "p" + strconv.Itoa(st.chk.Count())
@@ -216,7 +216,7 @@ func (st *streamState) on(ev Event) {
 			st.pingErr = fmt.Errorf("ping %d: payload %q, want %q", st.pings, ev.Payload, want)
 		}
 		st.pings++
-	case EventClose, EventError:
+	case talaris.EventClose, talaris.EventError:
 		f := copyFinal(ev)
 		st.final = &f
 	}
@@ -242,13 +242,13 @@ func (st *streamState) verify(t testing.TB, label string) {
 	switch {
 	case st.final == nil:
 		t.Errorf("%s: no final event", label)
-	case st.final.Kind != EventClose || st.final.Code != CloseNormal || st.final.Reason != "done":
+	case st.final.Kind != talaris.EventClose || st.final.Code != talaris.CloseNormal || st.final.Reason != "done":
 		t.Errorf("%s: final event %+v, want close 1000 \"done\"", label, *st.final)
 	}
 }
 
 // pumpUntil pumps p with fn until done reports true.
-func pumpUntil(t testing.TB, p *Pool, fn EventFunc, done func() bool, afterBatch func()) {
+func pumpUntil(t testing.TB, p *talaris.Pool, fn talaris.EventFunc, done func() bool, afterBatch func()) {
 	t.Helper()
 	for !done() {
 		if _, err := p.Pump(fn); err != nil {
@@ -261,7 +261,7 @@ func pumpUntil(t testing.TB, p *Pool, fn EventFunc, done func() bool, afterBatch
 }
 
 // runStream dials srv's /stream for spec on p and checks what arrives.
-func runStream(t *testing.T, p *Pool, srv *wstest.Server, spec streamSpec, afterBatch func()) {
+func runStream(t *testing.T, p *talaris.Pool, srv *wstest.Server, spec streamSpec, afterBatch func()) {
 	t.Helper()
 	ctx, cancel := dialCtx(t)
 	defer cancel()
@@ -270,7 +270,7 @@ func runStream(t *testing.T, p *Pool, srv *wstest.Server, spec streamSpec, after
 		t.Fatalf("Dial: %v", err)
 	}
 	st := newStreamState(spec)
-	pumpUntil(t, p, func(cc Conn, ev Event) {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
 		if cc != c {
 			t.Fatalf("event %v for unknown connection %#x (dialed %#x)", ev.Kind, cc.ID(), c.ID())
 			return
@@ -278,7 +278,7 @@ func runStream(t *testing.T, p *Pool, srv *wstest.Server, spec streamSpec, after
 		st.on(ev)
 	}, func() bool { return st.final != nil }, afterBatch)
 	st.verify(t, spec.String())
-	if s := c.State(); s != StateClosed {
+	if s := c.State(); s != talaris.StateClosed {
 		t.Errorf("state after the final event: %v", s)
 	}
 	if n := p.ConnCount(); n != 0 {
@@ -337,18 +337,18 @@ func allSpecs(withSeq bool) []streamSpec {
 func TestIntegrity(t *testing.T) {
 	type poolCase struct {
 		name  string
-		cfg   Config
+		cfg   talaris.Config
 		specs []streamSpec
 		slow  time.Duration // consumer sleep per batch
-		check func(t *testing.T, s PoolStats)
+		check func(t *testing.T, s talaris.PoolStats)
 	}
 	cases := []poolCase{
-		{name: "default", cfg: Config{}, specs: allSpecs(true)},
+		{name: "default", cfg: talaris.Config{}, specs: allSpecs(true)},
 		{
 			// 4 slots of 4 KiB: a bundle empties the ring and ends, and
 			// the recv must be re-armed.
-			name: "tinybufs", cfg: Config{BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
-			check: func(t *testing.T, s PoolStats) {
+			name: "tinybufs", cfg: talaris.Config{BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.Rearms == 0 {
 					t.Errorf("tiny buffer ring with bundles: Rearms=0, want > 0")
 				}
@@ -357,8 +357,8 @@ func TestIntegrity(t *testing.T) {
 		{
 			// A CQ of 8 entries overflows as soon as the kernel has more
 			// than 8 completions for the loop.
-			name: "tinycq", cfg: Config{SQEntries: 4, CQEntries: 8}, specs: allSpecs(true),
-			check: func(t *testing.T, s PoolStats) {
+			name: "tinycq", cfg: talaris.Config{SQEntries: 4, CQEntries: 8}, specs: allSpecs(true),
+			check: func(t *testing.T, s talaris.PoolStats) {
 				// With plenty of buffers, a multishot recv ends with data
 				// and without -ENOBUFS only when the CQ overflowed.
 				if s.Rearms <= s.NoBufs {
@@ -367,10 +367,10 @@ func TestIntegrity(t *testing.T) {
 			},
 		},
 		{
-			name: "tinyall", cfg: Config{SQEntries: 4, CQEntries: 8, BufSize: 4096, BufCount: 4,
+			name: "tinyall", cfg: talaris.Config{SQEntries: 4, CQEntries: 8, BufSize: 4096, BufCount: 4,
 				EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
 			specs: allSpecs(false),
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("Stalls=0, want > 0")
 				}
@@ -381,20 +381,20 @@ func TestIntegrity(t *testing.T) {
 		// (Config.NoRecvBundle): one completion per slot, with 4 slots the
 		// ring empties and the recv is re-armed, with a CQ of 8 completions
 		// overflow.
-		{name: "nobundle", cfg: Config{NoRecvBundle: true}, specs: allSpecs(true)},
+		{name: "nobundle", cfg: talaris.Config{NoRecvBundle: true}, specs: allSpecs(true)},
 		{
-			name: "nobundle-tinybufs", cfg: Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
-			check: func(t *testing.T, s PoolStats) {
+			name: "nobundle-tinybufs", cfg: talaris.Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
 					t.Errorf("tiny buffer ring without bundles: NoBufs=%d Rearms=%d, want both > 0", s.NoBufs, s.Rearms)
 				}
 			},
 		},
 		{
-			name: "nobundle-tinyall", cfg: Config{NoRecvBundle: true, SQEntries: 4, CQEntries: 8, BufSize: 4096, BufCount: 4,
+			name: "nobundle-tinyall", cfg: talaris.Config{NoRecvBundle: true, SQEntries: 4, CQEntries: 8, BufSize: 4096, BufCount: 4,
 				EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
 			specs: allSpecs(false),
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.NoBufs == 0 || s.Stalls == 0 {
 					t.Errorf("NoBufs=%d Stalls=%d, want both > 0", s.NoBufs, s.Stalls)
 				}
@@ -405,7 +405,7 @@ func TestIntegrity(t *testing.T) {
 			// and a 4 MiB arena: the loop must hold input back (stall),
 			// not drop it.
 			name: "slowconsumer",
-			cfg:  Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			cfg:  talaris.Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
 			specs: []streamSpec{
 				{n: scaled(20000), size: 16},
 				{n: 20, size: 1 << 20},
@@ -413,7 +413,7 @@ func TestIntegrity(t *testing.T) {
 				{n: scaled(2000), size: 100, frag: 3, ping: true},
 			},
 			slow: time.Millisecond,
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("slow consumer: Stalls=0, want > 0")
 				}
@@ -451,9 +451,9 @@ func TestIntegrity(t *testing.T) {
 func TestManyConnections(t *testing.T) {
 	const conns = 64
 	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		specs := make([]streamSpec, conns)
-		byConn := map[Conn]*streamState{}
+		byConn := map[talaris.Conn]*streamState{}
 		bySlot := make([]*streamState, 1024)
 		for i := range conns {
 			// (Volume kept modest: the test servers give up on the close
@@ -476,14 +476,14 @@ func TestManyConnections(t *testing.T) {
 			bySlot[c.Slot()] = st
 		}
 		finals := 0
-		pumpUntil(t, p, func(c Conn, ev Event) {
+		pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 			st := bySlot[c.Slot()]
 			if st == nil || byConn[c] != st {
 				t.Errorf("event %v for unknown connection slot %d id %#x", ev.Kind, c.Slot(), c.ID())
 				return
 			}
 			st.on(ev)
-			if st.final != nil && (ev.Kind == EventClose || ev.Kind == EventError) {
+			if st.final != nil && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError) {
 				finals++
 			}
 		}, func() bool { return finals == conns }, nil)
@@ -498,10 +498,10 @@ func TestManyConnections(t *testing.T) {
 
 // pumpOne pumps until c's final event and returns it, passing every event
 // of c to fn (which may be nil).
-func pumpOne(t testing.TB, p *Pool, c Conn, fn func(ev Event)) finalEvent {
+func pumpOne(t testing.TB, p *talaris.Pool, c talaris.Conn, fn func(ev talaris.Event)) finalEvent {
 	t.Helper()
 	var final *finalEvent
-	pumpUntil(t, p, func(cc Conn, ev Event) {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
 		if cc != c {
 			t.Errorf("event %v for unknown connection", ev.Kind)
 			return
@@ -509,7 +509,7 @@ func pumpOne(t testing.TB, p *Pool, c Conn, fn func(ev Event)) finalEvent {
 		if fn != nil {
 			fn(ev)
 		}
-		if ev.Kind == EventClose || ev.Kind == EventError {
+		if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 			f := copyFinal(ev)
 			final = &f
 		}
@@ -517,7 +517,7 @@ func pumpOne(t testing.TB, p *Pool, c Conn, fn func(ev Event)) finalEvent {
 	return *final
 }
 
-func dial(t testing.TB, p *Pool, url string) Conn {
+func dial(t testing.TB, p *talaris.Pool, url string) talaris.Conn {
 	t.Helper()
 	ctx, cancel := dialCtx(t)
 	defer cancel()
@@ -532,15 +532,15 @@ func dial(t testing.TB, p *Pool, url string) Conn {
 // with the same code; the handshake ends with EventClose.
 func TestCloseByClient(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		c := dial(t, p, srv.URL+"/echo")
 		if err := c.SendText([]byte("hello")); err != nil {
 			t.Fatal(err)
 		}
 		echoed := false
 		closed := false
-		f := pumpOne(t, p, c, func(ev Event) {
-			if ev.Kind == EventText && string(ev.Payload) == "hello" && !closed {
+		f := pumpOne(t, p, c, func(ev talaris.Event) {
+			if ev.Kind == talaris.EventText && string(ev.Payload) == "hello" && !closed {
 				echoed = true
 				closed = true
 				if err := c.Close(4001, "bye"); err != nil {
@@ -551,10 +551,10 @@ func TestCloseByClient(t *testing.T) {
 		if !echoed {
 			t.Errorf("echo did not arrive")
 		}
-		if f.Kind != EventClose || f.Code != 4001 {
+		if f.Kind != talaris.EventClose || f.Code != 4001 {
 			t.Errorf("final %+v, want EventClose 4001 (the server echoes the client's code)", f)
 		}
-		if err := c.SendText([]byte("x")); !errors.Is(err, ErrClosed) {
+		if err := c.SendText([]byte("x")); !errors.Is(err, talaris.ErrClosed) {
 			t.Errorf("SendText after close: %v, want ErrClosed", err)
 		}
 	})
@@ -574,7 +574,7 @@ func TestCloseByClient(t *testing.T) {
 			}
 			rc.Close()
 		}).Start(t)
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		c := dial(t, p, srv.URL+"/")
 		if err := c.Close(4001, "bye"); err != nil {
 			t.Fatal(err)
@@ -584,7 +584,7 @@ func TestCloseByClient(t *testing.T) {
 		if g.err != nil || g.code != 4001 || g.reason != "bye" {
 			t.Errorf("server saw close %d %q (err %v), want 4001 \"bye\"", g.code, g.reason, g.err)
 		}
-		if f.Kind != EventClose || f.Code != 4001 || f.Reason != "ack bye" {
+		if f.Kind != talaris.EventClose || f.Code != 4001 || f.Reason != "ack bye" {
 			t.Errorf("final %+v, want EventClose 4001 \"ack bye\"", f)
 		}
 	})
@@ -593,20 +593,20 @@ func TestCloseByClient(t *testing.T) {
 // TestCloseByServer: the server's close code and reason reach the client.
 func TestCloseByServer(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		for _, tc := range []struct {
 			code   int
 			reason string
 		}{{4002, "x"}, {1000, ""}, {1001, "going away"}, {3999, "ünïcödé"}} {
 			c := dial(t, p, srv.URL+"/close?code="+strconv.Itoa(tc.code)+"&reason="+urlQueryEscape(tc.reason))
 			f := pumpOne(t, p, c, nil)
-			if f.Kind != EventClose || f.Code != tc.code || f.Reason != tc.reason {
+			if f.Kind != talaris.EventClose || f.Code != tc.code || f.Reason != tc.reason {
 				t.Errorf("final %+v, want EventClose %d %q", f, tc.code, tc.reason)
 			}
 		}
 		// A close frame without a body reports 1005.
 		c := dial(t, p, srv.URL+"/close?code=0")
-		if f := pumpOne(t, p, c, nil); f.Kind != EventClose || f.Code != CloseNoStatus {
+		if f := pumpOne(t, p, c, nil); f.Kind != talaris.EventClose || f.Code != talaris.CloseNoStatus {
 			t.Errorf("empty close: final %+v, want EventClose 1005", f)
 		}
 	})
@@ -630,7 +630,7 @@ func urlQueryEscape(s string) string {
 // message sent before the drop.
 func TestServerDrop(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		for _, rst := range []bool{false, true} {
 			spec := streamSpec{n: 1000, size: 100}
 			path := spec.path()
@@ -641,8 +641,8 @@ func TestServerDrop(t *testing.T) {
 			c := dial(t, p, srv.URL+path)
 			st := newStreamState(spec)
 			st.opened = true // EventOpen is checked by the other tests
-			f := pumpOne(t, p, c, func(ev Event) {
-				if ev.Kind != EventOpen {
+			f := pumpOne(t, p, c, func(ev talaris.Event) {
+				if ev.Kind != talaris.EventOpen {
 					st.on(ev)
 				}
 			})
@@ -654,11 +654,11 @@ func TestServerDrop(t *testing.T) {
 			if !rst && st.chk.Count() != spec.n {
 				t.Errorf("got %d messages before the drop, want %d", st.chk.Count(), spec.n)
 			}
-			if f.Kind != EventError || f.Code != CloseAbnormal || !errors.Is(f.Err, ErrConnectionLost) {
+			if f.Kind != talaris.EventError || f.Code != talaris.CloseAbnormal || !errors.Is(f.Err, talaris.ErrConnectionLost) {
 				t.Errorf("rst=%v: final %+v, want EventError 1006 ErrConnectionLost", rst, f)
 			}
-			var ce *ConnError
-			if !errors.As(f.Err, &ce) || ce.Code != CloseAbnormal {
+			var ce *talaris.ConnError
+			if !errors.As(f.Err, &ce) || ce.Code != talaris.CloseAbnormal {
 				t.Errorf("rst=%v: Err %v is not a *ConnError with Code 1006", rst, f.Err)
 			}
 		}
@@ -668,8 +668,8 @@ func TestServerDrop(t *testing.T) {
 // TestConcurrentSends: several goroutines send at once on one connection;
 // the server receives every message intact and, per goroutine, in order.
 func TestConcurrentSends(t *testing.T) {
-	runConcurrentSenders(t, 8, Config{CmdRingSize: 1 << 16}, func(c Conn, _ context.Context, op Opcode, b []byte) error {
-		if op == OpText {
+	runConcurrentSenders(t, 8, talaris.Config{CmdRingSize: 1 << 16}, func(c talaris.Conn, _ context.Context, op talaris.Opcode, b []byte) error {
+		if op == talaris.OpText {
 			return c.SendText(b)
 		}
 		return c.SendBinary(b)

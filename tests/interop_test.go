@@ -6,7 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"os/exec"
 	"testing"
 	"time"
@@ -32,13 +32,13 @@ func startPythonPeer(t *testing.T, tls bool) string {
 // the clean close and an echo round trip.
 func TestPythonWebsockets(t *testing.T) {
 	for _, tls := range []bool{false, true} {
-		name, scheme, opts := "ws", "ws", (*DialOptions)(nil)
+		name, scheme, opts := "ws", "ws", (*talaris.DialOptions)(nil)
 		if tls {
-			name, scheme, opts = "wss", "wss", &DialOptions{TLS: TLSOptions{RootCAFile: "../testdata/ca.pem"}}
+			name, scheme, opts = "wss", "wss", &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: "../testdata/ca.pem"}}
 		}
 		t.Run(name, func(t *testing.T) {
 			port := startPythonPeer(t, tls)
-			p, err := NewPool(Config{})
+			p, err := talaris.NewPool(talaris.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,11 +51,11 @@ func TestPythonWebsockets(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got uint64
-			var final *Event
+			var final *talaris.Event
 			for final == nil {
-				if _, err := p.Pump(func(cc Conn, ev Event) {
+				if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 					switch ev.Kind {
-					case EventBinary:
+					case talaris.EventBinary:
 						if len(ev.Payload) != size || binary.LittleEndian.Uint64(ev.Payload) != got {
 							t.Fatalf("message %d: bad payload (len %d)", got, len(ev.Payload))
 						}
@@ -65,7 +65,7 @@ func TestPythonWebsockets(t *testing.T) {
 							}
 						}
 						got++
-					case EventClose, EventError:
+					case talaris.EventClose, talaris.EventError:
 						e := ev
 						e.Reason = append([]byte(nil), ev.Reason...)
 						final = &e
@@ -74,7 +74,7 @@ func TestPythonWebsockets(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got != n || final.Kind != EventClose || final.Code != 1000 || string(final.Reason) != "done" {
+			if got != n || final.Kind != talaris.EventClose || final.Code != 1000 || string(final.Reason) != "done" {
 				t.Fatalf("got %d/%d messages, final %v code %d reason %q err %v", got, n, final.Kind, final.Code, final.Reason, final.Err)
 			}
 			_ = c
@@ -88,8 +88,8 @@ func TestPythonWebsockets(t *testing.T) {
 			}
 			echoed := ""
 			for echoed == "" {
-				if _, err := p.Pump(func(cc Conn, ev Event) {
-					if cc == e && ev.Kind == EventText {
+				if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+					if cc == e && ev.Kind == talaris.EventText {
 						echoed = string(ev.Payload)
 					}
 				}); err != nil {
@@ -104,9 +104,9 @@ func TestPythonWebsockets(t *testing.T) {
 			}
 			closed := false
 			for !closed {
-				p.Pump(func(cc Conn, ev Event) {
-					if cc == e && (ev.Kind == EventClose || ev.Kind == EventError) {
-						if ev.Kind != EventClose || ev.Code != 1000 {
+				p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+					if cc == e && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError) {
+						if ev.Kind != talaris.EventClose || ev.Code != 1000 {
 							t.Errorf("close: %v %d %v", ev.Kind, ev.Code, ev.Err)
 						}
 						closed = true

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -24,16 +24,16 @@ import (
 
 // recorded is one event as OnEvent or a DataFunc saw it, copied.
 type recorded struct {
-	c    Conn
-	kind EventKind
+	c    talaris.Conn
+	kind talaris.EventKind
 	data string
 	code int
 	err  error
 }
 
 // smallPool is a Config cheap enough to create a thousand times.
-func smallPool() Config {
-	return Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 1 << 18, BufCount: 64,
+func smallPool() talaris.Config {
+	return talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 1 << 18, BufCount: 64,
 		CmdRingSize: 1 << 16, MaxConns: 64, CloseTimeout: time.Second}
 }
 
@@ -46,17 +46,17 @@ func TestOnEventEveryPump(t *testing.T) {
 		for _, pump := range []string{"PumpData", "PumpSpin", "PumpNowait"} {
 			t.Run(pump, func(t *testing.T) {
 				var got []recorded
-				cfg := Config{OnEvent: func(c Conn, ev Event) {
+				cfg := talaris.Config{OnEvent: func(c talaris.Conn, ev talaris.Event) {
 					got = append(got, recorded{c: c, kind: ev.Kind, data: string(ev.Payload), code: ev.Code, err: ev.Err})
 				}}
 				p := newTestPool(t, cfg, hangGuard)
 				spec := streamSpec{n: 50, size: 16, text: true, ping: true}
 				c := dial(t, p, srv.URL+spec.path())
-				data := func(cc Conn, op Opcode, b []byte) {
-					got = append(got, recorded{c: cc, kind: EventKind(op + 1), data: string(b)})
+				data := func(cc talaris.Conn, op talaris.Opcode, b []byte) {
+					got = append(got, recorded{c: cc, kind: talaris.EventKind(op + 1), data: string(b)})
 				}
 				final := func() bool {
-					return len(got) > 0 && (got[len(got)-1].kind == EventClose || got[len(got)-1].kind == EventError)
+					return len(got) > 0 && (got[len(got)-1].kind == talaris.EventClose || got[len(got)-1].kind == talaris.EventError)
 				}
 				for !final() {
 					var err error
@@ -79,20 +79,20 @@ func TestOnEventEveryPump(t *testing.T) {
 				if len(got) != 2+2*spec.n {
 					t.Fatalf("%d events, want %d: %+v", len(got), 2+2*spec.n, got[:min(len(got), 6)])
 				}
-				if got[0].kind != EventOpen {
+				if got[0].kind != talaris.EventOpen {
 					t.Errorf("first event %v, want open", got[0].kind)
 				}
 				for i := range spec.n {
 					ping, msg := got[1+2*i], got[2+2*i]
-					if ping.kind != EventPing || ping.data != fmt.Sprintf("p%d", i) {
+					if ping.kind != talaris.EventPing || ping.data != fmt.Sprintf("p%d", i) {
 						t.Fatalf("event %d: %v %q, want ping p%d", 1+2*i, ping.kind, ping.data, i)
 					}
-					if msg.kind != EventText || msg.data != string(wstest.TextPayload(i, spec.size)) {
+					if msg.kind != talaris.EventText || msg.data != string(wstest.TextPayload(i, spec.size)) {
 						t.Fatalf("event %d: %v %q, want text message %d", 2+2*i, msg.kind, msg.data, i)
 					}
 				}
 				last := got[len(got)-1]
-				if last.kind != EventClose || last.code != 1000 || last.data != "" {
+				if last.kind != talaris.EventClose || last.code != 1000 || last.data != "" {
 					t.Errorf("final event %+v, want close 1000", last)
 				}
 				for _, r := range got {
@@ -100,7 +100,7 @@ func TestOnEventEveryPump(t *testing.T) {
 						t.Fatalf("event for %#x, want %#x", r.c.ID(), c.ID())
 					}
 				}
-				if n, err := p.PumpData(data); n != 0 || !errors.Is(err, ErrNoConns) {
+				if n, err := p.PumpData(data); n != 0 || !errors.Is(err, talaris.ErrNoConns) {
 					t.Errorf("PumpData with no connection left: %d, %v; want ErrNoConns", n, err)
 				}
 			})
@@ -113,16 +113,16 @@ func TestOnEventEveryPump(t *testing.T) {
 // woken by that connection's final event and returns ErrNoConns; Pump
 // still blocks until Close.
 func TestPumpDataNoConns(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
-	nop := func(Conn, Opcode, []byte) {}
-	if n, err := p.PumpData(nop); n != 0 || !errors.Is(err, ErrNoConns) {
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	nop := func(talaris.Conn, talaris.Opcode, []byte) {}
+	if n, err := p.PumpData(nop); n != 0 || !errors.Is(err, talaris.ErrNoConns) {
 		t.Fatalf("PumpData on an empty pool: %d, %v; want ErrNoConns", n, err)
 	}
 	// An idle connection: the server holds it, then drops it.
 	release := make(chan struct{})
 	srv := wstest.NewRaw(func(c *wstest.RawConn) { <-release }).Start(t)
-	var events []EventKind
-	p2 := newTestPool(t, Config{OnEvent: func(_ Conn, ev Event) { events = append(events, ev.Kind) }}, hangGuard)
+	var events []talaris.EventKind
+	p2 := newTestPool(t, talaris.Config{OnEvent: func(_ talaris.Conn, ev talaris.Event) { events = append(events, ev.Kind) }}, hangGuard)
 	dial(t, p2, srv.URL)
 	if p2.ConnCount() != 1 {
 		t.Fatalf("ConnCount %d, want 1", p2.ConnCount())
@@ -143,10 +143,10 @@ func TestPumpDataNoConns(t *testing.T) {
 	default:
 	}
 	close(release) // the server drops the connection
-	if err := <-done; !errors.Is(err, ErrNoConns) {
+	if err := <-done; !errors.Is(err, talaris.ErrNoConns) {
 		t.Fatalf("PumpData after the last connection ended: %v, want ErrNoConns", err)
 	}
-	if len(events) != 2 || events[0] != EventOpen || events[1] != EventError {
+	if len(events) != 2 || events[0] != talaris.EventOpen || events[1] != talaris.EventError {
 		t.Errorf("OnEvent saw %v, want [open error]", events)
 	}
 	if p2.ConnCount() != 0 {
@@ -163,7 +163,7 @@ func TestDialFailureIsQuiet(t *testing.T) {
 	srv429.Response = "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
 	srv429.Start(t)
 	var seen atomic.Int32
-	p := newTestPool(t, Config{OnEvent: func(c Conn, ev Event) { seen.Add(1) }}, hangGuard)
+	p := newTestPool(t, talaris.Config{OnEvent: func(c talaris.Conn, ev talaris.Event) { seen.Add(1) }}, hangGuard)
 	for _, url := range []string{"ws://" + refused, srv429.URL} {
 		ctx, cancel := dialCtx(t)
 		c, err := p.Dial(ctx, url, nil)
@@ -171,10 +171,10 @@ func TestDialFailureIsQuiet(t *testing.T) {
 		if err == nil {
 			t.Fatalf("Dial %s succeeded", url)
 		}
-		if c != (Conn{}) {
+		if c != (talaris.Conn{}) {
 			t.Errorf("Dial %s returned a non-zero Conn with its error", url)
 		}
-		if url != srv429.URL && (!errors.Is(err, ErrDial) || !errors.Is(err, syscall.ECONNREFUSED)) {
+		if url != srv429.URL && (!errors.Is(err, talaris.ErrDial) || !errors.Is(err, syscall.ECONNREFUSED)) {
 			t.Errorf("Dial to a refused port: %v; want ErrDial wrapping ECONNREFUSED", err)
 		}
 	}
@@ -188,14 +188,14 @@ func TestDialFailureIsQuiet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	_, err = p.Dial(ctx, "ws://"+silent.Addr().String(), nil)
 	cancel()
-	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, talaris.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Dial past its context: %v, want ErrTimeout wrapping DeadlineExceeded", err)
 	}
 	// The failed dials' final events are consumed without a callback.
-	if n, err := p.PumpEventsNowait(func(c Conn, ev Event) { t.Errorf("Pump saw %v for %#x", ev.Kind, c.ID()) }); n != 0 || err != nil {
+	if n, err := p.PumpEventsNowait(func(c talaris.Conn, ev talaris.Event) { t.Errorf("Pump saw %v for %#x", ev.Kind, c.ID()) }); n != 0 || err != nil {
 		t.Errorf("PumpEventsNowait after failed dials: %d, %v", n, err)
 	}
-	if n, err := p.PumpData(func(Conn, Opcode, []byte) {}); n != 0 || !errors.Is(err, ErrNoConns) {
+	if n, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); n != 0 || !errors.Is(err, talaris.ErrNoConns) {
 		t.Errorf("PumpData after failed dials: %d, %v; want ErrNoConns", n, err)
 	}
 	if seen.Load() != 0 {
@@ -209,9 +209,9 @@ func TestDialFailureIsQuiet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var final []Event
+	var final []talaris.Event
 	for len(final) == 0 {
-		if _, err := p.Pump(func(cc Conn, ev Event) {
+		if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 			if cc != c {
 				t.Errorf("event %v for %#x", ev.Kind, cc.ID())
 			}
@@ -220,7 +220,7 @@ func TestDialFailureIsQuiet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if final[0].Kind != EventError || !errors.Is(final[0].Err, syscall.ECONNREFUSED) {
+	if final[0].Kind != talaris.EventError || !errors.Is(final[0].Err, syscall.ECONNREFUSED) {
 		t.Errorf("DialAsync to a refused port: %v %v, want EventError wrapping ECONNREFUSED", final[0].Kind, final[0].Err)
 	}
 }
@@ -255,13 +255,13 @@ func TestStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for range 20 {
 		c, err := p.DialAsync("ws://"+ln.Addr().String(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := c.State(); st != StateConnecting && st != StateUpgrading {
+		if st := c.State(); st != talaris.StateConnecting && st != talaris.StateUpgrading {
 			t.Fatalf("DialAsync handle: %v, want connecting (or upgrading)", st)
 		}
 	}
@@ -271,31 +271,31 @@ func TestStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	echoed := false
-	pumpUntil(t, p, func(cc Conn, ev Event) {
-		if cc == c && ev.Kind == EventText {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
+		if cc == c && ev.Kind == talaris.EventText {
 			echoed = true
 		}
 	}, func() bool { return echoed }, nil)
 	if s := c.Stats(); s.MsgsIn != 1 || s.MsgsOut != 1 {
 		t.Errorf("live Stats %+v, want one message each way", s)
 	}
-	c.Close(CloseNormal, "")
+	c.Close(talaris.CloseNormal, "")
 	ended := false
-	pumpUntil(t, p, func(cc Conn, ev Event) {
-		if cc == c && (ev.Kind == EventClose || ev.Kind == EventError) {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
+		if cc == c && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError) {
 			ended = true
 		}
 	}, func() bool { return ended }, nil)
-	if st := c.State(); st != StateClosed {
+	if st := c.State(); st != talaris.StateClosed {
 		t.Errorf("ended handle: %v, want closed", st)
 	}
-	if s := c.Stats(); s != (ConnStats{}) {
+	if s := c.Stats(); s != (talaris.ConnStats{}) {
 		t.Errorf("Stats of an ended handle: %+v, want zero", s)
 	}
-	if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+	if err := c.SendText([]byte("late")); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("SendText on an ended handle: %v, want ErrClosed", err)
 	}
-	if err := c.Close(CloseNormal, ""); !errors.Is(err, ErrClosed) {
+	if err := c.Close(talaris.CloseNormal, ""); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("Close of an ended handle: %v, want ErrClosed", err)
 	}
 	live := dial(t, p, srv.URL+"/echo")
@@ -303,17 +303,17 @@ func TestStates(t *testing.T) {
 		t.Errorf("ConnCount %d, want 21", p.ConnCount())
 	}
 	p.Close()
-	for _, h := range []Conn{c, live} {
-		if st := h.State(); st != StateClosed {
+	for _, h := range []talaris.Conn{c, live} {
+		if st := h.State(); st != talaris.StateClosed {
 			t.Errorf("after Pool.Close: State %v, want closed", st)
 		}
-		if s := h.Stats(); s != (ConnStats{}) {
+		if s := h.Stats(); s != (talaris.ConnStats{}) {
 			t.Errorf("after Pool.Close: Stats %+v, want zero", s)
 		}
-		if err := h.SendText([]byte("x")); !errors.Is(err, ErrPoolClosed) {
+		if err := h.SendText([]byte("x")); !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Errorf("SendText after Pool.Close: %v, want ErrPoolClosed", err)
 		}
-		if err := h.Close(CloseNormal, ""); !errors.Is(err, ErrPoolClosed) {
+		if err := h.Close(talaris.CloseNormal, ""); !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Errorf("Close after Pool.Close: %v, want ErrPoolClosed", err)
 		}
 	}
@@ -324,11 +324,11 @@ func TestStates(t *testing.T) {
 	if s, s2 := p.Stats(), p.Stats(); s.Events == 0 || s != s2 {
 		t.Errorf("Pool.Stats after Close: %+v then %+v, want the final counters, unchanged", s, s2)
 	}
-	if _, err := p.DialAsync(srv.URL, nil); !errors.Is(err, ErrPoolClosed) {
+	if _, err := p.DialAsync(srv.URL, nil); !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("DialAsync after Close: %v", err)
 	}
-	if (Conn{}).State() != StateIdle {
-		t.Errorf("zero Conn: %v, want idle", (Conn{}).State())
+	if (talaris.Conn{}).State() != talaris.StateIdle {
+		t.Errorf("zero Conn: %v, want idle", (talaris.Conn{}).State())
 	}
 }
 
@@ -339,7 +339,7 @@ func TestCloseFromCallback(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
 	for _, mode := range []string{"Pump", "PumpData/data", "PumpData/OnEvent"} {
 		t.Run(mode, func(t *testing.T) {
-			var p *Pool
+			var p *talaris.Pool
 			var took time.Duration
 			closeNow := func() {
 				start := time.Now()
@@ -348,10 +348,10 @@ func TestCloseFromCallback(t *testing.T) {
 				}
 				took = time.Since(start)
 			}
-			cfg := Config{}
+			cfg := talaris.Config{}
 			if mode == "PumpData/OnEvent" {
-				cfg.OnEvent = func(c Conn, ev Event) {
-					if ev.Kind == EventOpen && took == 0 {
+				cfg.OnEvent = func(c talaris.Conn, ev talaris.Event) {
+					if ev.Kind == talaris.EventOpen && took == 0 {
 						closeNow()
 					}
 				}
@@ -362,23 +362,23 @@ func TestCloseFromCallback(t *testing.T) {
 			for took == 0 && err == nil {
 				switch mode {
 				case "Pump":
-					_, err = p.Pump(func(c Conn, ev Event) {
-						if ev.Kind == EventBinary && took == 0 {
+					_, err = p.Pump(func(c talaris.Conn, ev talaris.Event) {
+						if ev.Kind == talaris.EventBinary && took == 0 {
 							closeNow()
 						}
 					})
 				default:
-					_, err = p.PumpData(func(Conn, Opcode, []byte) {
+					_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {
 						if mode == "PumpData/data" && took == 0 {
 							closeNow()
 						}
 					})
 				}
 			}
-			if !errors.Is(err, ErrPoolClosed) {
+			if !errors.Is(err, talaris.ErrPoolClosed) {
 				t.Errorf("pump after Close in its callback: %v, want ErrPoolClosed", err)
 			}
-			if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrPoolClosed) {
+			if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrPoolClosed) {
 				t.Errorf("next PumpData: %v, want ErrPoolClosed", err)
 			}
 			// Generous: it used to wait 2 s for the pumper, itself.
@@ -400,7 +400,7 @@ func TestPoolCloseRace(t *testing.T) {
 	// The ws rounds do not depend on the backend: the openssl build runs
 	// fewer of them (CI runs both builds).
 	wsRounds, wssRounds := 1000, 150
-	if TLSBackend() == "openssl" {
+	if talaris.TLSBackend() == "openssl" {
 		wsRounds = 100
 	}
 	if testing.Short() {
@@ -413,7 +413,7 @@ func TestPoolCloseRace(t *testing.T) {
 	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
 	for _, tc := range []struct {
 		name, url string
-		opts      *DialOptions
+		opts      *talaris.DialOptions
 		rounds    int
 		loops     int // Config.Loops: the connections spread over them
 	}{
@@ -438,16 +438,16 @@ func TestPoolCloseRace(t *testing.T) {
 // allowedAfterClose reports whether err is one a call racing Pool.Close
 // may return.
 func allowedAfterClose(err error) bool {
-	return err == nil || errors.Is(err, ErrPoolClosed) || errors.Is(err, ErrClosed) ||
-		errors.Is(err, ErrTooManyConns) || errors.Is(err, ErrConnectionLost)
+	return err == nil || errors.Is(err, talaris.ErrPoolClosed) || errors.Is(err, talaris.ErrClosed) ||
+		errors.Is(err, talaris.ErrTooManyConns) || errors.Is(err, talaris.ErrConnectionLost)
 }
 
-func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loops int) {
+func closeRaceRound(t *testing.T, round int, url string, opts *talaris.DialOptions, loops int) {
 	cfg := smallPool()
 	cfg.Loops = loops
 	var events atomic.Int64
-	cfg.OnEvent = func(Conn, Event) { events.Add(1) } // PumpData's rounds
-	p, err := NewPool(cfg)
+	cfg.OnEvent = func(talaris.Conn, talaris.Event) { events.Add(1) } // PumpData's rounds
+	p, err := talaris.NewPool(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +459,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 		t.Fatalf("round %d: Dial: %v", round, err)
 	}
 	var mu sync.Mutex
-	handles := []Conn{first}
+	handles := []talaris.Conn{first}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	closed := make(chan struct{})
@@ -468,10 +468,10 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 		for {
 			var err error
 			if round%2 == 0 {
-				_, err = p.Pump(func(Conn, Event) {})
+				_, err = p.Pump(func(talaris.Conn, talaris.Event) {})
 			} else {
-				_, err = p.PumpData(func(Conn, Opcode, []byte) {})
-				if errors.Is(err, ErrNoConns) {
+				_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {})
+				if errors.Is(err, talaris.ErrNoConns) {
 					// every connection so far ended; more may be dialed
 					time.Sleep(50 * time.Microsecond)
 					continue
@@ -499,7 +499,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 				}
 				switch op {
 				case 0:
-					var nc Conn
+					var nc talaris.Conn
 					dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 					nc, err = p.Dial(dctx, url, opts)
 					dcancel()
@@ -509,7 +509,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 						mu.Unlock()
 					}
 				case 1:
-					var nc Conn
+					var nc talaris.Conn
 					nc, err = p.DialAsync(url, opts)
 					if err == nil {
 						mu.Lock()
@@ -517,7 +517,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 						mu.Unlock()
 					}
 				case 2:
-					if st := c.State(); st == StateIdle {
+					if st := c.State(); st == talaris.StateIdle {
 						t.Errorf("round %d: State of a dialed handle: idle", round)
 					}
 				case 3:
@@ -529,12 +529,12 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 					p.ConnCount()
 				case 6:
 					if i%16 == 6 {
-						err = c.Close(CloseNormal, "")
+						err = c.Close(talaris.CloseNormal, "")
 					}
 				case 7:
 					c.Subprotocol()
 					err = c.Ping([]byte("p"))
-					if errors.Is(err, ErrWouldBlock) {
+					if errors.Is(err, talaris.ErrWouldBlock) {
 						err = nil // not open yet (DialAsync): control frames are not queued
 					}
 					if i%32 == 15 {
@@ -546,7 +546,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 				}
 				select {
 				case <-closed:
-					if i > 0 && (errors.Is(err, ErrPoolClosed) || i > 1000) {
+					if i > 0 && (errors.Is(err, talaris.ErrPoolClosed) || i > 1000) {
 						return
 					}
 				default:
@@ -564,14 +564,14 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 	}
 	close(closed)
 	wg.Wait()
-	if err := <-pumped; !errors.Is(err, ErrPoolClosed) {
+	if err := <-pumped; !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("round %d: Pump: %v", round, err)
 	}
 	for _, h := range handles {
-		if st := h.State(); st != StateClosed {
+		if st := h.State(); st != talaris.StateClosed {
 			t.Errorf("round %d: handle State %v after Close, want closed", round, st)
 		}
-		if s := h.Stats(); s != (ConnStats{}) {
+		if s := h.Stats(); s != (talaris.ConnStats{}) {
 			t.Errorf("round %d: handle Stats %+v after Close, want zero", round, s)
 		}
 	}
@@ -584,7 +584,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *DialOptions, loop
 // hold Pool.Close up (the lookup reads no pool memory), and returns an
 // error once the lookup ends.
 func TestCloseDuringResolve(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	entered := make(chan struct{}, 16)
 	unblock := make(chan struct{})
 	slow := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -596,7 +596,7 @@ func TestCloseDuringResolve(t *testing.T) {
 	go func() {
 		ctx, cancel := dialCtx(t)
 		defer cancel()
-		_, err := p.Dial(ctx, "ws://slow.talaris.test:1/", &DialOptions{Resolver: slow})
+		_, err := p.Dial(ctx, "ws://slow.talaris.test:1/", &talaris.DialOptions{Resolver: slow})
 		done <- err
 	}()
 	<-entered // the lookup is under way
@@ -606,7 +606,7 @@ func TestCloseDuringResolve(t *testing.T) {
 	}
 	took := time.Since(start)
 	close(unblock)
-	if err := <-done; !errors.Is(err, ErrResolve) && !errors.Is(err, ErrPoolClosed) {
+	if err := <-done; !errors.Is(err, talaris.ErrResolve) && !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("Dial after its lookup ended: %v, want ErrResolve or ErrPoolClosed", err)
 	}
 	if took > time.Second { // generous: it returns in microseconds

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
@@ -40,7 +40,7 @@ func TestLoopsSpread(t *testing.T) {
 	for _, loops := range []int{2, 3} {
 		for _, tc := range []struct {
 			name, base string
-			opts       *DialOptions
+			opts       *talaris.DialOptions
 		}{{"ws", plain.URL, nil}, {"wss", secure.URL, tlsOpts}} {
 			t.Run(fmt.Sprintf("%s-loops%d", tc.name, loops), func(t *testing.T) {
 				testLoopsSpread(t, loops, tc.base, tc.opts)
@@ -49,19 +49,19 @@ func TestLoopsSpread(t *testing.T) {
 	}
 }
 
-func testLoopsSpread(t *testing.T, loops int, base string, opts *DialOptions) {
+func testLoopsSpread(t *testing.T, loops int, base string, opts *talaris.DialOptions) {
 	const perLoop = 3
 	var opens, finalsOnEvent int
-	cfg := Config{Name: "shard", Loops: loops, MaxConns: 32, SampleEvery: 8, OnEvent: func(_ Conn, ev Event) {
+	cfg := talaris.Config{Name: "shard", Loops: loops, MaxConns: 32, SampleEvery: 8, OnEvent: func(_ talaris.Conn, ev talaris.Event) {
 		switch ev.Kind {
-		case EventOpen:
+		case talaris.EventOpen:
 			opens++
-		case EventClose, EventError:
+		case talaris.EventClose, talaris.EventError:
 			finalsOnEvent++
 		}
 	}}
 	p := newTestPool(t, cfg, hangGuard)
-	states := map[Conn]*streamState{}
+	states := map[talaris.Conn]*streamState{}
 	onLoop := make([]int, loops)
 	var wantMsgs uint64
 	for i := range perLoop * loops {
@@ -69,7 +69,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *DialOptions) {
 		if i%3 == 2 {
 			spec.frag, spec.ping = 3, true
 		}
-		var c Conn
+		var c talaris.Conn
 		var err error
 		if i%2 == 0 {
 			ctx, cancel := dialCtx(t)
@@ -94,7 +94,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *DialOptions) {
 	// each DialMemory lands on the next one), fed frames in order.
 	const memN = 300
 	frames, wantSum := memFrames(memN)
-	mems := map[Conn]*memState{}
+	mems := map[talaris.Conn]*memState{}
 	memLoops := map[int]bool{}
 	for range loops {
 		m, err := p.DialMemory()
@@ -114,7 +114,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *DialOptions) {
 
 	finals := 0
 	memDone := 0
-	pumpUntil(t, p, func(c Conn, ev Event) {
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 		if m := mems[c]; m != nil {
 			if m.on(t, ev) && m.n == memN {
 				memDone++
@@ -125,7 +125,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *DialOptions) {
 					t.Errorf("Abort of a memory connection: %v", err)
 				}
 			}
-			if ev.Kind == EventClose || ev.Kind == EventError {
+			if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 				finals++
 			}
 			return
@@ -136,7 +136,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *DialOptions) {
 			return
 		}
 		st.on(ev)
-		if st.final != nil && (ev.Kind == EventClose || ev.Kind == EventError) {
+		if st.final != nil && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError) {
 			finals++
 		}
 	}, func() bool { return finals == len(states)+len(mems) }, nil)
@@ -172,7 +172,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *DialOptions) {
 
 	// Every connection ended: PumpData says so instead of sleeping, also
 	// with several loops' rings to look at.
-	if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrNoConns) {
+	if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrNoConns) {
 		t.Errorf("PumpData after every final event: %v, want ErrNoConns", err)
 	}
 }
@@ -185,14 +185,14 @@ type memState struct {
 
 // on counts a data event of memFrames (in order: message i carries id i)
 // and reports whether it was one.
-func (m *memState) on(t *testing.T, ev Event) bool {
+func (m *memState) on(t *testing.T, ev talaris.Event) bool {
 	var id uint64
 	switch ev.Kind {
-	case EventBinary:
+	case talaris.EventBinary:
 		for k := range min(8, len(ev.Payload)) {
 			id |= uint64(ev.Payload[k]) << (8 * k)
 		}
-	case EventText:
+	case talaris.EventText:
 		if _, err := fmt.Sscanf(string(ev.Payload), `{"id":%d}`, &id); err != nil {
 			t.Errorf("memory connection: text %q: %v", ev.Payload, err)
 		}
@@ -211,9 +211,9 @@ func (m *memState) on(t *testing.T, ev Event) bool {
 // other loops still have events pending: the pump returns ErrPoolClosed
 // at once, without handing out the other loops' events.
 func TestLoopsCloseInCallback(t *testing.T) {
-	p := newTestPool(t, Config{Loops: 3, MaxConns: 16}, hangGuard)
+	p := newTestPool(t, talaris.Config{Loops: 3, MaxConns: 16}, hangGuard)
 	frames, _ := memFrames(50)
-	var conns []Conn
+	var conns []talaris.Conn
 	for range 3 {
 		c, err := p.DialMemory()
 		if err != nil {
@@ -228,7 +228,7 @@ func TestLoopsCloseInCallback(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond) // let every loop publish
 	calls := 0
-	_, err := p.Pump(func(Conn, Event) {
+	_, err := p.Pump(func(talaris.Conn, talaris.Event) {
 		calls++
 		if calls == 10 {
 			if err := p.Close(); err != nil {
@@ -236,10 +236,10 @@ func TestLoopsCloseInCallback(t *testing.T) {
 			}
 		}
 	})
-	if !errors.Is(err, ErrPoolClosed) {
+	if !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("Pump whose callback closed the pool: %v, want ErrPoolClosed", err)
 	}
-	if _, err := p.Pump(func(Conn, Event) {}); !errors.Is(err, ErrPoolClosed) {
+	if _, err := p.Pump(func(talaris.Conn, talaris.Event) {}); !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("Pump after Close: %v", err)
 	}
 	if calls >= 2*51 {
@@ -249,10 +249,10 @@ func TestLoopsCloseInCallback(t *testing.T) {
 
 // TestLoopsConfig: Loops and LoopCPUs are checked.
 func TestLoopsConfig(t *testing.T) {
-	for _, cfg := range []Config{
+	for _, cfg := range []talaris.Config{
 		{Loops: -1}, {Loops: 65}, {Loops: 3, MaxConns: 2}, {Loops: 2, LoopCPUs: []int{0, 0, 0}},
 	} {
-		if p, err := NewPool(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if p, err := talaris.NewPool(cfg); !errors.Is(err, talaris.ErrInvalidConfig) {
 			if err == nil {
 				p.Close()
 			}
@@ -260,7 +260,7 @@ func TestLoopsConfig(t *testing.T) {
 				cfg.Loops, cfg.MaxConns, cfg.LoopCPUs, err)
 		}
 	}
-	p, err := NewPool(Config{Loops: 2, LoopCPUs: []int{0, -1}, MaxConns: 4})
+	p, err := talaris.NewPool(talaris.Config{Loops: 2, LoopCPUs: []int{0, -1}, MaxConns: 4})
 	if err != nil {
 		t.Fatalf("NewPool with LoopCPUs: %v", err)
 	}
@@ -271,7 +271,7 @@ func TestLoopsConfig(t *testing.T) {
 		if i < 4 && err != nil {
 			t.Fatalf("DialMemory %d: %v", i, err)
 		}
-		if i == 4 && !errors.Is(err, ErrTooManyConns) {
+		if i == 4 && !errors.Is(err, talaris.ErrTooManyConns) {
 			t.Errorf("DialMemory past MaxConns: %v, want ErrTooManyConns", err)
 		}
 	}
@@ -287,7 +287,7 @@ func TestLoopsFairAcrossLoops(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
 		const share = 64
 		srv, opts := fairServer(t, useTLS)
-		p := newTestPool(t, Config{Loops: 2, MaxConnPendingEvents: share}, hangGuard)
+		p := newTestPool(t, talaris.Config{Loops: 2, MaxConnPendingEvents: share}, hangGuard)
 		n := scaled(100000)
 		ctx, cancel := dialCtx(t)
 		defer cancel()
@@ -309,23 +309,23 @@ func TestLoopsFairAcrossLoops(t *testing.T) {
 		order := make([]byte, 16)
 		var ahead, echoes int
 		var done, closed bool
-		fn := func(c Conn, ev Event) {
+		fn := func(c talaris.Conn, ev talaris.Event) {
 			switch {
-			case c == o && ev.Kind == EventBinary:
+			case c == o && ev.Kind == talaris.EventBinary:
 				if seq := binary.LittleEndian.Uint64(ev.Payload); int(seq) != echoes {
 					t.Errorf("echo %d carries order %d", echoes, seq)
 				}
 				echoes++
 				done = true
-			case c == f && ev.Kind == EventBinary:
+			case c == f && ev.Kind == talaris.EventBinary:
 				if !done { // (the pump call that delivers the echo may hand out later flood messages after it)
 					ahead++
 				}
 				if err := chk.Check(ev.Payload); err != nil {
 					t.Fatal(err)
 				}
-			case c == f && (ev.Kind == EventClose || ev.Kind == EventError):
-				if ev.Kind != EventClose || chk.Count() != n {
+			case c == f && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError):
+				if ev.Kind != talaris.EventClose || chk.Count() != n {
 					t.Errorf("flood %v (%v) after %d of %d messages", ev.Kind, ev.Err, chk.Count(), n)
 				}
 				closed = true
@@ -359,16 +359,16 @@ func TestLoopsPinning(t *testing.T) {
 		t.Skip("needs 2 CPUs")
 	}
 	for _, tc := range []struct {
-		cfg  Config
+		cfg  talaris.Config
 		want []string // the new loop threads' CPU sets, sorted
 	}{
-		{Config{Loops: 3, LoopCPUs: []int{1, 0}}, []string{"[0]", "[1]", "all"}},
-		{Config{Loops: 3, LoopCPUs: []int{-1, 1}}, []string{"[1]", "all", "all"}},
-		{Config{Loops: 2, LoopCPU: 1, LoopCPUSet: true}, []string{"[1]", "all"}},
-		{Config{Loops: 2}, []string{"all", "all"}},
+		{talaris.Config{Loops: 3, LoopCPUs: []int{1, 0}}, []string{"[0]", "[1]", "all"}},
+		{talaris.Config{Loops: 3, LoopCPUs: []int{-1, 1}}, []string{"[1]", "all", "all"}},
+		{talaris.Config{Loops: 2, LoopCPU: 1, LoopCPUSet: true}, []string{"[1]", "all"}},
+		{talaris.Config{Loops: 2}, []string{"all", "all"}},
 	} {
 		before := loopTids(t)
-		p, err := NewPool(tc.cfg)
+		p, err := talaris.NewPool(tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -409,7 +409,7 @@ func TestLoopsPinning(t *testing.T) {
 // in turn it would take at least 3 x CloseTimeout.)
 func TestLoopsCloseStuckInParallel(t *testing.T) {
 	const closeTimeout = 2 * time.Second
-	p := newTestPool(t, Config{Loops: 3, MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout}, hangGuard)
+	p := newTestPool(t, talaris.Config{Loops: 3, MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout}, hangGuard)
 	loops := map[int]bool{}
 	for range 3 {
 		c := dialSink(t, p, newSink(t, false, false, 0))

@@ -16,7 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"golang.org/x/sys/unix"
 )
@@ -46,7 +46,7 @@ type stampRun struct {
 // pumpStampedStream dials url, pumps it with PumpStamped until want data
 // messages arrived (each checked with chk), then drains the connection's
 // final event, checking every sampled message's stamps.
-func pumpStampedStream(t *testing.T, p *Pool, url string, opts *DialOptions, want int, chk *wstest.Checker) stampRun {
+func pumpStampedStream(t *testing.T, p *talaris.Pool, url string, opts *talaris.DialOptions, want int, chk *wstest.Checker) stampRun {
 	t.Helper()
 	ctx, cancel := dialCtx(t)
 	defer cancel()
@@ -56,7 +56,7 @@ func pumpStampedStream(t *testing.T, p *Pool, url string, opts *DialOptions, wan
 		t.Fatalf("Dial %s: %v", url, err)
 	}
 	var run stampRun
-	fn := func(cc Conn, _ Opcode, payload []byte, st Stamps) {
+	fn := func(cc talaris.Conn, _ talaris.Opcode, payload []byte, st talaris.Stamps) {
 		if cc != c {
 			t.Errorf("message for %#x, dialed %#x", cc.ID(), c.ID())
 		}
@@ -65,7 +65,7 @@ func pumpStampedStream(t *testing.T, p *Pool, url string, opts *DialOptions, wan
 		}
 		run.msgs++
 		if !st.Sampled() {
-			if st != (Stamps{}) && len(run.bad) < 5 {
+			if st != (talaris.Stamps{}) && len(run.bad) < 5 {
 				run.bad = append(run.bad, fmt.Sprintf("unsampled message with stamps %+v", st))
 			}
 			return
@@ -92,11 +92,11 @@ func pumpStampedStream(t *testing.T, p *Pool, url string, opts *DialOptions, wan
 
 // drainConns pumps (without data callbacks expected) until every
 // connection of p delivered its final event.
-func drainConns(t *testing.T, p *Pool) {
+func drainConns(t *testing.T, p *talaris.Pool) {
 	t.Helper()
 	deadline := time.Now().Add(hangGuard)
 	for p.ConnCount() > 0 {
-		n, err := p.PumpEventsNowait(func(Conn, Event) {})
+		n, err := p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {})
 		if err != nil {
 			t.Fatalf("draining: %v", err)
 		}
@@ -110,7 +110,7 @@ func drainConns(t *testing.T, p *Pool) {
 }
 
 // scrape parses p.WritePrometheus with the Prometheus text parser.
-func scrape(t *testing.T, p *Pool) map[string]*dto.MetricFamily {
+func scrape(t *testing.T, p *talaris.Pool) map[string]*dto.MetricFamily {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := p.WritePrometheus(&buf); err != nil {
@@ -199,7 +199,7 @@ func TestMetricsPrometheusScrape(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/every%d", tr, every), func(t *testing.T) {
 				run := func(t *testing.T, srv *wstest.Server) {
 					name := fmt.Sprintf(`feed "%s"/%d`, tr, every) // quotes: the label must be escaped
-					cfg := Config{SampleEvery: every, Name: name}
+					cfg := talaris.Config{SampleEvery: every, Name: name}
 					if every > 1 {
 						// One 4 KiB slot per completion, so the stream's
 						// 150 KB take at least 36 of them and one in 7 is
@@ -207,7 +207,7 @@ func TestMetricsPrometheusScrape(t *testing.T) {
 						cfg.NoRecvBundle, cfg.BufSize = true, 4096
 					}
 					p := newTestPool(t, cfg, hangGuard)
-					var opts *DialOptions
+					var opts *talaris.DialOptions
 					if tr == "wss" {
 						opts = tlsOpts
 					}
@@ -255,17 +255,17 @@ func TestMetricsPrometheusScrape(t *testing.T) {
 					if comps := counterValue(t, fams, "talaris_completions_total", name); uint64(got.sampled) > comps {
 						t.Errorf("%d samples from %d completions", got.sampled, comps)
 					}
-					if tr == "wss" && m.Stages[StageCQEToPlaintext].Max == 0 {
-						t.Errorf("wss: cqe_to_plaintext is always 0, but TLS decryption lies between: %+v", m.Stages[StageCQEToPlaintext])
+					if tr == "wss" && m.Stages[talaris.StageCQEToPlaintext].Max == 0 {
+						t.Errorf("wss: cqe_to_plaintext is always 0, but TLS decryption lies between: %+v", m.Stages[talaris.StageCQEToPlaintext])
 					}
-					for i := range NumStages - 1 {
+					for i := range talaris.NumStages - 1 {
 						h := m.Stages[i]
 						if !(h.Min <= h.P50 && h.P50 <= h.P99 && h.P99 <= h.Max && h.Min <= h.Mean && h.Mean <= h.Max) {
-							t.Errorf("stage %v: inconsistent summary %+v", Stage(i), h)
+							t.Errorf("stage %v: inconsistent summary %+v", talaris.Stage(i), h)
 						}
 					}
 					t.Logf("%d/%d sampled; cqe_to_callback p50 %v p99 %v max %v", got.sampled, got.msgs,
-						m.Stages[StageCQEToCallback].P50, m.Stages[StageCQEToCallback].P99, m.Stages[StageCQEToCallback].Max)
+						m.Stages[talaris.StageCQEToCallback].P50, m.Stages[talaris.StageCQEToCallback].P99, m.Stages[talaris.StageCQEToCallback].Max)
 				}
 				if tr == "wss" {
 					forEachTLSServer(t, serverTLS(t, testCertFile, testKeyFile, 0, 0), run)
@@ -282,7 +282,7 @@ func TestMetricsPrometheusScrape(t *testing.T) {
 func TestMetricsSamplingOff(t *testing.T) {
 	const n, size = 500, 16
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	spec := streamSpec{n: n, size: size}
 	got := pumpStampedStream(t, p, srv.URL+spec.path(), nil, n, wstest.NewChecker(size))
 	if got.sampled != 0 {
@@ -291,7 +291,7 @@ func TestMetricsSamplingOff(t *testing.T) {
 	m := p.Metrics()
 	for i, h := range m.Stages {
 		if h.Count != 0 {
-			t.Errorf("stage %v has %d samples with sampling off", Stage(i), h.Count)
+			t.Errorf("stage %v has %d samples with sampling off", talaris.Stage(i), h.Count)
 		}
 	}
 	if m.Messages != n || m.Bytes != n*size || m.Sampled != 0 {
@@ -307,7 +307,7 @@ func TestMetricsSamplingOff(t *testing.T) {
 
 // TestConfigName: a Name that is not UTF-8 cannot be a label value.
 func TestConfigName(t *testing.T) {
-	if _, err := NewPool(Config{Name: "bad\xff"}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := talaris.NewPool(talaris.Config{Name: "bad\xff"}); !errors.Is(err, talaris.ErrInvalidConfig) {
 		t.Errorf("NewPool with a non-UTF-8 Name: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -315,14 +315,14 @@ func TestConfigName(t *testing.T) {
 // TestMetricsInterval: MetricsInterval returns what was sampled since the
 // previous call and starts a new interval; Metrics stays cumulative.
 func TestMetricsInterval(t *testing.T) {
-	p := newTestPool(t, Config{SampleEvery: 1}, hangGuard)
+	p := newTestPool(t, talaris.Config{SampleEvery: 1}, hangGuard)
 	c, err := p.DialMemory()
 	if err != nil {
 		t.Fatal(err)
 	}
 	frames, _ := memFrames(64)
 	sampled := 0
-	fn := func(_ Conn, _ Opcode, _ []byte, st Stamps) {
+	fn := func(_ talaris.Conn, _ talaris.Opcode, _ []byte, st talaris.Stamps) {
 		if st.Sampled() {
 			sampled++
 		}
@@ -349,8 +349,8 @@ func TestMetricsInterval(t *testing.T) {
 		t.Fatal("nothing sampled with SampleEvery 1")
 	}
 	iv := p.MetricsInterval()
-	if iv.Sampled != uint64(first) || iv.Stages[StageCQEToCallback].Count != uint64(first) {
-		t.Errorf("first interval: %d sampled, %d cqe_to_callback; want %d", iv.Sampled, iv.Stages[StageCQEToCallback].Count, first)
+	if iv.Sampled != uint64(first) || iv.Stages[talaris.StageCQEToCallback].Count != uint64(first) {
+		t.Errorf("first interval: %d sampled, %d cqe_to_callback; want %d", iv.Sampled, iv.Stages[talaris.StageCQEToCallback].Count, first)
 	}
 	second := round(3)
 	iv = p.MetricsInterval()
@@ -374,14 +374,14 @@ func TestPumpStampedAllocs(t *testing.T) {
 	const n = 256
 	for _, every := range []uint32{0, 1} {
 		t.Run(fmt.Sprintf("every%d", every), func(t *testing.T) {
-			p := newTestPool(t, Config{SampleEvery: every}, hangGuard)
+			p := newTestPool(t, talaris.Config{SampleEvery: every}, hangGuard)
 			c, err := p.DialMemory()
 			if err != nil {
 				t.Fatal(err)
 			}
 			frames, _ := memFrames(n)
 			var got, sampled int
-			fn := func(_ Conn, _ Opcode, _ []byte, st Stamps) {
+			fn := func(_ talaris.Conn, _ talaris.Opcode, _ []byte, st talaris.Stamps) {
 				got++
 				if st.Sampled() {
 					sampled++
@@ -415,7 +415,7 @@ func TestMetricsRaceClose(t *testing.T) {
 	for _, tr := range []string{"ws", "wss"} {
 		t.Run(tr, func(t *testing.T) {
 			var srv *wstest.Server
-			var opts *DialOptions
+			var opts *talaris.DialOptions
 			if tr == "wss" {
 				srv = wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
 				opts = tlsOpts
@@ -427,7 +427,7 @@ func TestMetricsRaceClose(t *testing.T) {
 				// the loop's counters, which Close frees.
 				// A short CloseTimeout: Pool.Close waits for the flooding
 				// server's close echo, which nobody pumps once it closed.
-				p := newTestPool(t, Config{SampleEvery: uint32(round % 2 * 3), Name: "race",
+				p := newTestPool(t, talaris.Config{SampleEvery: uint32(round % 2 * 3), Name: "race",
 					CloseTimeout: 250 * time.Millisecond}, hangGuard)
 				ctx, cancel := dialCtx(t)
 				c, err := p.Dial(ctx, srv.URL+"/stream?n=1000000&size=32&op=binary", opts)
@@ -439,7 +439,7 @@ func TestMetricsRaceClose(t *testing.T) {
 				pumpErr := make(chan error, 1)
 				go func() {
 					for {
-						if _, err := p.PumpStamped(func(Conn, Opcode, []byte, Stamps) { delivered++ }); err != nil {
+						if _, err := p.PumpStamped(func(talaris.Conn, talaris.Opcode, []byte, talaris.Stamps) { delivered++ }); err != nil {
 							pumpErr <- err
 							return
 						}
@@ -472,7 +472,7 @@ func TestMetricsRaceClose(t *testing.T) {
 				wg.Add(2)
 				go func() { defer wg.Done(); c.Close(1000, "bye") }()
 				go func() { defer wg.Done(); time.Sleep(time.Duration(round) * time.Millisecond); p.Close() }()
-				if err := <-pumpErr; !errors.Is(err, ErrPoolClosed) {
+				if err := <-pumpErr; !errors.Is(err, talaris.ErrPoolClosed) {
 					t.Errorf("PumpStamped returned %v, want ErrPoolClosed", err)
 				}
 				close(stop)
@@ -486,7 +486,7 @@ func TestMetricsRaceClose(t *testing.T) {
 				if err := p.WritePrometheus(&buf); err != nil || !strings.Contains(buf.String(), `talaris_messages_total{pool="race"}`) {
 					t.Errorf("WritePrometheus after Close: %v\n%.300s", err, buf.String())
 				}
-				if _, err := p.PumpStamped(func(Conn, Opcode, []byte, Stamps) {}); !errors.Is(err, ErrPoolClosed) {
+				if _, err := p.PumpStamped(func(talaris.Conn, talaris.Opcode, []byte, talaris.Stamps) {}); !errors.Is(err, talaris.ErrPoolClosed) {
 					t.Errorf("PumpStamped after Close: %v, want ErrPoolClosed", err)
 				}
 				if err := p.WritePrometheus(nil); err == nil {
@@ -503,7 +503,7 @@ func TestMetricsRaceClose(t *testing.T) {
 // ErrConcurrentPump.
 func TestPumpStampedAfterConnEnded(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{SampleEvery: 1}, hangGuard)
+	p := newTestPool(t, talaris.Config{SampleEvery: 1}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	const n = 200
@@ -514,7 +514,7 @@ func TestPumpStampedAfterConnEnded(t *testing.T) {
 	// Wait for the stream to end while nobody pumps: everything, the
 	// final event included, waits in the ring.
 	deadline := time.Now().Add(hangGuard)
-	for c.State() != StateClosed {
+	for c.State() != talaris.StateClosed {
 		if time.Now().After(deadline) {
 			t.Fatal("hang guard: stream did not end")
 		}
@@ -523,8 +523,8 @@ func TestPumpStampedAfterConnEnded(t *testing.T) {
 	chk := wstest.NewTextChecker(8)
 	got, sampled := 0, 0
 	for got < n {
-		k, err := p.PumpStamped(func(_ Conn, op Opcode, b []byte, st Stamps) {
-			if op != OpText {
+		k, err := p.PumpStamped(func(_ talaris.Conn, op talaris.Opcode, b []byte, st talaris.Stamps) {
+			if op != talaris.OpText {
 				t.Errorf("op %v", op)
 			}
 			if err := chk.Check(b); err != nil {
@@ -595,7 +595,7 @@ func TestLoggerLifecycle(t *testing.T) {
 	var out syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-	p := newTestPool(t, Config{Logger: logger, Name: "logs"}, hangGuard)
+	p := newTestPool(t, talaris.Config{Logger: logger, Name: "logs"}, hangGuard)
 	const n = 500
 	spec := streamSpec{n: n, size: 16}
 	got := pumpStampedStream(t, p, srv.URL+spec.path(), tlsOpts, n, wstest.NewChecker(16))
@@ -605,7 +605,7 @@ func TestLoggerLifecycle(t *testing.T) {
 	// A dial that fails TLS verification (no CA given: the test CA is unknown).
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	if _, err := p.Dial(ctx, srv.URL+"/echo", nil); !errors.Is(err, ErrTLSUnknownCA) {
+	if _, err := p.Dial(ctx, srv.URL+"/echo", nil); !errors.Is(err, talaris.ErrTLSUnknownCA) {
 		t.Fatalf("Dial without the CA: %v, want ErrTLSUnknownCA", err)
 	}
 	drainConns(t, p)
@@ -634,7 +634,7 @@ func TestLoggerLifecycle(t *testing.T) {
 		t.Errorf("failure record class %v category %v, want tls_unknown_ca tls", r["class"], r["category"])
 	}
 	// A dial refused before the loop sees it (bad URL) is logged at Dial.
-	if _, err := p.Dial(ctx, "http://example.com/", nil); !errors.Is(err, ErrBadURL) {
+	if _, err := p.Dial(ctx, "http://example.com/", nil); !errors.Is(err, talaris.ErrBadURL) {
 		t.Fatalf("bad URL: %v", err)
 	}
 	if r := findRecord(out.records(t), "talaris: dial failed"); r == nil || r["level"] != "WARN" || r["class"] != "bad_url" {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -45,7 +45,7 @@ func mwServers(t *testing.T) (plain, secure string) {
 type mwTransport struct {
 	name string
 	url  string
-	opts *DialOptions
+	opts *talaris.DialOptions
 }
 
 func mwTransports(plain, secure string) []mwTransport {
@@ -55,13 +55,13 @@ func mwTransports(plain, secure string) []mwTransport {
 // pumpStreams pumps p until every connection in sts has its final event,
 // feeding each connection's events to its streamState (afterBatch, when
 // not nil, runs after every Pump), then verifies every stream.
-func pumpStreams(t *testing.T, p *Pool, sts map[Conn]*streamState, label string, afterBatch func()) {
+func pumpStreams(t *testing.T, p *talaris.Pool, sts map[talaris.Conn]*streamState, label string, afterBatch func()) {
 	t.Helper()
 	finals := 0
-	pumpUntil(t, p, func(c Conn, ev Event) {
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 		if st := sts[c]; st != nil {
 			st.on(ev)
-			if ev.Kind == EventClose || ev.Kind == EventError {
+			if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 				finals++
 			}
 		}
@@ -121,18 +121,18 @@ func TestMinWaitFlood(t *testing.T) {
 	plain, secure := chunkedFlood(t, false, spec, 50*time.Microsecond), chunkedFlood(t, true, spec, 50*time.Microsecond)
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  talaris.Config
 		on   bool
 	}{
-		{"on", Config{MinWait: testMinWait}, true},
-		{"on-n64-200us", Config{MinWait: 200 * time.Microsecond, MinWaitCompletions: 64}, true},
-		{"off", Config{MinWait: -1}, false},
-		{"default", Config{}, false},
+		{"on", talaris.Config{MinWait: testMinWait}, true},
+		{"on-n64-200us", talaris.Config{MinWait: 200 * time.Microsecond, MinWaitCompletions: 64}, true},
+		{"off", talaris.Config{MinWait: -1}, false},
+		{"default", talaris.Config{}, false},
 	} {
 		for _, tr := range mwTransports(plain, secure) {
 			t.Run(tc.name+"/"+tr.name, func(t *testing.T) {
 				p := newTestPool(t, tc.cfg, hangGuard)
-				sts := map[Conn]*streamState{}
+				sts := map[talaris.Conn]*streamState{}
 				for range 2 {
 					c, err := p.DialAsync(tr.url, tr.opts)
 					if err != nil {
@@ -190,28 +190,28 @@ func pacedFeed(t *testing.T, n int, gap time.Duration) string {
 // a paced message never finds a socket that filled a receive slot while
 // the loop was busy, and every send ends a streak of heavy waits.
 func TestMinWaitNotTakenAtLowRates(t *testing.T) {
-	cfg := Config{MinWait: testMinWait}
+	cfg := talaris.Config{MinWait: testMinWait}
 	t.Run("paced-20k", func(t *testing.T) {
 		const n = 2000
 		p, c := dialOpts(t, cfg, pacedFeed(t, n, 50*time.Microsecond), nil)
 		seen := 0
 		var bad error
 		var final *finalEvent
-		pumpUntil(t, p, func(cc Conn, ev Event) {
+		pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
 			switch ev.Kind {
-			case EventBinary:
+			case talaris.EventBinary:
 				if cc != c || len(ev.Payload) != 64 || binary.LittleEndian.Uint64(ev.Payload) != uint64(seen) {
 					if bad == nil {
 						bad = fmt.Errorf("message %d: len %d seq %d", seen, len(ev.Payload), binary.LittleEndian.Uint64(ev.Payload))
 					}
 				}
 				seen++
-			case EventClose, EventError:
+			case talaris.EventClose, talaris.EventError:
 				f := copyFinal(ev)
 				final = &f
 			}
 		}, func() bool { return final != nil }, nil)
-		if bad != nil || seen != n || final.Kind != EventClose || final.Code != CloseNormal {
+		if bad != nil || seen != n || final.Kind != talaris.EventClose || final.Code != talaris.CloseNormal {
 			t.Fatalf("%d/%d messages, first error %v, final %+v", seen, n, bad, *final)
 		}
 		if st := p.Stats(); st.MinWaits != 0 {
@@ -240,7 +240,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 				t.Fatal(err)
 			}
 			for seen < n && bad == nil {
-				if _, err := p.PumpData(func(cc Conn, op Opcode, pl []byte) {
+				if _, err := p.PumpData(func(cc talaris.Conn, op talaris.Opcode, pl []byte) {
 					if len(pl) != len(msg) || binary.LittleEndian.Uint64(pl) != uint64(seen) {
 						bad = fmt.Errorf("echo %d: len %d seq %d", seen, len(pl), binary.LittleEndian.Uint64(pl))
 						return
@@ -276,9 +276,9 @@ func TestMinWaitCloseRace(t *testing.T) {
 	for _, tr := range mwTransports(plain, secure) {
 		for it := range 6 {
 			t.Run(fmt.Sprint(tr.name, "/", it), func(t *testing.T) {
-				p := newTestPool(t, Config{MinWait: 200 * time.Microsecond}, hangGuard)
-				var conns []Conn
-				sts := map[Conn]*streamState{}
+				p := newTestPool(t, talaris.Config{MinWait: 200 * time.Microsecond}, hangGuard)
+				var conns []talaris.Conn
+				sts := map[talaris.Conn]*streamState{}
 				for range 3 {
 					c, err := p.DialAsync(tr.url+spec.path(), tr.opts)
 					if err != nil {
@@ -287,8 +287,8 @@ func TestMinWaitCloseRace(t *testing.T) {
 					conns = append(conns, c)
 					sts[c] = newStreamState(spec)
 				}
-				var before PoolStats
-				floodCloseRace(t, p, conns, it, func(c Conn, ev Event) int {
+				var before talaris.PoolStats
+				floodCloseRace(t, p, conns, it, func(c talaris.Conn, ev talaris.Event) int {
 					st := sts[c]
 					st.on(ev)
 					if st.chk.Count() == 1000 {
@@ -305,7 +305,7 @@ func TestMinWaitCloseRace(t *testing.T) {
 				if after.MinWaits < before.MinWaits || after.Events < before.Events {
 					t.Errorf("stats went back after Close: %+v, before %+v", after, before)
 				}
-				if err := conns[0].SendBinary([]byte("x")); !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrClosed) {
+				if err := conns[0].SendBinary([]byte("x")); !errors.Is(err, talaris.ErrPoolClosed) && !errors.Is(err, talaris.ErrClosed) {
 					t.Errorf("send after close: %v", err)
 				}
 			})
@@ -323,7 +323,7 @@ func TestMinWaitFloodReset(t *testing.T) {
 	for _, tr := range mwTransports(plain, secure) {
 		for _, rst := range []bool{false, true} {
 			t.Run(fmt.Sprint(tr.name, "/rst=", rst), func(t *testing.T) {
-				p := newTestPool(t, Config{MinWait: testMinWait}, hangGuard)
+				p := newTestPool(t, talaris.Config{MinWait: testMinWait}, hangGuard)
 				path := "/drop" + strings.TrimPrefix(spec.path(), "/stream")
 				if rst && tr.opts != nil {
 					path += "&trunc=1&rst=1" // the TCP reset under the TLS session
@@ -342,7 +342,7 @@ func TestMinWaitFloodReset(t *testing.T) {
 				if !rst && st.chk.Count() != spec.n {
 					t.Errorf("got %d messages before the FIN, want %d", st.chk.Count(), spec.n)
 				}
-				if f.Kind != EventError || !errors.Is(f.Err, ErrConnectionLost) {
+				if f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrConnectionLost) {
 					t.Errorf("final %+v, want EventError ErrConnectionLost", f)
 				}
 			})
@@ -353,13 +353,13 @@ func TestMinWaitFloodReset(t *testing.T) {
 // TestMinWaitConfig: out-of-range values are refused with
 // ErrInvalidConfig.
 func TestMinWaitConfig(t *testing.T) {
-	for _, cfg := range []Config{
+	for _, cfg := range []talaris.Config{
 		{MinWait: 500 * time.Nanosecond},
 		{MinWait: 2 * time.Second},
 		{MinWait: testMinWait, MinWaitCompletions: 1},
 		{MinWaitCompletions: -3},
 	} {
-		if p, err := NewPool(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if p, err := talaris.NewPool(cfg); !errors.Is(err, talaris.ErrInvalidConfig) {
 			if p != nil {
 				p.Close()
 			}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 )
 
 // startListener starts cmd, a peer process that prints "LISTEN <port or
@@ -34,7 +34,7 @@ func startListener(t testing.TB, what string, cmd *exec.Cmd) string {
 // over wss:// with the test certificate (startTLS), and returns the
 // DialOptions that trust it (nil for ws://). Pass the server's methods:
 // startWS(t, useTLS, srv.Start, srv.StartTLS).
-func startWS[S any](t testing.TB, useTLS bool, start func(testing.TB) S, startTLS func(testing.TB, *tls.Config) S) *DialOptions {
+func startWS[S any](t testing.TB, useTLS bool, start func(testing.TB) S, startTLS func(testing.TB, *tls.Config) S) *talaris.DialOptions {
 	t.Helper()
 	if useTLS {
 		startTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
@@ -46,7 +46,7 @@ func startWS[S any](t testing.TB, useTLS bool, start func(testing.TB) S, startTL
 
 // dialPumped dials url on p (within dialCtx) and pumps p in the
 // background (startPump) for c's final event.
-func dialPumped(t *testing.T, p *Pool, url string, opts *DialOptions) (Conn, *bgPump) {
+func dialPumped(t *testing.T, p *talaris.Pool, url string, opts *talaris.DialOptions) (talaris.Conn, *bgPump) {
 	t.Helper()
 	ctx, cancel := dialCtx(t)
 	defer cancel()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 )
 
 // TestFailedDialsConcurrentSlots: four goroutines each make eight
@@ -25,7 +25,7 @@ import (
 func TestFailedDialsConcurrentSlots(t *testing.T) {
 	for mode := 0; mode < 4; mode++ {
 		t.Run(strconv.Itoa(mode), func(t *testing.T) {
-			p := newTestPool(t, Config{MaxConns: 4}, hangGuard)
+			p := newTestPool(t, talaris.Config{MaxConns: 4}, hangGuard)
 			done := make(chan struct{})
 			defer close(done)
 			ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -61,7 +61,7 @@ func TestFailedDialsConcurrentSlots(t *testing.T) {
 						ctx, cancel := dialCtx(t)
 						_, err := p.Dial(ctx, url, nil)
 						cancel()
-						var he *HandshakeError
+						var he *talaris.HandshakeError
 						if !errors.As(err, &he) || he.StatusCode != 503 {
 							errc <- err
 						}
@@ -89,7 +89,7 @@ func TestFailedDialsConcurrentSlots(t *testing.T) {
 // Close at 0-19 ms into the storm. From the review of the reaping fix.
 func TestFailedDialsRaceCloseReaping(t *testing.T) {
 	for r := 0; r < 20; r++ {
-		p := newTestPool(t, Config{MaxConns: 4}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxConns: 4}, hangGuard)
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -103,8 +103,8 @@ func TestFailedDialsRaceCloseReaping(t *testing.T) {
 					ctx, cancel := dialCtx(t)
 					_, err := p.Dial(ctx, url, nil)
 					cancel()
-					var he *HandshakeError
-					if errors.Is(err, ErrPoolClosed) {
+					var he *talaris.HandshakeError
+					if errors.Is(err, talaris.ErrPoolClosed) {
 						break
 					}
 					if !errors.As(err, &he) {
@@ -134,7 +134,7 @@ func TestFailedDialsRaceCloseReaping(t *testing.T) {
 // refusal wait.
 func TestRefusalRaceDialContext(t *testing.T) {
 	for _, inline := range []bool{false, true} {
-		p := newTestPool(t, Config{MaxConns: 4, InlineLoop: inline}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxConns: 4, InlineLoop: inline}, hangGuard)
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -153,19 +153,19 @@ func TestRefusalRaceDialContext(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), d)
 			_, err := p.Dial(ctx, url, nil)
 			cancel()
-			var he *HandshakeError
+			var he *talaris.HandshakeError
 			switch {
 			case errors.As(err, &he):
 				if he.StatusCode != 503 || string(he.Body) != "abc" {
 					t.Errorf("inline %v, context %v: status %d body %q", inline, d, he.StatusCode, he.Body)
 				}
-			case errors.Is(err, ErrTimeout):
+			case errors.Is(err, talaris.ErrTimeout):
 			default:
 				t.Errorf("inline %v, context %v: %v", inline, d, err)
 			}
 		}
 		if inline {
-			pumpUntil(t, p, func(Conn, Event) {}, func() bool { return p.ConnCount() == 0 }, nil)
+			pumpUntil(t, p, func(talaris.Conn, talaris.Event) {}, func() bool { return p.ConnCount() == 0 }, nil)
 		}
 		if n := p.ConnCount(); n != 0 {
 			t.Errorf("inline %v: ConnCount %d", inline, n)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -42,11 +42,11 @@ func TestReassemblyBufferGivenBack(t *testing.T) {
 		rc.WriteClose(1000, "")
 		rc.ExpectClose()
 	}).Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	runtime.GC()
 	debug.FreeOSMemory()
 	rss0 := int64(procStatusKB(t, "VmRSS")) << 10
-	var cs []Conn
+	var cs []talaris.Conn
 	for range conns {
 		cs = append(cs, dial(t, p, srv.URL))
 	}
@@ -54,13 +54,13 @@ func TestReassemblyBufferGivenBack(t *testing.T) {
 		c.SendText([]byte("go"))
 	}
 	done, got := 0, 0
-	pumpUntil(t, p, func(c Conn, ev Event) {
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 		switch ev.Kind {
-		case EventBinary:
+		case talaris.EventBinary:
 			if len(ev.Payload) == size {
 				got++
 			}
-		case EventClose, EventError:
+		case talaris.EventClose, talaris.EventError:
 			done++
 		}
 	}, func() bool { return done == conns }, nil)

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
@@ -170,24 +170,24 @@ func freePort(t *testing.T) string {
 // rcLog records one connection's non-data events (copied) and counts its
 // data messages.
 type rcLog struct {
-	kinds  []EventKind
-	evs    []Event
+	kinds  []talaris.EventKind
+	evs    []talaris.Event
 	ticks  int
-	final  *Event
+	final  *talaris.Event
 	others int // events of other handles
 }
 
-func (r *rcLog) fn(c Conn) EventFunc {
-	return func(cc Conn, ev Event) {
+func (r *rcLog) fn(c talaris.Conn) talaris.EventFunc {
+	return func(cc talaris.Conn, ev talaris.Event) {
 		if cc != c {
 			r.others++
 			return
 		}
 		switch ev.Kind {
-		case EventText, EventBinary:
+		case talaris.EventText, talaris.EventBinary:
 			r.ticks++
 			return
-		case EventPing, EventPong:
+		case talaris.EventPing, talaris.EventPong:
 			return
 		}
 		cp := ev
@@ -195,13 +195,13 @@ func (r *rcLog) fn(c Conn) EventFunc {
 		cp.Reason = append([]byte(nil), ev.Reason...)
 		r.kinds = append(r.kinds, ev.Kind)
 		r.evs = append(r.evs, cp)
-		if ev.Kind == EventClose || ev.Kind == EventError {
+		if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 			r.final = &cp
 		}
 	}
 }
 
-func (r *rcLog) count(k EventKind) int {
+func (r *rcLog) count(k talaris.EventKind) int {
 	n := 0
 	for _, x := range r.kinds {
 		if x == k {
@@ -211,7 +211,7 @@ func (r *rcLog) count(k EventKind) int {
 	return n
 }
 
-func (r *rcLog) first(k EventKind) *Event {
+func (r *rcLog) first(k talaris.EventKind) *talaris.Event {
 	for i := range r.evs {
 		if r.evs[i].Kind == k {
 			return &r.evs[i]
@@ -220,7 +220,7 @@ func (r *rcLog) first(k EventKind) *Event {
 	return nil
 }
 
-func (r *rcLog) last(k EventKind) *Event {
+func (r *rcLog) last(k talaris.EventKind) *talaris.Event {
 	for i := len(r.evs) - 1; i >= 0; i-- {
 		if r.evs[i].Kind == k {
 			return &r.evs[i]
@@ -244,29 +244,29 @@ func TestReconnectKillRestart(t *testing.T) {
 	for _, tlsOn := range []bool{false, true} {
 		name := "ws"
 		if tlsOn {
-			name = "wss-" + TLSBackend()
+			name = "wss-" + talaris.TLSBackend()
 		}
 		for _, data := range []bool{false, true} {
 			pump := "/Pump"
 			if data {
 				pump = "/PumpData+OnEvent"
 			}
-			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data, Config{}) })
+			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data, talaris.Config{}) })
 		}
-		t.Run(name+"/Pump/loops2", func(t *testing.T) { testKillRestart(t, tlsOn, false, Config{Loops: 2}) })
-		t.Run(name+"/Pump/nobundle", func(t *testing.T) { testKillRestart(t, tlsOn, false, Config{NoRecvBundle: true}) })
+		t.Run(name+"/Pump/loops2", func(t *testing.T) { testKillRestart(t, tlsOn, false, talaris.Config{Loops: 2}) })
+		t.Run(name+"/Pump/nobundle", func(t *testing.T) { testKillRestart(t, tlsOn, false, talaris.Config{NoRecvBundle: true}) })
 	}
 }
 
 // testKillRestart runs the kill -9 and restart with a pool built from cfg.
-func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
+func testKillRestart(t *testing.T, tlsOn, data bool, cfg talaris.Config) {
 	addr := freePort(t)
 	a := startSrvProc(t, addr, tlsOn)
 	var log rcLog
-	var c Conn
+	var c talaris.Conn
 	loops := cfg.Loops
 	if data {
-		cfg.OnEvent = func(cc Conn, ev Event) { log.fn(c)(cc, ev) }
+		cfg.OnEvent = func(cc talaris.Conn, ev talaris.Event) { log.fn(c)(cc, ev) }
 	}
 	p := newTestPool(t, cfg, hangGuard)
 	if loops > 1 {
@@ -276,12 +276,12 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
 	}
 	// pumpUntil: Pump with the log's EventFunc, or PumpData counting the
 	// data while OnEvent logs the rest.
-	pumpUntil := func(t *testing.T, p *Pool, fn EventFunc, done func() bool, _ func()) {
+	pumpUntil := func(t *testing.T, p *talaris.Pool, fn talaris.EventFunc, done func() bool, _ func()) {
 		t.Helper()
 		for !done() {
 			var err error
 			if data {
-				_, err = p.PumpData(func(cc Conn, _ Opcode, _ []byte) {
+				_, err = p.PumpData(func(cc talaris.Conn, _ talaris.Opcode, _ []byte) {
 					if cc == c {
 						log.ticks++
 					} else {
@@ -297,13 +297,13 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
 		}
 	}
 	url := "ws://" + addr + "/feed"
-	opts := &DialOptions{
-		Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+	opts := &talaris.DialOptions{
+		Reconnect: &talaris.ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
 		Subscribe: [][]byte{[]byte(`{"op":"subscribe","ch":"trades"}`), []byte("second")},
 	}
 	if tlsOn {
 		url = "wss://" + addr + "/feed"
-		opts.TLS = TLSOptions{RootCAFile: testCAFile}
+		opts.TLS = talaris.TLSOptions{RootCAFile: testCAFile}
 	}
 	ctx, cancel := dialCtx(t)
 	defer cancel()
@@ -323,28 +323,28 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
 	_, before := a.waitLine("MSG 1 app-1")
 	wantSubs(t, "first server", before, 1)
 
-	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 1 && log.ticks >= 3 }, nil)
-	if ev := log.last(EventOpen); ev.Reconnects != 0 {
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventOpen) == 1 && log.ticks >= 3 }, nil)
+	if ev := log.last(talaris.EventOpen); ev.Reconnects != 0 {
 		t.Errorf("first EventOpen: Reconnects = %d, want 0", ev.Reconnects)
 	}
 
 	a.kill()
-	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) >= 1 }, nil)
-	rev := log.first(EventReconnecting) // (refused attempts may follow in the same batch)
-	if !errors.Is(rev.Err, ErrConnectionLost) && !errors.Is(rev.Err, ErrClosed) {
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventReconnecting) >= 1 }, nil)
+	rev := log.first(talaris.EventReconnecting) // (refused attempts may follow in the same batch)
+	if !errors.Is(rev.Err, talaris.ErrConnectionLost) && !errors.Is(rev.Err, talaris.ErrClosed) {
 		t.Errorf("EventReconnecting after SIGKILL: Err = %v, want ErrConnectionLost", rev.Err)
 	}
 	if rev.Delay < 20*time.Millisecond || rev.Delay > 200*time.Millisecond {
 		t.Errorf("EventReconnecting Delay = %v, want within [20ms, 200ms]", rev.Delay)
 	}
 	// The server is gone: every send in the gap is refused, nothing queued.
-	if err := c.SendText([]byte("in-the-gap")); !errors.Is(err, ErrWouldBlock) {
+	if err := c.SendText([]byte("in-the-gap")); !errors.Is(err, talaris.ErrWouldBlock) {
 		t.Errorf("SendText in the gap: %v, want ErrWouldBlock", err)
 	}
-	if err := c.Ping(nil); !errors.Is(err, ErrWouldBlock) {
+	if err := c.Ping(nil); !errors.Is(err, talaris.ErrWouldBlock) {
 		t.Errorf("Ping in the gap: %v, want ErrWouldBlock", err)
 	}
-	if st := c.State(); st >= StateOpen {
+	if st := c.State(); st >= talaris.StateOpen {
 		t.Errorf("State in the gap = %v, want one before open", st)
 	}
 	if n := c.Stats().SendQueueFull; n != 0 {
@@ -356,28 +356,28 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		gapSent <- c.SendContext(ctx, OpText, []byte("after-gap"))
+		gapSent <- c.SendContext(ctx, talaris.OpText, []byte("after-gap"))
 	}()
 
 	b := startSrvProc(t, addr, tlsOn)
 	ticksBefore := log.ticks
 	pumpUntil(t, p, log.fn(c), func() bool {
-		return log.count(EventOpen) == 2 && log.ticks >= ticksBefore+3
+		return log.count(talaris.EventOpen) == 2 && log.ticks >= ticksBefore+3
 	}, nil)
 	if log.final != nil {
 		t.Fatalf("final event %+v before the reconnect", *log.final)
 	}
 	// Order: Open, then one or more Reconnecting (the drop, then refused
 	// attempts while no server listened), then Open{Reconnects: 1}.
-	if log.kinds[0] != EventOpen || log.kinds[len(log.kinds)-1] != EventOpen {
+	if log.kinds[0] != talaris.EventOpen || log.kinds[len(log.kinds)-1] != talaris.EventOpen {
 		t.Fatalf("event order %v", log.kinds)
 	}
 	for _, k := range log.kinds[1 : len(log.kinds)-1] {
-		if k != EventReconnecting {
+		if k != talaris.EventReconnecting {
 			t.Fatalf("event order %v: want Open, Reconnecting..., Open", log.kinds)
 		}
 	}
-	if ev := log.last(EventOpen); ev.Reconnects != 1 {
+	if ev := log.last(talaris.EventOpen); ev.Reconnects != 1 {
 		t.Errorf("second EventOpen: Reconnects = %d, want 1", ev.Reconnects)
 	}
 	// SendContext's goroutine may wake from the gap after this one sees
@@ -407,17 +407,17 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg Config) {
 	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
 		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)
 	}
-	if c.State() != StateOpen {
+	if c.State() != talaris.StateOpen {
 		t.Errorf("State after the reconnect = %v", c.State())
 	}
 
 	// Close stops the policy: the handle ends with EventClose, no new
 	// connection reaches the server.
-	if err := c.Close(CloseNormal, "bye"); err != nil {
+	if err := c.Close(talaris.CloseNormal, "bye"); err != nil {
 		t.Fatal(err)
 	}
 	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
-	if log.final.Kind != EventClose || log.final.Code != CloseNormal {
+	if log.final.Kind != talaris.EventClose || log.final.Code != talaris.CloseNormal {
 		t.Errorf("final event %+v, want EventClose 1000", *log.final)
 	}
 	if wantOthers := min(loops/2, 1); log.others != wantOthers { // (the memory connection's EventOpen)
@@ -521,7 +521,7 @@ func (a *acceptLog) accepted() []time.Time {
 func answerClose(nc net.Conn) {
 	nc.SetReadDeadline(time.Now().Add(hangGuard))
 	if _, err := nc.Read(make([]byte, 256)); err == nil {
-		nc.Write(ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(CloseNormal, "")))
+		nc.Write(ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(talaris.CloseNormal, "")))
 	}
 }
 
@@ -560,12 +560,12 @@ func TestReconnectRetryAfter(t *testing.T) {
 				upgrade(nc, key)
 				answerClose(nc)
 			})
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			ctx, cancel := dialCtx(t)
 			defer cancel()
 			start := time.Now()
-			c, err := p.Dial(ctx, srv.url(), &DialOptions{
-				Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}})
+			c, err := p.Dial(ctx, srv.url(), &talaris.DialOptions{
+				Reconnect: &talaris.ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond}})
 			if err != nil {
 				t.Fatalf("Dial: %v", err)
 			}
@@ -582,17 +582,17 @@ func TestReconnectRetryAfter(t *testing.T) {
 				}
 			}
 			var log rcLog
-			pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 1 }, nil)
-			if log.count(EventReconnecting) != 2 {
+			pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventOpen) == 1 }, nil)
+			if log.count(talaris.EventReconnecting) != 2 {
 				t.Fatalf("events %v, want two EventReconnecting then EventOpen", log.kinds)
 			}
 			code, _ := strconv.Atoi(status[:3])
 			for _, ev := range log.evs[:2] {
-				if ev.Delay < time.Second || !errors.Is(ev.Err, ErrBadStatus) || ev.Code != code {
+				if ev.Delay < time.Second || !errors.Is(ev.Err, talaris.ErrBadStatus) || ev.Code != code {
 					t.Errorf("EventReconnecting %+v, want Delay >= 1s, ErrBadStatus, Code %d", ev, code)
 				}
 			}
-			if ev := log.last(EventOpen); ev.Reconnects != 0 {
+			if ev := log.last(talaris.EventOpen); ev.Reconnects != 0 {
 				t.Errorf("first open after failed attempts: Reconnects = %d, want 0 (it counts re-opens)", ev.Reconnects)
 			}
 		})
@@ -606,11 +606,11 @@ func TestReconnectRetryAfter(t *testing.T) {
 // final EventError, and the process stays idle while it waits.
 func TestReconnectBackoff(t *testing.T) {
 	srv := startAcceptLog(t, func(int, net.Conn) {})
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	const attempts = 6
-	pol := &ReconnectPolicy{MinDelay: 50 * time.Millisecond, MaxDelay: 400 * time.Millisecond, MaxAttempts: attempts}
+	pol := &talaris.ReconnectPolicy{MinDelay: 50 * time.Millisecond, MaxDelay: 400 * time.Millisecond, MaxAttempts: attempts}
 	fw := watchFreezes(t)
-	c, err := p.DialAsync(srv.url(), &DialOptions{Reconnect: pol})
+	c, err := p.DialAsync(srv.url(), &talaris.DialOptions{Reconnect: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,13 +620,13 @@ func TestReconnectBackoff(t *testing.T) {
 	if len(at) != attempts {
 		t.Fatalf("%d attempts, want MaxAttempts = %d", len(at), attempts)
 	}
-	if n := log.count(EventReconnecting); n != attempts-1 || log.count(EventOpen) != 0 {
+	if n := log.count(talaris.EventReconnecting); n != attempts-1 || log.count(talaris.EventOpen) != 0 {
 		t.Fatalf("events %v, want %d EventReconnecting then the final EventError", log.kinds, attempts-1)
 	}
-	if log.final.Kind != EventError || !errors.Is(log.final.Err, ErrConnectionLost) {
+	if log.final.Kind != talaris.EventError || !errors.Is(log.final.Err, talaris.ErrConnectionLost) {
 		t.Errorf("final event %+v, want EventError wrapping ErrConnectionLost (the last attempt's error)", *log.final)
 	}
-	if c.State() != StateClosed {
+	if c.State() != talaris.StateClosed {
 		t.Errorf("State after giving up = %v", c.State())
 	}
 	for i := 1; i < len(at); i++ {
@@ -648,7 +648,7 @@ func TestReconnectBackoff(t *testing.T) {
 	srv2 := startAcceptLog(t, func(int, net.Conn) {})
 	cpu0 := cpuTime()
 	w0 := time.Now()
-	c2, err := p.DialAsync(srv2.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Second, MaxAttempts: 3}})
+	c2, err := p.DialAsync(srv2.url(), &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Second, MaxAttempts: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -668,16 +668,16 @@ func TestReconnectBackoff(t *testing.T) {
 // MaxAttempts attempts and returns the last error; without a policy it
 // makes exactly one.
 func TestReconnectDialGivesUp(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for _, tc := range []struct {
-		pol  *ReconnectPolicy
+		pol  *talaris.ReconnectPolicy
 		want int
-	}{{nil, 1}, {&ReconnectPolicy{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxAttempts: 3}, 3}} {
+	}{{nil, 1}, {&talaris.ReconnectPolicy{MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxAttempts: 3}, 3}} {
 		srv := startAcceptLog(t, func(int, net.Conn) {})
 		ctx, cancel := dialCtx(t)
-		_, err := p.Dial(ctx, srv.url(), &DialOptions{Reconnect: tc.pol})
+		_, err := p.Dial(ctx, srv.url(), &talaris.DialOptions{Reconnect: tc.pol})
 		cancel()
-		if !errors.Is(err, ErrConnectionLost) {
+		if !errors.Is(err, talaris.ErrConnectionLost) {
 			t.Errorf("policy %+v: Dial err %v, want ErrConnectionLost", tc.pol, err)
 		}
 		if n := len(srv.accepted()); n != tc.want {
@@ -690,8 +690,8 @@ func TestReconnectDialGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := p.Dial(ctx, "ws://"+addr+"/", &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond}})
-	if !errors.Is(err, ErrTimeout) {
+	_, err := p.Dial(ctx, "ws://"+addr+"/", &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 20 * time.Millisecond}})
+	if !errors.Is(err, talaris.ErrTimeout) {
 		t.Errorf("Dial with an expiring context: %v, want ErrTimeout", err)
 	}
 	if el := time.Since(start); el > 10*time.Second {
@@ -705,32 +705,32 @@ func TestReconnectDialGivesUp(t *testing.T) {
 // ErrPoolClosed.
 func TestReconnectCloseDuringBackoff(t *testing.T) {
 	addr := freePort(t)
-	pol := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 30 * time.Second}}
-	p := newTestPool(t, Config{}, hangGuard)
+	pol := &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 30 * time.Second}}
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	c, err := p.DialAsync("ws://"+addr+"/", pol)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var log rcLog
-	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) == 1 }, nil)
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventReconnecting) == 1 }, nil)
 	if d := log.evs[0].Delay; d != 30*time.Second {
 		t.Errorf("Delay %v, want 30s (MinDelay, first wait)", d)
 	}
-	if !errors.Is(log.evs[0].Err, ErrDial) || !errors.Is(log.evs[0].Err, syscall.ECONNREFUSED) && !errors.Is(log.evs[0].Err, ErrDial) {
+	if !errors.Is(log.evs[0].Err, talaris.ErrDial) || !errors.Is(log.evs[0].Err, syscall.ECONNREFUSED) && !errors.Is(log.evs[0].Err, talaris.ErrDial) {
 		t.Errorf("EventReconnecting Err = %v, want ErrDial", log.evs[0].Err)
 	}
 	start := time.Now()
-	if err := c.Close(CloseNormal, ""); err != nil {
+	if err := c.Close(talaris.CloseNormal, ""); err != nil {
 		t.Fatal(err)
 	}
 	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("Close during the backoff took %v", el)
 	}
-	if log.final.Kind != EventError || !errors.Is(log.final.Err, ErrClosed) {
+	if log.final.Kind != talaris.EventError || !errors.Is(log.final.Err, talaris.ErrClosed) {
 		t.Errorf("final event %+v, want EventError wrapping ErrClosed", *log.final)
 	}
-	if err := c.SendText([]byte("x")); !errors.Is(err, ErrClosed) {
+	if err := c.SendText([]byte("x")); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("SendText after the end: %v, want ErrClosed", err)
 	}
 	if p.ConnCount() != 0 {
@@ -747,22 +747,24 @@ func TestReconnectCloseDuringBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	var l1, l2 rcLog
-	pumpUntil(t, p, func(c Conn, ev Event) {
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 		if c == c1 {
 			l1.fn(c1)(c, ev)
 		} else {
 			l2.fn(c2)(c, ev)
 		}
-	}, func() bool { return l1.count(EventReconnecting) == 1 && l2.count(EventReconnecting) == 1 }, nil)
+	}, func() bool {
+		return l1.count(talaris.EventReconnecting) == 1 && l2.count(talaris.EventReconnecting) == 1
+	}, nil)
 	start = time.Now()
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		p.Close()
 	}()
 	for {
-		_, err := p.Pump(func(Conn, Event) {})
+		_, err := p.Pump(func(talaris.Conn, talaris.Event) {})
 		if err != nil {
-			if !errors.Is(err, ErrPoolClosed) {
+			if !errors.Is(err, talaris.ErrPoolClosed) {
 				t.Errorf("Pump: %v, want ErrPoolClosed", err)
 			}
 			break
@@ -771,7 +773,7 @@ func TestReconnectCloseDuringBackoff(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("Pool.Close with handles in a backoff wait took %v", el)
 	}
-	if c1.State() != StateClosed && c1.State() != StateIdle {
+	if c1.State() != talaris.StateClosed && c1.State() != talaris.StateIdle {
 		t.Errorf("handle state after Pool.Close: %v", c1.State())
 	}
 }
@@ -784,7 +786,7 @@ func TestReconnectCloseDuringBackoff(t *testing.T) {
 // without -tags talaris_openssl). Run it under -race too.
 func TestReconnectRaceClose(t *testing.T) {
 	t.Run("ws", func(t *testing.T) { testReconnectRaceClose(t, nil) })
-	t.Run("wss-"+TLSBackend(), func(t *testing.T) {
+	t.Run("wss-"+talaris.TLSBackend(), func(t *testing.T) {
 		testReconnectRaceClose(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
 	})
 }
@@ -798,15 +800,15 @@ func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
 	rounds := scaled(20)
 	reopens := 0 // EventOpen with Reconnects > 0, all rounds: the race ran against live reconnects
 	for r := 0; r < rounds; r++ {
-		p, err := NewPool(Config{})
+		p, err := talaris.NewPool(talaris.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var conns []Conn
+		var conns []talaris.Conn
 		for i := 0; i < 4; i++ {
-			c, err := p.DialAsync(srv.url(), &DialOptions{
-				Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond},
-				Subscribe: [][]byte{[]byte("sub")}, TLS: TLSOptions{RootCAFile: testCAFile}})
+			c, err := p.DialAsync(srv.url(), &talaris.DialOptions{
+				Reconnect: &talaris.ReconnectPolicy{MinDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond},
+				Subscribe: [][]byte{[]byte("sub")}, TLS: talaris.TLSOptions{RootCAFile: testCAFile}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -819,7 +821,7 @@ func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
 				defer wg.Done()
 				for k := 0; k < 200; k++ {
 					err := c.SendText([]byte("hello"))
-					if err != nil && !errors.Is(err, ErrWouldBlock) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrPoolClosed) {
+					if err != nil && !errors.Is(err, talaris.ErrWouldBlock) && !errors.Is(err, talaris.ErrClosed) && !errors.Is(err, talaris.ErrPoolClosed) {
 						t.Errorf("SendText: %v", err)
 						return
 					}
@@ -827,7 +829,7 @@ func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
 					c.Stats()
 					p.Stats()
 					if k == 50+i*30 && i%2 == 0 {
-						if err := c.Close(CloseNormal, ""); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrPoolClosed) {
+						if err := c.Close(talaris.CloseNormal, ""); err != nil && !errors.Is(err, talaris.ErrClosed) && !errors.Is(err, talaris.ErrPoolClosed) {
 							t.Errorf("Close: %v", err)
 						}
 					}
@@ -852,13 +854,13 @@ func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
 			p.Close()
 		}()
 		for {
-			if _, err := p.Pump(func(_ Conn, ev Event) {
-				if ev.Kind == EventOpen && ev.Reconnects > 0 {
+			if _, err := p.Pump(func(_ talaris.Conn, ev talaris.Event) {
+				if ev.Kind == talaris.EventOpen && ev.Reconnects > 0 {
 					reopens++
 					once.Do(func() { close(reopened) })
 				}
 			}); err != nil {
-				if !errors.Is(err, ErrPoolClosed) {
+				if !errors.Is(err, talaris.ErrPoolClosed) {
 					t.Errorf("Pump: %v", err)
 				}
 				break
@@ -884,9 +886,9 @@ func TestReconnectCycles(t *testing.T) {
 	srv := wstest.NewRaw(func(c *wstest.RawConn) {
 		c.WriteFrame(true, ws.OpText, []byte("hello"))
 	}).Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
-	c, err := p.DialAsync(srv.URL, &DialOptions{
-		Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond},
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	c, err := p.DialAsync(srv.URL, &talaris.DialOptions{
+		Reconnect: &talaris.ReconnectPolicy{MinDelay: time.Millisecond, MaxDelay: time.Millisecond},
 		Subscribe: [][]byte{[]byte("sub")}})
 	if err != nil {
 		t.Fatal(err)
@@ -895,11 +897,11 @@ func TestReconnectCycles(t *testing.T) {
 	total := 0 // EventOpen seen
 	pump := func(k int) {
 		for log.final == nil {
-			before := log.count(EventOpen)
+			before := log.count(talaris.EventOpen)
 			if _, err := p.Pump(log.fn(c)); err != nil {
 				t.Fatalf("Pump: %v", err)
 			}
-			total += log.count(EventOpen) - before
+			total += log.count(talaris.EventOpen) - before
 			log.kinds, log.evs = nil, nil // keep the log small over many cycles
 			if total >= k {
 				return
@@ -928,7 +930,7 @@ func TestReconnectCycles(t *testing.T) {
 	if got := c.Stats().Reconnects; got < uint64(n) {
 		t.Errorf("ConnStats.Reconnects = %d, want >= %d", got, n)
 	}
-	if err := c.Close(CloseNormal, ""); err != nil && !errors.Is(err, ErrClosed) {
+	if err := c.Close(talaris.CloseNormal, ""); err != nil && !errors.Is(err, talaris.ErrClosed) {
 		t.Fatal(err)
 	}
 	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
@@ -961,18 +963,18 @@ func procCounts(t *testing.T) (fds, threads, rssKiB int) {
 // TestReconnectOptions: bad policies and Subscribe messages are refused
 // with clear errors before anything is dialed.
 func TestReconnectOptions(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	url := "ws://" + freePort(t) + "/"
 	for _, tc := range []struct {
-		opts *DialOptions
+		opts *talaris.DialOptions
 		want error
 	}{
-		{&DialOptions{Reconnect: &ReconnectPolicy{MinDelay: -1}}, ErrInvalidConfig},
-		{&DialOptions{Reconnect: &ReconnectPolicy{MaxAttempts: -1}}, ErrInvalidConfig},
-		{&DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Millisecond}}, ErrInvalidConfig},
-		{&DialOptions{Reconnect: &ReconnectPolicy{MaxDelay: 25 * time.Hour}}, ErrInvalidConfig},
-		{&DialOptions{Subscribe: [][]byte{{0xff, 0xfe}}}, ErrInvalidUTF8},
-		{&DialOptions{Subscribe: [][]byte{make([]byte, 2<<20)}}, ErrInvalidConfig},
+		{&talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: -1}}, talaris.ErrInvalidConfig},
+		{&talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MaxAttempts: -1}}, talaris.ErrInvalidConfig},
+		{&talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Millisecond}}, talaris.ErrInvalidConfig},
+		{&talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MaxDelay: 25 * time.Hour}}, talaris.ErrInvalidConfig},
+		{&talaris.DialOptions{Subscribe: [][]byte{{0xff, 0xfe}}}, talaris.ErrInvalidUTF8},
+		{&talaris.DialOptions{Subscribe: [][]byte{make([]byte, 2<<20)}}, talaris.ErrInvalidConfig},
 	} {
 		if _, err := p.DialAsync(url, tc.opts); !errors.Is(err, tc.want) {
 			t.Errorf("DialAsync(%+v): %v, want %v", tc.opts.Reconnect, err, tc.want)
@@ -988,13 +990,13 @@ func TestReconnectOptions(t *testing.T) {
 // carries the server's code and reason (Err wraps ErrClosed), then the
 // handle re-opens.
 func TestReconnectServerClose(t *testing.T) {
-	t.Run("default", func(t *testing.T) { reconnectServerClose(t, Config{}) })
+	t.Run("default", func(t *testing.T) { reconnectServerClose(t, talaris.Config{}) })
 	// The inline loop (Config.InlineLoop) runs the backoff's timer and the
 	// new dial from the pump's own calls.
-	t.Run("inline", func(t *testing.T) { reconnectServerClose(t, Config{InlineLoop: true}) })
+	t.Run("inline", func(t *testing.T) { reconnectServerClose(t, talaris.Config{InlineLoop: true}) })
 }
 
-func reconnectServerClose(t *testing.T, cfg Config) {
+func reconnectServerClose(t *testing.T, cfg talaris.Config) {
 	var mu sync.Mutex
 	n := 0
 	srv := wstest.NewRaw(func(c *wstest.RawConn) {
@@ -1003,7 +1005,7 @@ func reconnectServerClose(t *testing.T, cfg Config) {
 		i := n
 		mu.Unlock()
 		if i == 1 {
-			c.WriteClose(CloseServiceRestart, "maintenance")
+			c.WriteClose(talaris.CloseServiceRestart, "maintenance")
 			c.ExpectClose()
 			return
 		}
@@ -1014,26 +1016,26 @@ func reconnectServerClose(t *testing.T, cfg Config) {
 	p := newTestPool(t, cfg, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	c, err := p.Dial(ctx, srv.URL, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 10 * time.Millisecond}})
+	c, err := p.Dial(ctx, srv.URL, &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var log rcLog
-	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 2 || log.final != nil }, nil)
-	if len(log.kinds) != 3 || log.kinds[1] != EventReconnecting {
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventOpen) == 2 || log.final != nil }, nil)
+	if len(log.kinds) != 3 || log.kinds[1] != talaris.EventReconnecting {
 		t.Fatalf("events %v, want open, reconnecting, open", log.kinds)
 	}
 	ev := log.evs[1]
-	if !errors.Is(ev.Err, ErrClosed) || ev.Code != CloseServiceRestart || string(ev.Reason) != "maintenance" ||
+	if !errors.Is(ev.Err, talaris.ErrClosed) || ev.Code != talaris.CloseServiceRestart || string(ev.Reason) != "maintenance" ||
 		ev.Delay != 10*time.Millisecond {
 		t.Errorf("EventReconnecting %+v (reason %q), want ErrClosed, code 1012, reason \"maintenance\", Delay 10ms", ev, ev.Reason)
 	}
 	if log.evs[2].Reconnects != 1 {
 		t.Errorf("EventOpen.Reconnects = %d, want 1", log.evs[2].Reconnects)
 	}
-	c.Close(CloseNormal, "")
+	c.Close(talaris.CloseNormal, "")
 	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
-	if log.final.Kind != EventClose {
+	if log.final.Kind != talaris.EventClose {
 		t.Errorf("final %+v, want EventClose", *log.final)
 	}
 }
@@ -1052,30 +1054,30 @@ func TestReconnectRingFull(t *testing.T) {
 				burst = ws.AppendFrame(burst, true, ws.OpText, []byte(strconv.Itoa(i)))
 			}
 			srv := wstest.NewRaw(func(c *wstest.RawConn) { c.Write(burst) }).Start(t)
-			p := newTestPool(t, Config{EventRingSize: ring}, hangGuard)
-			c, err := p.DialAsync(srv.URL, &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 5 * time.Millisecond}})
+			p := newTestPool(t, talaris.Config{EventRingSize: ring}, hangGuard)
+			c, err := p.DialAsync(srv.URL, &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 5 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(200 * time.Millisecond) // not pumping: let the ring fill (no assertion on time)
 			var seq []string
 			opens := 0
-			pumpUntil(t, p, func(cc Conn, ev Event) {
+			pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
 				switch ev.Kind {
-				case EventText:
+				case talaris.EventText:
 					if opens == 1 {
 						seq = append(seq, string(ev.Payload))
 					}
-				case EventOpen:
+				case talaris.EventOpen:
 					opens++
 					if opens == 2 && ev.Reconnects != 1 {
 						t.Errorf("second open: Reconnects %d", ev.Reconnects)
 					}
-				case EventReconnecting:
+				case talaris.EventReconnecting:
 					if opens == 1 {
 						seq = append(seq, "R")
 					}
-				case EventClose, EventError:
+				case talaris.EventClose, talaris.EventError:
 					t.Fatalf("final event %v: %v", ev.Kind, ev.Err)
 				}
 			}, func() bool { return opens == 2 }, nil)
@@ -1087,7 +1089,7 @@ func TestReconnectRingFull(t *testing.T) {
 					t.Fatalf("message %d is %q", i, seq[i])
 				}
 			}
-			c.Close(CloseNormal, "")
+			c.Close(talaris.CloseNormal, "")
 		})
 	}
 }
@@ -1109,10 +1111,10 @@ func TestSubscribeOnce(t *testing.T) {
 		got <- msgs
 		// Return: the connection drops without a close frame.
 	}).Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	c, err := p.Dial(ctx, srv.URL, &DialOptions{Subscribe: [][]byte{[]byte("s1"), []byte("s2")}})
+	c, err := p.Dial(ctx, srv.URL, &talaris.DialOptions{Subscribe: [][]byte{[]byte("s1"), []byte("s2")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1125,10 +1127,10 @@ func TestSubscribeOnce(t *testing.T) {
 	}
 	var log rcLog
 	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
-	if log.count(EventReconnecting) != 0 || log.final.Kind != EventError || !errors.Is(log.final.Err, ErrConnectionLost) {
+	if log.count(talaris.EventReconnecting) != 0 || log.final.Kind != talaris.EventError || !errors.Is(log.final.Err, talaris.ErrConnectionLost) {
 		t.Errorf("events %v, final %+v: want one open and a final ErrConnectionLost", log.kinds, *log.final)
 	}
-	if log.evs[0].Kind != EventOpen || log.evs[0].Reconnects != 0 {
+	if log.evs[0].Kind != talaris.EventOpen || log.evs[0].Reconnects != 0 {
 		t.Errorf("first event %+v, want EventOpen with Reconnects 0", log.evs[0])
 	}
 }
@@ -1152,14 +1154,14 @@ func TestReconnectLogged(t *testing.T) {
 		nc.Write(ws.AppendFrame(nil, true, ws.OpText, []byte("back")))
 		io.Copy(io.Discard, nc)
 	})
-	p := newTestPool(t, Config{Logger: logger, Name: "rc"}, hangGuard)
-	c, err := p.DialAsync(srv.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond}})
+	p := newTestPool(t, talaris.Config{Logger: logger, Name: "rc"}, hangGuard)
+	c, err := p.DialAsync(srv.url(), &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := ""
 	for got == "" {
-		if _, err := p.PumpData(func(cc Conn, _ Opcode, b []byte) {
+		if _, err := p.PumpData(func(cc talaris.Conn, _ talaris.Opcode, b []byte) {
 			if cc == c {
 				got = string(b)
 			}
@@ -1185,27 +1187,27 @@ func TestReconnectLogged(t *testing.T) {
 			t.Errorf("reconnecting record %d: %v; want WARN, pool rc, class connection_lost, attempt %d, delay 20ms", i, r, i+1)
 		}
 	}
-	c.Close(CloseNormal, "")
+	c.Close(talaris.CloseNormal, "")
 }
 
 // TestReconnectAbort: Conn.Abort stops the reconnecting like Close: during
 // a 30 s backoff wait it ends the handle at once, and on an open handle
 // the final event is EventError wrapping ErrAborted with no new attempt.
 func TestReconnectAbort(t *testing.T) {
-	p := newTestPool(t, Config{}, hangGuard)
-	pol := &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: 30 * time.Second}}
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	pol := &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 30 * time.Second}}
 	c, err := p.DialAsync("ws://"+freePort(t)+"/", pol)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var log rcLog
-	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) == 1 }, nil)
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventReconnecting) == 1 }, nil)
 	start := time.Now()
 	if err := c.Abort(); err != nil {
 		t.Fatal(err)
 	}
 	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
-	if el := time.Since(start); el > 5*time.Second || log.final.Kind != EventError || !errors.Is(log.final.Err, ErrAborted) {
+	if el := time.Since(start); el > 5*time.Second || log.final.Kind != talaris.EventError || !errors.Is(log.final.Err, talaris.ErrAborted) {
 		t.Errorf("Abort in the backoff wait: final %+v after %v, want EventError wrapping ErrAborted at once", *log.final, el)
 	}
 
@@ -1217,7 +1219,7 @@ func TestReconnectAbort(t *testing.T) {
 	})
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	c2, err := p.Dial(ctx, srv.url(), &DialOptions{Reconnect: &ReconnectPolicy{MinDelay: time.Millisecond}})
+	c2, err := p.Dial(ctx, srv.url(), &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1226,7 +1228,7 @@ func TestReconnectAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	pumpUntil(t, p, log2.fn(c2), func() bool { return log2.final != nil }, nil)
-	if log2.count(EventReconnecting) != 0 || log2.final.Kind != EventError || !errors.Is(log2.final.Err, ErrAborted) {
+	if log2.count(talaris.EventReconnecting) != 0 || log2.final.Kind != talaris.EventError || !errors.Is(log2.final.Err, talaris.ErrAborted) {
 		t.Errorf("Abort of an open handle: events %v, final %+v; want no reconnect, ErrAborted", log2.kinds, *log2.final)
 	}
 	if n := len(srv.accepted()); n != 1 {
@@ -1242,12 +1244,12 @@ func TestReconnectAbort(t *testing.T) {
 func TestReconnectReadTimeout(t *testing.T) {
 	addr := freePort(t)
 	srv := startSrvProc(t, addr, false)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	c, err := p.Dial(ctx, "ws://"+addr+"/", &DialOptions{
+	c, err := p.Dial(ctx, "ws://"+addr+"/", &talaris.DialOptions{
 		PingInterval: 100 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, HandshakeTimeout: time.Second,
-		Reconnect: &ReconnectPolicy{MinDelay: 50 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+		Reconnect: &talaris.ReconnectPolicy{MinDelay: 50 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
 		Subscribe: [][]byte{[]byte("sub")}})
 	if err != nil {
 		t.Fatal(err)
@@ -1264,17 +1266,17 @@ func TestReconnectReadTimeout(t *testing.T) {
 			srv.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
-	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventReconnecting) >= 1 || log.final != nil }, nil)
-	if ev := log.first(EventReconnecting); ev == nil || !errors.Is(ev.Err, ErrReadTimeout) {
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventReconnecting) >= 1 || log.final != nil }, nil)
+	if ev := log.first(talaris.EventReconnecting); ev == nil || !errors.Is(ev.Err, talaris.ErrReadTimeout) {
 		t.Fatalf("events %v: want EventReconnecting wrapping ErrReadTimeout", log.kinds)
 	}
 	srv.cmd.Process.Signal(syscall.SIGCONT)
 	resumed = true
-	pumpUntil(t, p, log.fn(c), func() bool { return log.count(EventOpen) == 2 || log.final != nil }, nil)
+	pumpUntil(t, p, log.fn(c), func() bool { return log.count(talaris.EventOpen) == 2 || log.final != nil }, nil)
 	if log.final != nil {
 		t.Fatalf("final event %+v; events %v", *log.final, log.kinds)
 	}
-	if ev := log.last(EventOpen); ev.Reconnects != 1 {
+	if ev := log.last(talaris.EventOpen); ev.Reconnects != 1 {
 		t.Errorf("EventOpen.Reconnects = %d, want 1", ev.Reconnects)
 	}
 	// The server may have accepted attempts that timed out while it was
@@ -1297,6 +1299,6 @@ func TestReconnectReadTimeout(t *testing.T) {
 	if !found {
 		t.Errorf("connection %s: Subscribe not received before the application's message; lines %q", n, before)
 	}
-	c.Close(CloseNormal, "")
+	c.Close(talaris.CloseNormal, "")
 	pumpUntil(t, p, log.fn(c), func() bool { return log.final != nil }, nil)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -24,8 +24,8 @@ func TestReplySpin(t *testing.T) {
 	fast := wstest.NewGorilla().Start(t).URL + "/echo"
 	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL + "/echo"
 	late := delayedEcho(t, 2*time.Millisecond, bellEcho, 0)
-	spun := func(st PoolStats) bool { return st.ReplySpins > 0 }
-	never := func(st PoolStats) bool { return st.ReplySpins == 0 && st.ReplyLate == 0 }
+	spun := func(st talaris.PoolStats) bool { return st.ReplySpins > 0 }
+	never := func(st talaris.PoolStats) bool { return st.ReplySpins == 0 && st.ReplyLate == 0 }
 	// The latch, in bounds no scheduling can break. Each echo comes at
 	// least 2 ms (> ReplySpin, 300 us) after the send's stamp, which is
 	// taken before its bytes go (direct_linux.go, cmdring_linux.go): no
@@ -36,21 +36,21 @@ func TestReplySpin(t *testing.T) {
 	// the answer (1 spin, 0 late: the late answer turns it off) or reach
 	// the ring after the answer came (no spin: the same). Without the
 	// latch, every one of the 50 sends would spin.
-	latched := func(st PoolStats) bool { return st.ReplySpins <= 1 && st.ReplyLate <= st.ReplySpins }
+	latched := func(st talaris.PoolStats) bool { return st.ReplySpins <= 1 && st.ReplyLate <= st.ReplySpins }
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  talaris.Config
 		url  string
-		opts *DialOptions
-		want func(PoolStats) bool
+		opts *talaris.DialOptions
+		want func(talaris.PoolStats) bool
 		what string
 	}{
-		{"default/ws", Config{}, fast, nil, spun, "ReplySpins > 0"},
-		{"default/wss", Config{}, secure, tlsOpts, spun, "ReplySpins > 0"},
-		{"nodirect/ws", Config{NoDirectSend: true}, fast, nil, spun, "ReplySpins > 0"},
-		{"off/ws", Config{ReplySpin: -1}, fast, nil, never, "no reply spin"},
-		{"block/ws", Config{LoopWait: WaitBlock, ConsumerWait: WaitBlock}, fast, nil, never, "no reply spin"},
-		{"late/ws", Config{}, late, nil, latched, "at most the first of 50 sends spins"},
+		{"default/ws", talaris.Config{}, fast, nil, spun, "ReplySpins > 0"},
+		{"default/wss", talaris.Config{}, secure, tlsOpts, spun, "ReplySpins > 0"},
+		{"nodirect/ws", talaris.Config{NoDirectSend: true}, fast, nil, spun, "ReplySpins > 0"},
+		{"off/ws", talaris.Config{ReplySpin: -1}, fast, nil, never, "no reply spin"},
+		{"block/ws", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, fast, nil, never, "no reply spin"},
+		{"late/ws", talaris.Config{}, late, nil, latched, "at most the first of 50 sends spins"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c := dialOpts(t, tc.cfg, tc.url, tc.opts)
@@ -79,7 +79,7 @@ func TestReplySpinCloseRace(t *testing.T) {
 	for _, after := range []int{0, 5} {
 		url := delayedEcho(t, 0, bellStopRead, after)
 		for i := 0; i < 12; i++ {
-			p, c := bellDial(t, Config{ReplySpin: 10 * time.Millisecond, CloseTimeout: 100 * time.Millisecond}, url)
+			p, c := bellDial(t, talaris.Config{ReplySpin: 10 * time.Millisecond, CloseTimeout: 100 * time.Millisecond}, url)
 			// 0..2.2 ms: inside the 10 ms spin, at its start or later.
 			pingPongCloseRace(t, p, c, i, time.Duration(i)*200*time.Microsecond)
 		}
@@ -97,14 +97,14 @@ func TestReplySpinCloseRace(t *testing.T) {
 // against 22.)
 func TestReplySpinSilentPeerCPU(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	run := func(spin time.Duration) (used, wall time.Duration, st PoolStats) {
+	run := func(spin time.Duration) (used, wall time.Duration, st talaris.PoolStats) {
 		// Sends through the loop: each wakes it, so it reaches its reply
 		// spin on every send (a direct send leaves a sleeping loop asleep).
-		p, c := bellDial(t, Config{ReplySpin: spin, NoDirectSend: true}, srv.URL+"/collect")
+		p, c := bellDial(t, talaris.Config{ReplySpin: spin, NoDirectSend: true}, srv.URL+"/collect")
 		done := make(chan error, 1)
 		go func() {
 			for {
-				if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); err != nil {
+				if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); err != nil {
 					done <- err
 					return
 				}
@@ -123,7 +123,7 @@ func TestReplySpinSilentPeerCPU(t *testing.T) {
 		used, wall = cpuTime()-c0, time.Since(t0)
 		waitFor(t, "the peer got every message", func() bool { return len(srv.Collected())-before == n }, func() string { return "" })
 		p.Close()
-		if err := <-done; !errors.Is(err, ErrPoolClosed) {
+		if err := <-done; !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Fatalf("pump: %v", err)
 		}
 		return used, wall, p.Stats()

@@ -5,7 +5,7 @@ package talaris_test
 import (
 	"context"
 	"errors"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"testing"
 	"time"
 
@@ -20,25 +20,25 @@ func TestRingFlagsAndWaits(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
 	cases := []struct {
 		name string
-		cfg  Config
+		cfg  talaris.Config
 	}{
-		{"default", Config{}},
-		{"no-flags", Config{RingFlags: RingFlagsNone}},
-		{"coop-taskrun", Config{RingFlags: RingCoopTaskrun | RingTaskrunFlag}},
-		{"single-issuer", Config{RingFlags: RingSingleIssuer}},
-		{"sqpoll", Config{RingFlags: RingSQPoll, SQPollIdle: 2 * time.Millisecond}},
-		{"sqpoll-aff", Config{RingFlags: RingSQPoll | RingSQAff, SQPollCPU: 0}},
-		{"wait-block", Config{LoopWait: WaitBlock, ConsumerWait: WaitBlock}},
-		{"wait-spin", Config{LoopWait: WaitSpin, ConsumerWait: WaitSpin}},
-		{"wait-spin-then-block", Config{LoopWait: WaitSpinThenBlock, ConsumerWait: WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
-		{"wait-adaptive", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive}},
-		{"pinned-loop", Config{LoopCPU: 0, LoopCPUSet: true}},
+		{"default", talaris.Config{}},
+		{"no-flags", talaris.Config{RingFlags: talaris.RingFlagsNone}},
+		{"coop-taskrun", talaris.Config{RingFlags: talaris.RingCoopTaskrun | talaris.RingTaskrunFlag}},
+		{"single-issuer", talaris.Config{RingFlags: talaris.RingSingleIssuer}},
+		{"sqpoll", talaris.Config{RingFlags: talaris.RingSQPoll, SQPollIdle: 2 * time.Millisecond}},
+		{"sqpoll-aff", talaris.Config{RingFlags: talaris.RingSQPoll | talaris.RingSQAff, SQPollCPU: 0}},
+		{"wait-block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
+		{"wait-spin", talaris.Config{LoopWait: talaris.WaitSpin, ConsumerWait: talaris.WaitSpin}},
+		{"wait-spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
+		{"wait-adaptive", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive}},
+		{"pinned-loop", talaris.Config{LoopCPU: 0, LoopCPUSet: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := NewPool(tc.cfg)
+			p, err := talaris.NewPool(tc.cfg)
 			if err != nil {
-				if errors.Is(err, ErrInvalidConfig) {
+				if errors.Is(err, talaris.ErrInvalidConfig) {
 					t.Skipf("kernel refused this setup: %v", err)
 				}
 				t.Fatal(err)
@@ -52,15 +52,15 @@ func TestRingFlagsAndWaits(t *testing.T) {
 				t.Fatal(err)
 			}
 			chk := wstest.NewChecker(40)
-			var final *Event
+			var final *talaris.Event
 			for final == nil {
-				if _, err := p.Pump(func(cc Conn, ev Event) {
+				if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 					switch ev.Kind {
-					case EventBinary:
+					case talaris.EventBinary:
 						if err := chk.Check(ev.Payload); err != nil {
 							t.Fatal(err)
 						}
-					case EventClose, EventError:
+					case talaris.EventClose, talaris.EventError:
 						e := ev
 						final = &e
 					}
@@ -68,7 +68,7 @@ func TestRingFlagsAndWaits(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if chk.Count() != n || final.Kind != EventClose || final.Code != 1000 {
+			if chk.Count() != n || final.Kind != talaris.EventClose || final.Code != 1000 {
 				t.Fatalf("%d/%d messages, final %v %d %v", chk.Count(), n, final.Kind, final.Code, final.Err)
 			}
 			_ = c

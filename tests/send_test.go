@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
@@ -73,7 +73,7 @@ func checkSeqMsg(p []byte, i int) error {
 type sink struct {
 	srv      *wstest.RawServer
 	url      string
-	opts     *DialOptions
+	opts     *talaris.DialOptions
 	gate     chan struct{}
 	stop     chan struct{}
 	rate     int
@@ -184,7 +184,7 @@ func (s *sink) waitCount(t *testing.T, n int) {
 // the stats that showed it (or the last ones read, after hangGuard). A
 // peer can read a write's last byte before the loop reaps that write's
 // completion, which is when the bytes stop counting as queued.
-func waitSendQueuedDrained(t *testing.T, c Conn) ConnStats {
+func waitSendQueuedDrained(t *testing.T, c talaris.Conn) talaris.ConnStats {
 	t.Helper()
 	deadline := time.Now().Add(hangGuard)
 	for {
@@ -196,7 +196,7 @@ func waitSendQueuedDrained(t *testing.T, c Conn) ConnStats {
 	}
 }
 
-func dialSink(t *testing.T, p *Pool, s *sink) Conn {
+func dialSink(t *testing.T, p *talaris.Pool, s *sink) talaris.Conn {
 	t.Helper()
 	ctx, cancel := dialCtx(t)
 	defer cancel()
@@ -214,15 +214,15 @@ func forEachTransport(t *testing.T, fn func(t *testing.T, useTLS bool)) {
 		fn(t, false)
 	})
 	t.Run("wss", func(t *testing.T) {
-		t.Logf("TLS backend %s", TLSBackend())
+		t.Logf("TLS backend %s", talaris.TLSBackend())
 		fn(t, true)
 	})
 }
 
 // closeAndWait closes c and pumps until its final event.
-func closeAndWait(t *testing.T, p *Pool, c Conn) finalEvent {
+func closeAndWait(t *testing.T, p *talaris.Pool, c talaris.Conn) finalEvent {
 	t.Helper()
-	if err := c.Close(CloseNormal, "done"); err != nil {
+	if err := c.Close(talaris.CloseNormal, "done"); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	return pumpOne(t, p, c, nil)
@@ -231,12 +231,12 @@ func closeAndWait(t *testing.T, p *Pool, c Conn) finalEvent {
 // fillUntilBlocked sends size-byte messages numbered from *next until
 // SendBinary refuses one with ErrWouldBlock; *next is then the refused
 // message's number.
-func fillUntilBlocked(t *testing.T, c Conn, next *int, size int, limit int) {
+func fillUntilBlocked(t *testing.T, c talaris.Conn, next *int, size int, limit int) {
 	t.Helper()
 	buf := make([]byte, size)
 	for {
 		err := c.SendBinary(seqMsg(buf, *next))
-		if errors.Is(err, ErrWouldBlock) {
+		if errors.Is(err, talaris.ErrWouldBlock) {
 			return
 		}
 		if err != nil {
@@ -255,7 +255,7 @@ func fillUntilBlocked(t *testing.T, c Conn, next *int, size int, limit int) {
 // saturated when the loop has taken every accepted message (MsgsOut) and
 // WireOut has not moved over several looks (one look could fall in a
 // moment the loop thread was not scheduled, on a loaded machine).
-func saturate(t *testing.T, c Conn, next *int, size int) {
+func saturate(t *testing.T, c talaris.Conn, next *int, size int) {
 	t.Helper()
 	still := 0
 	for round := 0; still < 4; round++ {
@@ -287,7 +287,7 @@ func TestSendTransfer(t *testing.T) {
 	const size = 16 << 10
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
 		s := newSink(t, useTLS, true, 0)
-		p := newTestPool(t, Config{MaxSendQueue: 64 << 10}, 3*hangGuard)
+		p := newTestPool(t, talaris.Config{MaxSendQueue: 64 << 10}, 3*hangGuard)
 		c := dialSink(t, p, s)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*hangGuard)
 		defer cancel()
@@ -295,7 +295,7 @@ func TestSendTransfer(t *testing.T) {
 		buf := make([]byte, size)
 		start := time.Now()
 		for i := range n {
-			if err := c.SendContext(ctx, OpBinary, seqMsg(buf, i)); err != nil {
+			if err := c.SendContext(ctx, talaris.OpBinary, seqMsg(buf, i)); err != nil {
 				t.Fatalf("SendContext %d: %v (stats %+v)", i, err, c.Stats())
 			}
 			if q := c.Stats().SendQueued; q > 64<<10 {
@@ -313,7 +313,7 @@ func TestSendTransfer(t *testing.T) {
 		if st.BytesOut != uint64(total) || st.MsgsOut != uint64(n) {
 			t.Errorf("stats %+v: want BytesOut %d MsgsOut %d", st, total, n)
 		}
-		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
 	})
@@ -329,7 +329,7 @@ func TestSendPeerNotReading(t *testing.T) {
 	const size = 16 << 10
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
 		s := newSink(t, useTLS, false, 0)
-		p := newTestPool(t, Config{MaxSendQueue: queue}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxSendQueue: queue}, hangGuard)
 		c := dialSink(t, p, s)
 		next := 0
 		fillUntilBlocked(t, c, &next, size, 1<<30)
@@ -357,7 +357,7 @@ func TestSendPeerNotReading(t *testing.T) {
 			if d := time.Since(t0); d > worst {
 				worst = d
 			}
-			if !errors.Is(err, ErrWouldBlock) {
+			if !errors.Is(err, talaris.ErrWouldBlock) {
 				t.Fatalf("SendBinary on a full queue: %v, want ErrWouldBlock", err)
 			}
 		}
@@ -373,11 +373,11 @@ func TestSendPeerNotReading(t *testing.T) {
 			t.Errorf("SendQueueFull %d, want %d", st2.SendQueueFull, st.SendQueueFull+tries)
 		}
 		fillUntilBlocked(t, c, &next, size, 1<<30) // top up whatever the kernel took meanwhile
-		if err := c.Ping(make([]byte, 125)); err != nil && !errors.Is(err, ErrWouldBlock) {
+		if err := c.Ping(make([]byte, 125)); err != nil && !errors.Is(err, talaris.ErrWouldBlock) {
 			t.Errorf("Ping on a full queue: %v, want nil or ErrWouldBlock", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		err := c.SendContext(ctx, OpBinary, big)
+		err := c.SendContext(ctx, talaris.OpBinary, big)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("SendContext on a full queue: %v, want DeadlineExceeded", err)
@@ -385,7 +385,7 @@ func TestSendPeerNotReading(t *testing.T) {
 		// A cancelled (not timed out) context wakes the waiter too.
 		ctx, cancel = context.WithCancel(context.Background())
 		time.AfterFunc(20*time.Millisecond, cancel)
-		if err := c.SendContext(ctx, OpBinary, big); !errors.Is(err, context.Canceled) {
+		if err := c.SendContext(ctx, talaris.OpBinary, big); !errors.Is(err, context.Canceled) {
 			t.Fatalf("SendContext with a cancelled context: %v, want Canceled", err)
 		}
 		// A waiting sender, then the peer starts reading.
@@ -396,7 +396,7 @@ func TestSendPeerNotReading(t *testing.T) {
 			defer cancel()
 			b := make([]byte, size)
 			for i := next; i < next+more; i++ {
-				if err := c.SendContext(ctx, OpBinary, seqMsg(b, i)); err != nil {
+				if err := c.SendContext(ctx, talaris.OpBinary, seqMsg(b, i)); err != nil {
 					done <- fmt.Errorf("SendContext %d: %w", i, err)
 					return
 				}
@@ -414,7 +414,7 @@ func TestSendPeerNotReading(t *testing.T) {
 			t.Fatalf("SendContext made no progress after the peer started reading (stats %+v)", c.Stats())
 		}
 		s.waitCount(t, next+more)
-		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
 		if n, _, err := s.state(); n != next+more || err != nil {
@@ -442,7 +442,7 @@ func TestSendSlowReader(t *testing.T) {
 		}
 		s := newSink(t, useTLS, true, rate)
 		guard := time.Duration(total/rate)*2*time.Second + hangGuard
-		p := newTestPool(t, Config{MaxSendQueue: queue}, guard)
+		p := newTestPool(t, talaris.Config{MaxSendQueue: queue}, guard)
 		c := dialSink(t, p, s)
 		ctx, cancel := context.WithTimeout(context.Background(), guard)
 		defer cancel()
@@ -450,7 +450,7 @@ func TestSendSlowReader(t *testing.T) {
 		buf := make([]byte, size)
 		var worstQueued uint64
 		for i := range total / size {
-			if err := c.SendContext(ctx, OpBinary, seqMsg(buf, i)); err != nil {
+			if err := c.SendContext(ctx, talaris.OpBinary, seqMsg(buf, i)); err != nil {
 				t.Fatalf("SendContext %d: %v", i, err)
 			}
 			worstQueued = max(worstQueued, c.Stats().SendQueued)
@@ -462,7 +462,7 @@ func TestSendSlowReader(t *testing.T) {
 		if worstQueued > queue {
 			t.Errorf("SendQueued reached %d, MaxSendQueue is %d", worstQueued, queue)
 		}
-		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
 	})
@@ -473,20 +473,20 @@ func TestSendSlowReader(t *testing.T) {
 // queue, waiting with SendContext; the server sees every sender's
 // messages complete and in order.
 func TestSendConcurrentSenders(t *testing.T) {
-	runConcurrentSenders(t, 16, Config{CmdRingSize: 1 << 16, MaxSendQueue: 64 << 10}, Conn.SendContext)
+	runConcurrentSenders(t, 16, talaris.Config{CmdRingSize: 1 << 16, MaxSendQueue: 64 << 10}, talaris.Conn.SendContext)
 }
 
 // runConcurrentSenders runs senders goroutines that each send scaled(2000)
 // sequence-numbered messages on one connection through send; the server
 // must see every sender's messages complete and in order.
-func runConcurrentSenders(t *testing.T, senders int, cfg Config, send func(c Conn, ctx context.Context, op Opcode, b []byte) error) {
+func runConcurrentSenders(t *testing.T, senders int, cfg talaris.Config, send func(c talaris.Conn, ctx context.Context, op talaris.Opcode, b []byte) error) {
 	runConcurrentSendersCheck(t, senders, cfg, send, nil)
 }
 
 // runConcurrentSendersCheck is runConcurrentSenders; check, if not nil,
 // also gets the connection's stats once every message arrived.
-func runConcurrentSendersCheck(t *testing.T, senders int, cfg Config, send func(c Conn, ctx context.Context, op Opcode, b []byte) error,
-	check func(t *testing.T, st ConnStats)) {
+func runConcurrentSendersCheck(t *testing.T, senders int, cfg talaris.Config, send func(c talaris.Conn, ctx context.Context, op talaris.Opcode, b []byte) error,
+	check func(t *testing.T, st talaris.ConnStats)) {
 	perSender := scaled(2000)
 	var mu sync.Mutex
 	var recv [][]int
@@ -527,7 +527,7 @@ func runConcurrentSendersCheck(t *testing.T, senders int, cfg Config, send func(
 				defer wg.Done()
 				for i := range perSender {
 					op, b := sendPayload(g, i)
-					if err := send(c, ctx, Opcode(op), b); err != nil {
+					if err := send(c, ctx, talaris.Opcode(op), b); err != nil {
 						t.Errorf("sender %d message %d: %v", g, i, err)
 						return
 					}
@@ -551,7 +551,7 @@ func runConcurrentSendersCheck(t *testing.T, senders int, cfg Config, send func(
 		if check != nil {
 			check(t, st)
 		}
-		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
 		mu.Lock()
@@ -591,7 +591,7 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 	const closeTimeout = time.Second
 	stuckSrv := newSink(t, false, false, 0)
 	echo := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, Config{MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout, Loops: loops}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxSendQueue: 1 << 20, CloseTimeout: closeTimeout, Loops: loops}, hangGuard)
 	stuck := dialSink(t, p, stuckSrv)
 	next := 0
 	saturate(t, stuck, &next, 16<<10)
@@ -600,7 +600,7 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
 		// As big as the whole queue: it waits while anything is queued.
-		waiter <- stuck.SendContext(ctx, OpBinary, seqMsg(make([]byte, 1<<20), next))
+		waiter <- stuck.SendContext(ctx, talaris.OpBinary, seqMsg(make([]byte, 1<<20), next))
 	}()
 	healthy := dial(t, p, echo.URL+"/echo")
 	if ls, lh := testhook.ConnLoop(p, stuck.Slot()), testhook.ConnLoop(p, healthy.Slot()); loops > 1 && ls == lh {
@@ -620,8 +620,8 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 			t.Fatalf("healthy SendBinary %d: %v", k, err)
 		}
 		got := false
-		pumpUntil(t, p, func(c Conn, ev Event) {
-			if c == healthy && ev.Kind == EventBinary && len(ev.Payload) == 64 &&
+		pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
+			if c == healthy && ev.Kind == talaris.EventBinary && len(ev.Payload) == 64 &&
 				binary.LittleEndian.Uint64(ev.Payload) == uint64(k) {
 				got = true
 			}
@@ -649,14 +649,14 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 	}
 	fw := watchFreezes(t)
 	t0 := time.Now()
-	for _, c := range []Conn{healthy, third, stuck} {
-		if err := c.Close(CloseNormal, ""); err != nil {
+	for _, c := range []talaris.Conn{healthy, third, stuck} {
+		if err := c.Close(talaris.CloseNormal, ""); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 	}
-	finals := map[Conn]finalEvent{}
-	pumpUntil(t, p, func(c Conn, ev Event) {
-		if ev.Kind == EventClose || ev.Kind == EventError {
+	finals := map[talaris.Conn]finalEvent{}
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
+		if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 			finals[c] = copyFinal(ev)
 		}
 	}, func() bool { return len(finals) == 3 }, nil)
@@ -665,14 +665,14 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 	if fw.Running(el) > closeTimeout+2*time.Second {
 		t.Errorf("Closes took %v (process frozen for %v of it), CloseTimeout is %v", el, el-fw.Running(el), closeTimeout)
 	}
-	for _, c := range []Conn{healthy, third} {
-		if f := finals[c]; f.Kind != EventClose {
+	for _, c := range []talaris.Conn{healthy, third} {
+		if f := finals[c]; f.Kind != talaris.EventClose {
 			t.Errorf("healthy final %+v, want EventClose", f)
 		}
 	}
 	select {
 	case err := <-waiter:
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, talaris.ErrClosed) {
 			t.Errorf("waiting SendContext after Close: %v, want ErrClosed", err)
 		}
 	case <-time.After(hangGuard):
@@ -696,7 +696,7 @@ func TestSendCloseWithQueued(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, useTLS bool) {
 				s := newSink(t, useTLS, false, 0)
-				p := newTestPool(t, Config{MaxSendQueue: 64 << 20, CloseTimeout: closeTimeout}, hangGuard)
+				p := newTestPool(t, talaris.Config{MaxSendQueue: 64 << 20, CloseTimeout: closeTimeout}, hangGuard)
 				c := dialSink(t, p, s)
 				buf := make([]byte, size)
 				i := 0
@@ -709,10 +709,10 @@ func TestSendCloseWithQueued(t *testing.T) {
 				queued := c.Stats().SendQueued
 				fw := watchFreezes(t)
 				t0 := time.Now()
-				if err := c.Close(CloseNormal, "bye"); err != nil {
+				if err := c.Close(talaris.CloseNormal, "bye"); err != nil {
 					t.Fatalf("Close: %v", err)
 				}
-				if err := c.SendBinary(buf[:10]); !errors.Is(err, ErrClosed) {
+				if err := c.SendBinary(buf[:10]); !errors.Is(err, talaris.ErrClosed) {
 					t.Errorf("SendBinary after Close: %v, want ErrClosed", err)
 				}
 				if reads {
@@ -727,12 +727,12 @@ func TestSendCloseWithQueued(t *testing.T) {
 					t.Errorf("Close took %v (process frozen for %v of it), CloseTimeout is %v", el, el-fw.Running(el), closeTimeout)
 				}
 				if !reads {
-					if !errors.Is(f.Err, ErrCloseTimeout) {
+					if !errors.Is(f.Err, talaris.ErrCloseTimeout) {
 						t.Errorf("final %+v, want ErrCloseTimeout", f)
 					}
 					return
 				}
-				if f.Kind != EventClose || f.Code != CloseNormal {
+				if f.Kind != talaris.EventClose || f.Code != talaris.CloseNormal {
 					t.Errorf("final %+v, want EventClose 1000", f)
 				}
 				if err != nil {
@@ -741,7 +741,7 @@ func TestSendCloseWithQueued(t *testing.T) {
 				s.mu.Lock()
 				code, at := s.closeCode, s.atClose
 				s.mu.Unlock()
-				if code != CloseNormal || at != n {
+				if code != talaris.CloseNormal || at != n {
 					t.Errorf("sink saw close %d after %d messages (read %d)", code, at, n)
 				}
 				if b > int64(queued)/2 {
@@ -778,9 +778,11 @@ func TestSendRacingClose(t *testing.T) {
 
 func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 	s := newSink(t, useTLS, reading, 0)
-	p := newTestPool(t, Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
+	p := newTestPool(t, talaris.Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
 	c := dialSink(t, p, s)
-	ended := func(err error) bool { return errors.Is(err, ErrClosed) || errors.Is(err, ErrPoolClosed) }
+	ended := func(err error) bool {
+		return errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
+	}
 	var wg sync.WaitGroup
 	var sent atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -796,7 +798,7 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 				case 0:
 					err = c.SendBinary(b)
 				case 1:
-					err = c.SendContext(ctx, OpBinary, b)
+					err = c.SendContext(ctx, talaris.OpBinary, b)
 				case 2:
 					err = c.Ping(b[:8])
 				default:
@@ -807,7 +809,7 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 					sent.Add(1)
 				case ended(err):
 					return
-				case errors.Is(err, ErrWouldBlock):
+				case errors.Is(err, talaris.ErrWouldBlock):
 					time.Sleep(10 * time.Microsecond)
 				default:
 					t.Errorf("sender %d: %v", g, err)
@@ -822,7 +824,7 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 		if poolClose {
 			closer <- p.Close()
 		} else {
-			closer <- c.Close(CloseNormal, "")
+			closer <- c.Close(talaris.CloseNormal, "")
 		}
 	}()
 	fin := make(chan struct{})
@@ -835,22 +837,22 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 	if err := <-closer; err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	want := ErrClosed
+	want := talaris.ErrClosed
 	if poolClose {
-		want = ErrPoolClosed
+		want = talaris.ErrPoolClosed
 	} else {
 		pumpOne(t, p, c, nil) // the final event: the connection has ended
 	}
 	if err := c.SendText([]byte("late")); !errors.Is(err, want) {
 		t.Errorf("SendText after the end: %v, want %v", err, want)
 	}
-	if err := c.SendContext(ctx, OpText, []byte("late")); !errors.Is(err, want) {
+	if err := c.SendContext(ctx, talaris.OpText, []byte("late")); !errors.Is(err, want) {
 		t.Errorf("SendContext after the end: %v, want %v", err, want)
 	}
 	if err := c.Ping(nil); !errors.Is(err, want) {
 		t.Errorf("Ping after the end: %v, want %v", err, want)
 	}
-	if err := c.Close(CloseNormal, ""); !errors.Is(err, want) {
+	if err := c.Close(talaris.CloseNormal, ""); !errors.Is(err, want) {
 		t.Errorf("Close after the end: %v, want %v", err, want)
 	}
 	if sent.Load() == 0 {
@@ -866,16 +868,16 @@ func TestSendValidation(t *testing.T) {
 	got := make(chan []byte, 4)
 	srv.OnMessage = func(op ws.Opcode, b []byte) { got <- b }
 	srv.Start(t)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	c := dial(t, p, srv.URL+"/collect")
 	bad := []byte("ok \xff\xfe")
-	if err := c.SendText(bad); !errors.Is(err, ErrInvalidUTF8) {
+	if err := c.SendText(bad); !errors.Is(err, talaris.ErrInvalidUTF8) {
 		t.Errorf("SendText(invalid UTF-8): %v, want ErrInvalidUTF8", err)
 	}
-	if err := c.SendContext(context.Background(), OpText, bad); !errors.Is(err, ErrInvalidUTF8) {
+	if err := c.SendContext(context.Background(), talaris.OpText, bad); !errors.Is(err, talaris.ErrInvalidUTF8) {
 		t.Errorf("SendContext(OpText, invalid UTF-8): %v, want ErrInvalidUTF8", err)
 	}
-	if err := c.SendContext(context.Background(), Opcode(9), []byte("x")); !errors.Is(err, ErrInvalidOpcode) {
+	if err := c.SendContext(context.Background(), talaris.Opcode(9), []byte("x")); !errors.Is(err, talaris.ErrInvalidOpcode) {
 		t.Errorf("SendContext(opcode 9): %v, want ErrInvalidOpcode", err)
 	}
 	if err := c.SendBinary(bad); err != nil {
@@ -889,7 +891,7 @@ func TestSendValidation(t *testing.T) {
 	case <-time.After(hangGuard):
 		t.Fatal("nothing arrived")
 	}
-	if f := closeAndWait(t, p, c); f.Kind != EventClose {
+	if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 		t.Errorf("final %+v", f)
 	}
 }
@@ -898,7 +900,7 @@ func TestSendValidation(t *testing.T) {
 // KiB: the message is valid text up to a bad last byte, so the whole of
 // it is validated and then refused (nothing reaches the ring).
 func BenchmarkSendTextValidate(b *testing.B) {
-	p, err := NewPool(Config{})
+	p, err := talaris.NewPool(talaris.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -916,7 +918,7 @@ func BenchmarkSendTextValidate(b *testing.B) {
 		b.Run(k.name, func(b *testing.B) {
 			b.SetBytes(int64(len(msg)))
 			for b.Loop() {
-				if err := c.SendText(msg); !errors.Is(err, ErrInvalidUTF8) {
+				if err := c.SendText(msg); !errors.Is(err, talaris.ErrInvalidUTF8) {
 					b.Fatal(err)
 				}
 			}
@@ -949,7 +951,7 @@ func TestSendPongFloodBounded(t *testing.T) {
 			written <- n
 		})
 		opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
-		p := newTestPool(t, Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
 		ctx, cancel := dialCtx(t)
 		defer cancel()
 		c, err := p.Dial(ctx, srv.URL, opts)
@@ -958,8 +960,8 @@ func TestSendPongFloodBounded(t *testing.T) {
 		}
 		var n int64
 		var pings int
-		pumpUntil(t, p, func(_ Conn, ev Event) {
-			if ev.Kind == EventPing {
+		pumpUntil(t, p, func(_ talaris.Conn, ev talaris.Event) {
+			if ev.Kind == talaris.EventPing {
 				pings++
 			}
 		}, func() bool {
@@ -974,7 +976,7 @@ func TestSendPongFloodBounded(t *testing.T) {
 		if n >= limit {
 			t.Fatalf("the peer wrote %d MiB of pings without blocking: replies are not bounded", n>>20)
 		}
-		if st := c.State(); st != StateOpen {
+		if st := c.State(); st != talaris.StateOpen {
 			t.Errorf("state %v after the flood, want open", st)
 		}
 	})
@@ -990,7 +992,7 @@ func BenchmarkSendThroughput(b *testing.B) {
 			close(s.gate)
 			s.srv = wstest.NewRaw(s.handle).Start(b)
 			defer close(s.stop)
-			p, err := NewPool(Config{MaxSendQueue: q})
+			p, err := talaris.NewPool(talaris.Config{MaxSendQueue: q})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -1005,7 +1007,7 @@ func BenchmarkSendThroughput(b *testing.B) {
 			b.SetBytes(size)
 			b.ResetTimer()
 			for i := range b.N {
-				if err := c.SendContext(ctx, OpBinary, seqMsg(buf, i)); err != nil {
+				if err := c.SendContext(ctx, talaris.OpBinary, seqMsg(buf, i)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -1031,7 +1033,7 @@ func BenchmarkSendThroughput(b *testing.B) {
 func TestSendBeforeOpen(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
 		s := newSink(t, useTLS, true, 0)
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		c, err := p.DialAsync(s.url, s.opts)
 		if err != nil {
 			t.Fatal(err)
@@ -1045,16 +1047,16 @@ func TestSendBeforeOpen(t *testing.T) {
 		}
 		t.Logf("state at the first send: %v", st)
 		opened := false
-		pumpUntil(t, p, func(_ Conn, ev Event) {
-			if ev.Kind == EventOpen {
+		pumpUntil(t, p, func(_ talaris.Conn, ev talaris.Event) {
+			if ev.Kind == talaris.EventOpen {
 				opened = true
 			}
-			if ev.Kind == EventError {
+			if ev.Kind == talaris.EventError {
 				t.Fatalf("dial failed: %v", ev.Err)
 			}
 		}, func() bool { return opened }, nil)
 		s.waitCount(t, n)
-		if f := closeAndWait(t, p, c); f.Kind != EventClose {
+		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
 	})
@@ -1071,21 +1073,21 @@ func TestSendAfterPeerClose(t *testing.T) {
 		<-release // keep TCP open: the client stays in StateClosing
 	}).Start(t)
 	defer close(release)
-	p := newTestPool(t, Config{CloseTimeout: 500 * time.Millisecond}, hangGuard)
+	p := newTestPool(t, talaris.Config{CloseTimeout: 500 * time.Millisecond}, hangGuard)
 	c := dial(t, p, srv.URL)
-	for i := 0; c.State() != StateClosing; i++ {
+	for i := 0; c.State() != talaris.StateClosing; i++ {
 		if i > 10000 {
 			t.Fatalf("state %v, want closing", c.State())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if err := c.SendText([]byte("late")); !errors.Is(err, ErrClosed) {
+	if err := c.SendText([]byte("late")); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("SendText while closing: %v, want ErrClosed", err)
 	}
-	if err := c.SendContext(context.Background(), OpText, []byte("late")); !errors.Is(err, ErrClosed) {
+	if err := c.SendContext(context.Background(), talaris.OpText, []byte("late")); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("SendContext while closing: %v, want ErrClosed", err)
 	}
-	if err := c.Ping(nil); !errors.Is(err, ErrClosed) {
+	if err := c.Ping(nil); !errors.Is(err, talaris.ErrClosed) {
 		t.Errorf("Ping while closing: %v, want ErrClosed", err)
 	}
 	if st := c.Stats(); st.MsgsOut != 0 || st.SendQueued != 0 {
@@ -1102,7 +1104,7 @@ func TestSendInjectBacklogDoesNotBlock(t *testing.T) {
 	got := make(chan []byte, 4)
 	srv.OnMessage = func(op ws.Opcode, b []byte) { got <- b }
 	srv.Start(t)
-	p := newTestPool(t, Config{EventRingSize: 256}, hangGuard)
+	p := newTestPool(t, talaris.Config{EventRingSize: 256}, hangGuard)
 	m, err := p.DialMemory()
 	if err != nil {
 		t.Fatal(err)
@@ -1130,8 +1132,8 @@ func TestSendInjectBacklogDoesNotBlock(t *testing.T) {
 	t.Logf("memory connection backlog while unpumped: SendQueued %d", m.Stats().SendQueued)
 	chk := wstest.NewChecker(16)
 	count := 0
-	pumpUntil(t, p, func(cc Conn, ev Event) {
-		if cc == m && ev.Kind == EventBinary {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
+		if cc == m && ev.Kind == talaris.EventBinary {
 			if err := chk.Check(ev.Payload); err != nil && count < 3 {
 				t.Errorf("message %d: %v", count, err)
 			}
@@ -1183,15 +1185,15 @@ func TestControlBeforeOpen(t *testing.T) {
 		}
 		nc.Read(buf[:])
 	}()
-	p := newTestPool(t, Config{CloseTimeout: 200 * time.Millisecond}, hangGuard)
+	p := newTestPool(t, talaris.Config{CloseTimeout: 200 * time.Millisecond}, hangGuard)
 	c, err := p.DialAsync("ws://"+ln.Addr().String()+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ping([]byte("early")); !errors.Is(err, ErrWouldBlock) {
+	if err := c.Ping([]byte("early")); !errors.Is(err, talaris.ErrWouldBlock) {
 		t.Errorf("Ping before open: %v, want ErrWouldBlock", err)
 	}
-	if err := c.Pong(nil); !errors.Is(err, ErrWouldBlock) {
+	if err := c.Pong(nil); !errors.Is(err, talaris.ErrWouldBlock) {
 		t.Errorf("Pong before open: %v, want ErrWouldBlock", err)
 	}
 	if s := c.Stats(); s.SendQueueFull != 0 || s.SendQueued != 0 {
@@ -1199,16 +1201,16 @@ func TestControlBeforeOpen(t *testing.T) {
 	}
 	close(answer)
 	opened, pong := false, false
-	pumpUntil(t, p, func(_ Conn, ev Event) {
+	pumpUntil(t, p, func(_ talaris.Conn, ev talaris.Event) {
 		switch ev.Kind {
-		case EventOpen:
+		case talaris.EventOpen:
 			opened = true
 			if err := c.Ping([]byte("now")); err != nil {
 				t.Errorf("Ping once open: %v", err)
 			}
-		case EventPong:
+		case talaris.EventPong:
 			pong = string(ev.Payload) == "now"
-		case EventError:
+		case talaris.EventError:
 			t.Fatalf("dial failed: %v", ev.Err)
 		}
 	}, func() bool { return opened && pong }, nil)

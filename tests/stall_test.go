@@ -5,7 +5,7 @@ package talaris_test
 import (
 	"context"
 	"fmt"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"testing"
 	"time"
 
@@ -18,7 +18,7 @@ import (
 // completes (its 101 needs a buffer slot to be read).
 func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p, err := NewPool(Config{EventRingSize: 256, BufSize: 4096, BufCount: 64})
+	p, err := talaris.NewPool(talaris.Config{EventRingSize: 256, BufSize: 4096, BufCount: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,11 +52,11 @@ func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // let it take every slot it can
-	second, err := p.Dial(ctx, srv.URL+"/echo", &DialOptions{HandshakeTimeout: 10 * time.Second})
+	second, err := p.Dial(ctx, srv.URL+"/echo", &talaris.DialOptions{HandshakeTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("second dial behind a stalled flood: %v (stats %+v)", err, p.Stats())
 	}
-	if second.State() != StateOpen || flood.State() != StateOpen {
+	if second.State() != talaris.StateOpen || flood.State() != talaris.StateOpen {
 		t.Fatalf("states: flood %v second %v", flood.State(), second.State())
 	}
 }
@@ -65,7 +65,7 @@ func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 // the server keeps sending (final events that find no room are dropped).
 func TestPoolCloseWithFullRing(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p, err := NewPool(Config{EventRingSize: 64})
+	p, err := talaris.NewPool(talaris.Config{EventRingSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestPoolCloseWithFullRing(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Pool.Close hung with a full event ring")
 	}
-	if _, err := p.Pump(func(Conn, Event) {}); err != ErrPoolClosed {
+	if _, err := p.Pump(func(talaris.Conn, talaris.Event) {}); err != talaris.ErrPoolClosed {
 		t.Fatalf("Pump after Close: %v, want ErrPoolClosed", err)
 	}
 }
@@ -101,7 +101,7 @@ func TestPoolCloseWithFullRing(t *testing.T) {
 // its whole stream.
 func TestDialsDuringFlood(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p, err := NewPool(Config{BufCount: 64})
+	p, err := talaris.NewPool(talaris.Config{BufCount: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestDialsDuringFlood(t *testing.T) {
 	// (the race run: 33 s of it at load 10) 2,000 messages a stream.
 	const conns = 48
 	n := scaled(20000)
-	chk := map[Conn]*wstest.Checker{}
+	chk := map[talaris.Conn]*wstest.Checker{}
 	for range conns {
 		c, err := p.DialAsync(fmt.Sprintf("%s/stream?n=%d&size=64", srv.URL, n), nil)
 		if err != nil {
@@ -124,16 +124,16 @@ func TestDialsDuringFlood(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d opened, %d done after 60s (stats %+v)", opened, done, p.Stats())
 		}
-		if _, err := p.Pump(func(c Conn, ev Event) {
+		if _, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
 			switch ev.Kind {
-			case EventOpen:
+			case talaris.EventOpen:
 				opened++
-			case EventBinary:
+			case talaris.EventBinary:
 				if err := chk[c].Check(ev.Payload); err != nil {
 					t.Fatal(err)
 				}
-			case EventClose, EventError:
-				if ev.Kind != EventClose || chk[c].Count() != n {
+			case talaris.EventClose, talaris.EventError:
+				if ev.Kind != talaris.EventClose || chk[c].Count() != n {
 					t.Errorf("conn %d: %v %v after %d messages", c.Slot(), ev.Kind, ev.Err, chk[c].Count())
 				}
 				done++

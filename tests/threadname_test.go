@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 )
 
 // loopTids lists this process's threads named "talaris-loop" (the name the
@@ -50,7 +50,7 @@ func taskLive(tid int) bool {
 // "talaris-loop", which is gone once Pool.Close has returned.
 func TestLoopThreadName(t *testing.T) {
 	before := loopTids(t)
-	p, err := NewPool(smallPool())
+	p, err := talaris.NewPool(smallPool())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
@@ -134,10 +134,10 @@ type ipResult struct {
 }
 
 // check handles one event of a connection fed s.
-func (r *ipResult) check(p *Pool, s ipStream, ev Event) {
+func (r *ipResult) check(p *talaris.Pool, s ipStream, ev talaris.Event) {
 	switch ev.Kind {
-	case EventOpen:
-	case EventBinary:
+	case talaris.EventOpen:
+	case talaris.EventBinary:
 		if r.err != nil {
 			return
 		}
@@ -178,9 +178,9 @@ func ipServer(t *testing.T, s ipStream, v uint16) string {
 
 // runInPlace dials url n times on p, pumps until every connection ended
 // (afterBatch runs after each Pump call) and returns the results.
-func runInPlace(t *testing.T, p *Pool, url string, n int, s ipStream, afterBatch func()) []*ipResult {
+func runInPlace(t *testing.T, p *talaris.Pool, url string, n int, s ipStream, afterBatch func()) []*ipResult {
 	t.Helper()
-	res := map[Conn]*ipResult{}
+	res := map[talaris.Conn]*ipResult{}
 	var order []*ipResult
 	for range n {
 		c, err := p.DialAsync(url, tlsOpts)
@@ -192,14 +192,14 @@ func runInPlace(t *testing.T, p *Pool, url string, n int, s ipStream, afterBatch
 		order = append(order, r)
 	}
 	ended := 0
-	pumpUntil(t, p, func(c Conn, ev Event) {
+	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
 		r := res[c]
 		if r == nil {
 			t.Errorf("event %v for an unknown connection", ev.Kind)
 			return
 		}
 		r.check(p, s, ev)
-		if r.final != nil && ev.Kind != EventBinary {
+		if r.final != nil && ev.Kind != talaris.EventBinary {
 			ended++
 		}
 	}, func() bool { return ended == n }, afterBatch)
@@ -221,7 +221,7 @@ func expectClean(t *testing.T, rs []*ipResult, s ipStream) {
 		if r.got != len(s.msgs) {
 			t.Errorf("conn %d: %d of %d messages", i, r.got, len(s.msgs))
 		}
-		if r.final == nil || r.final.Kind != EventClose || r.final.Code != 1000 {
+		if r.final == nil || r.final.Kind != talaris.EventClose || r.final.Code != 1000 {
 			t.Errorf("conn %d: final %+v, want EventClose 1000", i, r.final)
 		}
 	}
@@ -243,7 +243,7 @@ func uniform(n, size, frag int) []ipMsg {
 // event ring (4096 events, about 1 MiB of these frames) is far smaller
 // than the 128 plaintext slots (8 MiB), so none runs out: no copy at all.
 func TestTLSInPlace(t *testing.T) {
-	t.Logf("TLS backend %s", TLSBackend())
+	t.Logf("TLS backend %s", talaris.TLSBackend())
 	n := scaled(60_000)
 	patterns := []struct {
 		name  string
@@ -259,7 +259,7 @@ func TestTLSInPlace(t *testing.T) {
 			t.Run(tls.VersionName(v)+"/"+pat.name, func(t *testing.T) {
 				s := ipStream{msgs: uniform(n, 256, 1), chunk: pat.chunk}
 				url := ipServer(t, s, v)
-				p := newTestPool(t, Config{EventRingSize: 4096}, hangGuard)
+				p := newTestPool(t, talaris.Config{EventRingSize: 4096}, hangGuard)
 				rs := runInPlace(t, p, url, 2, s, nil)
 				expectClean(t, rs, s)
 				for i, r := range rs {
@@ -291,9 +291,9 @@ func TestTLSInPlaceMixed(t *testing.T) {
 		}
 	}
 	for _, chunk := range []int{0, 5000, -1} {
-		name, cfg := fmt.Sprintf("chunk%d", chunk), Config{}
+		name, cfg := fmt.Sprintf("chunk%d", chunk), talaris.Config{}
 		if chunk < 0 { // recv bundles: records straddle the slots of one completion
-			name, chunk, cfg = "nobundle-chunk5000", 5000, Config{NoRecvBundle: true, BufSize: 4096}
+			name, chunk, cfg = "nobundle-chunk5000", 5000, talaris.Config{NoRecvBundle: true, BufSize: 4096}
 		}
 		t.Run(name, func(t *testing.T) {
 			s := ipStream{msgs: msgs, chunk: chunk}
@@ -327,13 +327,13 @@ func TestTLSInPlaceCutMidFrame(t *testing.T) {
 		t.Run(fmt.Sprintf("cut%d", cut), func(t *testing.T) {
 			s := ipStream{msgs: uniform(scaled(5000), 256, 1), chunk: 700, cut: cut}
 			url := ipServer(t, s, 0)
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			rs := runInPlace(t, p, url, 2, s, nil)
 			for i, r := range rs {
 				if r.got != len(s.msgs) {
 					t.Errorf("conn %d: %d of %d whole frames before the cut", i, r.got, len(s.msgs))
 				}
-				if r.final == nil || r.final.Kind != EventError || !errors.Is(r.final.Err, ErrConnectionLost) || r.final.Code != 1006 {
+				if r.final == nil || r.final.Kind != talaris.EventError || !errors.Is(r.final.Err, talaris.ErrConnectionLost) || r.final.Code != 1006 {
 					t.Errorf("conn %d: final %+v, want EventError ErrConnectionLost 1006", i, r.final)
 				}
 				if r.inPlace == 0 {
@@ -369,7 +369,7 @@ func testTLSInPlaceFloodSlowPump(t *testing.T, bundle bool) {
 	url := ipServer(t, s, 0)
 	// Loops 1: the slots are per loop (two loops would have 8 each for
 	// two connections, and never run out).
-	p := newTestPool(t, Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1, NoRecvBundle: bundle}, 3*hangGuard)
+	p := newTestPool(t, talaris.Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1, NoRecvBundle: bundle}, 3*hangGuard)
 	rs := runInPlace(t, p, url, 4, s, func() { time.Sleep(time.Millisecond) })
 	expectClean(t, rs, s)
 	st := p.Stats()
@@ -402,20 +402,20 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 	url := ipServer(t, s, tls.VersionTLS13)
 	for _, cc := range []struct {
 		name   string
-		cfg    Config
+		cfg    talaris.Config
 		rounds int
 	}{
-		{"default", Config{}, 6},
-		{"nobundle", Config{NoRecvBundle: true}, 6},
-		{"1slot", Config{NoRecvBundle: true, BufSize: 4096}, 4},
-		{"notlsrec", Config{NoTLSRecordLayer: true}, 4},
-		{"libgcm", Config{TLSLibraryGCM: true}, 4},
+		{"default", talaris.Config{}, 6},
+		{"nobundle", talaris.Config{NoRecvBundle: true}, 6},
+		{"1slot", talaris.Config{NoRecvBundle: true, BufSize: 4096}, 4},
+		{"notlsrec", talaris.Config{NoTLSRecordLayer: true}, 4},
+		{"libgcm", talaris.Config{TLSLibraryGCM: true}, 4},
 	} {
 		for it := range cc.rounds {
 			t.Run(fmt.Sprintf("%s/%d", cc.name, it), func(t *testing.T) {
 				p := newTestPool(t, cc.cfg, hangGuard)
-				var conns []Conn
-				res := map[Conn]*ipResult{}
+				var conns []talaris.Conn
+				res := map[talaris.Conn]*ipResult{}
 				for range 3 {
 					c, err := p.DialAsync(url, tlsOpts)
 					if err != nil {
@@ -424,7 +424,7 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 					conns = append(conns, c)
 					res[c] = &ipResult{}
 				}
-				floodCloseRace(t, p, conns, it, func(c Conn, ev Event) int {
+				floodCloseRace(t, p, conns, it, func(c talaris.Conn, ev talaris.Event) int {
 					r := res[c]
 					r.check(p, s, ev)
 					return r.got
@@ -447,7 +447,7 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 // Once one has delivered 1000, conns[it%len] is closed and the pool is
 // closed (it x 100 us later), each from a goroutine of its own, racing
 // the pump; Pump must end with ErrPoolClosed.
-func floodCloseRace(t *testing.T, p *Pool, conns []Conn, it int, check func(c Conn, ev Event) int) {
+func floodCloseRace(t *testing.T, p *talaris.Pool, conns []talaris.Conn, it int, check func(c talaris.Conn, ev talaris.Event) int) {
 	t.Helper()
 	var once sync.Once
 	var wg sync.WaitGroup
@@ -462,14 +462,14 @@ func floodCloseRace(t *testing.T, p *Pool, conns []Conn, it int, check func(c Co
 	}
 	var err error
 	for err == nil {
-		_, err = p.Pump(func(c Conn, ev Event) {
+		_, err = p.Pump(func(c talaris.Conn, ev talaris.Event) {
 			if check(c, ev) >= 1000 {
 				once.Do(start)
 			}
 		})
 	}
 	wg.Wait()
-	if !errors.Is(err, ErrPoolClosed) {
+	if !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("Pump: %v, want ErrPoolClosed", err)
 	}
 }

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testcerts"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
@@ -112,26 +112,26 @@ func portOf(url string) string { return url[strings.LastIndexByte(url, ':')+1:] 
 // dialClose dials url's /echo and, when that worked, closes the
 // connection and pumps until its final event (a clean EventClose). It
 // returns the dial's error and the stats seen while open.
-func dialClose(t testing.TB, p *Pool, url string, opts *DialOptions) (ConnStats, error) {
+func dialClose(t testing.TB, p *talaris.Pool, url string, opts *talaris.DialOptions) (talaris.ConnStats, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
 	defer cancel()
 	c, err := p.Dial(ctx, url+"/echo", opts)
 	if err != nil {
-		return ConnStats{}, err
+		return talaris.ConnStats{}, err
 	}
 	st := c.Stats()
-	if err := c.Close(CloseNormal, ""); err != nil {
+	if err := c.Close(talaris.CloseNormal, ""); err != nil {
 		t.Errorf("Close: %v", err)
 	}
 	var final *finalEvent
-	pumpUntil(t, p, func(cc Conn, ev Event) {
-		if cc == c && (ev.Kind == EventClose || ev.Kind == EventError) {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
+		if cc == c && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError) {
 			f := copyFinal(ev)
 			final = &f
 		}
 	}, func() bool { return final != nil }, nil)
-	if final.Kind != EventClose || final.Code != CloseNormal {
+	if final.Kind != talaris.EventClose || final.Code != talaris.CloseNormal {
 		t.Errorf("connection ended with %+v, want a clean close", *final)
 	}
 	return st, nil
@@ -155,12 +155,12 @@ func wantVerdict(t *testing.T, err, want error) {
 	if !errors.Is(err, want) {
 		t.Fatalf("errors.Is(%v, %v) = false", err, want)
 	}
-	for _, s := range append(tlsSentinels, ErrTLSPin, ErrInvalidConfig) {
+	for _, s := range append(tlsSentinels, talaris.ErrTLSPin, talaris.ErrInvalidConfig) {
 		if s != want && errors.Is(err, s) {
 			t.Errorf("error %v also matches %v", err, s)
 		}
 	}
-	if want != ErrInvalidConfig && !errors.Is(err, ErrTLS) {
+	if want != talaris.ErrInvalidConfig && !errors.Is(err, talaris.ErrTLS) {
 		t.Errorf("errors.Is(%v, ErrTLS) = false", err)
 	}
 }
@@ -168,7 +168,7 @@ func wantVerdict(t *testing.T, err, want error) {
 // TestTLSVerdicts is the table in docs/ARCHITECTURE.md (TLS): one verdict
 // per situation, whichever backend this binary links.
 func TestTLSVerdicts(t *testing.T) {
-	t.Logf("TLS backend %s", TLSBackend())
+	t.Logf("TLS backend %s", talaris.TLSBackend())
 	root := issueCA(t, "verdict root")
 	other := issueCA(t, "verdict untrusted root")
 	inter := issue(t, testcerts.Template{CN: "verdict intermediate", CA: true}, root)
@@ -189,26 +189,26 @@ func TestTLSVerdicts(t *testing.T) {
 	}{
 		{name: "good", cert: issueLeaf(t, root).TLS(), roots: root},
 		{name: "good-ip-san", cert: issueLeaf(t, root).TLS(), roots: root, host: "127.0.0.1"},
-		{name: "untrusted-root", cert: issueLeaf(t, other).TLS(), roots: root, want: ErrTLSUnknownCA},
+		{name: "untrusted-root", cert: issueLeaf(t, other).TLS(), roots: root, want: talaris.ErrTLSUnknownCA},
 		{name: "expired", cert: issue(t, testcerts.Template{CN: "localhost", DNS: local, EKU: serverEKU,
-			NotBefore: past.Add(-time.Hour), NotAfter: past}, root).TLS(), roots: root, want: ErrTLSExpired},
+			NotBefore: past.Add(-time.Hour), NotAfter: past}, root).TLS(), roots: root, want: talaris.ErrTLSExpired},
 		{name: "not-yet-valid", cert: issue(t, testcerts.Template{CN: "localhost", DNS: local, EKU: serverEKU,
-			NotBefore: future, NotAfter: future.Add(time.Hour)}, root).TLS(), roots: root, want: ErrTLSExpired},
+			NotBefore: future, NotAfter: future.Add(time.Hour)}, root).TLS(), roots: root, want: talaris.ErrTLSExpired},
 		{name: "wrong-host", cert: issue(t, testcerts.Template{CN: "localhost", DNS: []string{"wrong.example"}, EKU: serverEKU}, root).TLS(),
-			roots: root, want: ErrTLSHostname},
+			roots: root, want: talaris.ErrTLSHostname},
 		{name: "wrong-ip", cert: issue(t, testcerts.Template{CN: "127.0.0.1", DNS: local, EKU: serverEKU}, root).TLS(),
-			roots: root, host: "127.0.0.1", want: ErrTLSHostname},
-		{name: "cn-only", cert: issue(t, testcerts.Template{CN: "localhost", EKU: serverEKU}, root).TLS(), roots: root, want: ErrTLSHostname},
+			roots: root, host: "127.0.0.1", want: talaris.ErrTLSHostname},
+		{name: "cn-only", cert: issue(t, testcerts.Template{CN: "localhost", EKU: serverEKU}, root).TLS(), roots: root, want: talaris.ErrTLSHostname},
 		{name: "self-signed-ca-false-as-root", cert: selfLeaf.TLS(), roots: selfLeaf},
 		{name: "self-signed-ca-true-as-root", cert: selfCA.TLS(), roots: selfCA},
 		{name: "leaf-plus-intermediate", cert: interLeaf.TLS(inter), roots: root},
-		{name: "missing-intermediate", cert: interLeaf.TLS(), roots: root, want: ErrTLSUnknownCA},
+		{name: "missing-intermediate", cert: interLeaf.TLS(), roots: root, want: talaris.ErrTLSUnknownCA},
 		{name: "eku-client-auth-only", cert: issue(t, testcerts.Template{CN: "localhost", DNS: local, EKU: clientEKU}, root).TLS(),
-			roots: root, want: ErrTLS},
+			roots: root, want: talaris.ErrTLS},
 		{name: "tls10-11-only-server", cert: issueLeaf(t, root).TLS(), roots: root,
-			min: tls.VersionTLS10, max: tls.VersionTLS11, want: ErrTLS},
+			min: tls.VersionTLS10, max: tls.VersionTLS11, want: talaris.ErrTLS},
 	}
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := wstest.NewGorilla().StartTLS(t, &tls.Config{Certificates: []tls.Certificate{tc.cert}, MinVersion: tc.min, MaxVersion: tc.max})
@@ -216,7 +216,7 @@ func TestTLSVerdicts(t *testing.T) {
 			if host == "" {
 				host = "localhost"
 			}
-			_, err := dialClose(t, p, "wss://"+host+":"+portOf(srv.URL), &DialOptions{TLS: TLSOptions{RootCAPEM: tc.roots.CertPEM()}})
+			_, err := dialClose(t, p, "wss://"+host+":"+portOf(srv.URL), &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: tc.roots.CertPEM()}})
 			wantVerdict(t, err, tc.want)
 		})
 	}
@@ -255,7 +255,7 @@ func wantNoCertRefused(t *testing.T, err error) {
 		t.Fatal("dial without a client certificate succeeded")
 	}
 	t.Logf("error: %v", err)
-	if !errors.Is(err, ErrTLS) && !errors.Is(err, ErrConnectionLost) {
+	if !errors.Is(err, talaris.ErrTLS) && !errors.Is(err, talaris.ErrConnectionLost) {
 		t.Fatalf("error %v is not a TLS failure", err)
 	}
 }
@@ -273,23 +273,23 @@ func TestTLSClientCert(t *testing.T) {
 	if err := os.WriteFile(keyFile, keyPEM(t, k.rsaClient), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for _, ver := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
 		srv, log := startTLSServer(t, k.serverConfig(ver))
 		vname := tls.VersionName(ver)
 		for _, tc := range []struct {
 			name string
 			c    *testcerts.Cert
-			tls  TLSOptions
+			tls  talaris.TLSOptions
 		}{
-			{"rsa-pem", k.rsaClient, TLSOptions{ClientCertPEM: k.rsaClient.CertPEM(), ClientKeyPEM: keyPEM(t, k.rsaClient)}},
-			{"ecdsa-pem", k.ecClient, TLSOptions{ClientCertPEM: k.ecClient.CertPEM(), ClientKeyPEM: keyPEM(t, k.ecClient)}},
-			{"rsa-files", k.rsaClient, TLSOptions{ClientCertFile: certFile, ClientKeyFile: keyFile}},
+			{"rsa-pem", k.rsaClient, talaris.TLSOptions{ClientCertPEM: k.rsaClient.CertPEM(), ClientKeyPEM: keyPEM(t, k.rsaClient)}},
+			{"ecdsa-pem", k.ecClient, talaris.TLSOptions{ClientCertPEM: k.ecClient.CertPEM(), ClientKeyPEM: keyPEM(t, k.ecClient)}},
+			{"rsa-files", k.rsaClient, talaris.TLSOptions{ClientCertFile: certFile, ClientKeyFile: keyFile}},
 		} {
 			t.Run(vname+"/"+tc.name, func(t *testing.T) {
 				opts := tc.tls
 				opts.RootCAPEM = k.root.CertPEM()
-				if _, err := dialClose(t, p, srv.URL, &DialOptions{TLS: opts}); err != nil {
+				if _, err := dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: opts}); err != nil {
 					t.Fatalf("dial: %v", err)
 				}
 				st := log.last(t)
@@ -302,7 +302,7 @@ func TestTLSClientCert(t *testing.T) {
 			})
 		}
 		t.Run(vname+"/no-cert-refused", func(t *testing.T) {
-			_, err := dialClose(t, p, srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: k.root.CertPEM()}})
+			_, err := dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: k.root.CertPEM()}})
 			wantNoCertRefused(t, err)
 		})
 	}
@@ -318,11 +318,11 @@ func TestTLSClientCertSServer(t *testing.T) {
 	if err := os.WriteFile(caFile, k.clientCA.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	withCert := &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile, ClientCertPEM: k.ecClient.CertPEM(), ClientKeyPEM: keyPEM(t, k.ecClient)}}
+	withCert := &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: testCAFile, ClientCertPEM: k.ecClient.CertPEM(), ClientKeyPEM: keyPEM(t, k.ecClient)}}
 	for _, ver := range []string{"-tls1_2", "-tls1_3"} {
 		t.Run(ver[1:]+"/with-cert", func(t *testing.T) {
 			s := startSServer(t, ver, "-Verify", "1", "-CAfile", caFile)
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			c := sServerSession(t, p, s, withCert)
 			s.waitFor(regexp.MustCompile(`depth=0 .*CN ?= ?ecdsa client`), 0) // s_server verified it
 			const size = 24
@@ -343,13 +343,13 @@ func TestTLSClientCertSServer(t *testing.T) {
 				io.WriteString(s.stdin, "Q\n")
 			}()
 			f := pumpCount(t, p, c, chk, 11)
-			if f == nil || f.Kind != EventClose || f.Code != 1000 || f.Reason != "done" {
+			if f == nil || f.Kind != talaris.EventClose || f.Code != 1000 || f.Reason != "done" {
 				t.Fatalf("final event %+v, want EventClose 1000 done", f)
 			}
 		})
 		t.Run(ver[1:]+"/without-cert", func(t *testing.T) {
 			s := startSServer(t, ver, "-Verify", "1", "-CAfile", caFile)
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
 			defer cancel()
 			_, err := p.Dial(ctx, "wss://127.0.0.1:"+s.port+"/feed", tlsOpts)
@@ -366,21 +366,21 @@ func TestTLSPins(t *testing.T) {
 	leaf := issueLeaf(t, root)
 	srv := wstest.NewGorilla().StartTLS(t, &tls.Config{Certificates: []tls.Certificate{leaf.TLS()}})
 	wrong := sha256.Sum256([]byte("not a key"))
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for _, tc := range []struct {
 		name string
-		opts TLSOptions
+		opts talaris.TLSOptions
 		want error
 	}{
-		{"match", TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{leaf.SPKIPin()}}, nil},
-		{"mismatch", TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{wrong[:]}}, ErrTLSPin},
-		{"second-matches", TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{wrong[:], leaf.SPKIPin()}}, nil},
-		{"root-key-is-not-the-leaf", TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{root.SPKIPin()}}, ErrTLSPin},
-		{"insecure-match", TLSOptions{InsecureSkipVerify: true, Pins: [][]byte{leaf.SPKIPin()}}, nil},
-		{"insecure-mismatch", TLSOptions{InsecureSkipVerify: true, Pins: [][]byte{wrong[:]}}, ErrTLSPin},
+		{"match", talaris.TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{leaf.SPKIPin()}}, nil},
+		{"mismatch", talaris.TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{wrong[:]}}, talaris.ErrTLSPin},
+		{"second-matches", talaris.TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{wrong[:], leaf.SPKIPin()}}, nil},
+		{"root-key-is-not-the-leaf", talaris.TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{root.SPKIPin()}}, talaris.ErrTLSPin},
+		{"insecure-match", talaris.TLSOptions{InsecureSkipVerify: true, Pins: [][]byte{leaf.SPKIPin()}}, nil},
+		{"insecure-mismatch", talaris.TLSOptions{InsecureSkipVerify: true, Pins: [][]byte{wrong[:]}}, talaris.ErrTLSPin},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := dialClose(t, p, srv.URL, &DialOptions{TLS: tc.opts})
+			_, err := dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: tc.opts})
 			wantVerdict(t, err, tc.want)
 		})
 	}
@@ -393,19 +393,19 @@ func TestTLSVersionAndSuites(t *testing.T) {
 	leaf := issueLeaf(t, root)
 	srv12, log12 := startTLSServer(t, &tls.Config{Certificates: []tls.Certificate{leaf.TLS()}, MaxVersion: tls.VersionTLS12})
 	srv, log := startTLSServer(t, &tls.Config{Certificates: []tls.Certificate{leaf.TLS()}})
-	p := newTestPool(t, Config{}, hangGuard)
-	base := TLSOptions{RootCAPEM: root.CertPEM()}
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	base := talaris.TLSOptions{RootCAPEM: root.CertPEM()}
 
 	t.Run("min13-vs-12-server", func(t *testing.T) {
 		o := base
 		o.MinVersion = tls.VersionTLS13
-		_, err := dialClose(t, p, srv12.URL, &DialOptions{TLS: o})
-		wantVerdict(t, err, ErrTLS)
+		_, err := dialClose(t, p, srv12.URL, &talaris.DialOptions{TLS: o})
+		wantVerdict(t, err, talaris.ErrTLS)
 	})
 	t.Run("min13", func(t *testing.T) {
 		o := base
 		o.MinVersion = tls.VersionTLS13
-		if _, err := dialClose(t, p, srv.URL, &DialOptions{TLS: o}); err != nil {
+		if _, err := dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: o}); err != nil {
 			t.Fatal(err)
 		}
 		if v := log.last(t).Version; v != tls.VersionTLS13 {
@@ -413,7 +413,7 @@ func TestTLSVersionAndSuites(t *testing.T) {
 		}
 	})
 	t.Run("default-12", func(t *testing.T) {
-		if _, err := dialClose(t, p, srv12.URL, &DialOptions{TLS: base}); err != nil {
+		if _, err := dialClose(t, p, srv12.URL, &talaris.DialOptions{TLS: base}); err != nil {
 			t.Fatal(err)
 		}
 		st := log12.last(t)
@@ -427,7 +427,7 @@ func TestTLSVersionAndSuites(t *testing.T) {
 		t.Run("tls12-only-"+tls.CipherSuiteName(id), func(t *testing.T) {
 			o := base
 			o.CipherSuites = []uint16{id} // no TLS 1.3 suite: TLS 1.3 is off
-			if _, err := dialClose(t, p, srv.URL, &DialOptions{TLS: o}); err != nil {
+			if _, err := dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: o}); err != nil {
 				t.Fatal(err)
 			}
 			st := log.last(t)
@@ -441,7 +441,7 @@ func TestTLSVersionAndSuites(t *testing.T) {
 		t.Run("tls13-"+tls.CipherSuiteName(id), func(t *testing.T) {
 			o := base
 			o.CipherSuites = []uint16{id}
-			if _, err := dialClose(t, p, srv.URL, &DialOptions{TLS: o}); err != nil {
+			if _, err := dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: o}); err != nil {
 				t.Fatal(err)
 			}
 			st := log.last(t)
@@ -451,7 +451,7 @@ func TestTLSVersionAndSuites(t *testing.T) {
 			}
 			// BoringSSL offers its own TLS 1.3 suites whatever the list
 			// says (documented on TLSOptions.CipherSuites).
-			if TLSBackend() == "openssl" && st.CipherSuite != id {
+			if talaris.TLSBackend() == "openssl" && st.CipherSuite != id {
 				t.Fatalf("suite %s, want %s", tls.CipherSuiteName(st.CipherSuite), tls.CipherSuiteName(id))
 			}
 		})
@@ -464,36 +464,36 @@ func TestTLSInvalidOptions(t *testing.T) {
 	ca := issueCA(t, "cfg CA")
 	a := issue(t, testcerts.Template{CN: "a"}, ca)
 	b := issue(t, testcerts.Template{CN: "b"}, ca)
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for _, tc := range []struct {
 		name, msg string
-		opts      TLSOptions
+		opts      talaris.TLSOptions
 	}{
-		{"unknown-suite", "unknown or unsupported suite 0x0005", TLSOptions{CipherSuites: []uint16{0x0005}}},
-		{"rsa-kx-suite", "unsupported suite", TLSOptions{CipherSuites: []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256}}},
-		{"empty-suites", "empty list", TLSOptions{CipherSuites: []uint16{}}},
-		{"min13-no-13-suite", "no TLS 1.3 suite", TLSOptions{MinVersion: tls.VersionTLS13,
+		{"unknown-suite", "unknown or unsupported suite 0x0005", talaris.TLSOptions{CipherSuites: []uint16{0x0005}}},
+		{"rsa-kx-suite", "unsupported suite", talaris.TLSOptions{CipherSuites: []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256}}},
+		{"empty-suites", "empty list", talaris.TLSOptions{CipherSuites: []uint16{}}},
+		{"min13-no-13-suite", "no TLS 1.3 suite", talaris.TLSOptions{MinVersion: tls.VersionTLS13,
 			CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}},
-		{"min-tls11", "MinVersion", TLSOptions{MinVersion: tls.VersionTLS11}},
-		{"min-junk", "MinVersion", TLSOptions{MinVersion: 7}},
-		{"short-pin", "Pins[1]: 31 bytes", TLSOptions{Pins: [][]byte{make([]byte, 32), make([]byte, 31)}}},
-		{"cert-without-key", "needs ClientKeyPEM", TLSOptions{ClientCertPEM: a.CertPEM()}},
-		{"key-without-cert", "needs ClientCertPEM", TLSOptions{ClientKeyPEM: keyPEM(t, a)}},
-		{"unparsable-cert", "ClientCert/ClientKey", TLSOptions{ClientCertPEM: []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), ClientKeyPEM: keyPEM(t, a)}},
-		{"unparsable-key", "ClientCert/ClientKey", TLSOptions{ClientCertPEM: a.CertPEM(), ClientKeyPEM: []byte("junk")}},
-		{"key-mismatch", "does not match", TLSOptions{ClientCertPEM: a.CertPEM(), ClientKeyPEM: keyPEM(t, b)}},
-		{"missing-file", "ClientCertFile", TLSOptions{ClientCertFile: "/nonexistent/cert.pem", ClientKeyPEM: keyPEM(t, a)}},
-		{"pem-and-file", "both set", TLSOptions{ClientCertFile: "x", ClientCertPEM: a.CertPEM(), ClientKeyPEM: keyPEM(t, a)}},
+		{"min-tls11", "MinVersion", talaris.TLSOptions{MinVersion: tls.VersionTLS11}},
+		{"min-junk", "MinVersion", talaris.TLSOptions{MinVersion: 7}},
+		{"short-pin", "Pins[1]: 31 bytes", talaris.TLSOptions{Pins: [][]byte{make([]byte, 32), make([]byte, 31)}}},
+		{"cert-without-key", "needs ClientKeyPEM", talaris.TLSOptions{ClientCertPEM: a.CertPEM()}},
+		{"key-without-cert", "needs ClientCertPEM", talaris.TLSOptions{ClientKeyPEM: keyPEM(t, a)}},
+		{"unparsable-cert", "ClientCert/ClientKey", talaris.TLSOptions{ClientCertPEM: []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), ClientKeyPEM: keyPEM(t, a)}},
+		{"unparsable-key", "ClientCert/ClientKey", talaris.TLSOptions{ClientCertPEM: a.CertPEM(), ClientKeyPEM: []byte("junk")}},
+		{"key-mismatch", "does not match", talaris.TLSOptions{ClientCertPEM: a.CertPEM(), ClientKeyPEM: keyPEM(t, b)}},
+		{"missing-file", "ClientCertFile", talaris.TLSOptions{ClientCertFile: "/nonexistent/cert.pem", ClientKeyPEM: keyPEM(t, a)}},
+		{"pem-and-file", "both set", talaris.TLSOptions{ClientCertFile: "x", ClientCertPEM: a.CertPEM(), ClientKeyPEM: keyPEM(t, a)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, url := range []string{"wss://127.0.0.1:1/", "ws://127.0.0.1:1/"} {
-				_, err := dialClose(t, p, url, &DialOptions{TLS: tc.opts})
-				wantVerdict(t, err, ErrInvalidConfig)
+				_, err := dialClose(t, p, url, &talaris.DialOptions{TLS: tc.opts})
+				wantVerdict(t, err, talaris.ErrInvalidConfig)
 				if !strings.Contains(err.Error(), tc.msg) {
 					t.Fatalf("message %q does not say %q", err, tc.msg)
 				}
 			}
-			if _, err := p.DialAsync("wss://127.0.0.1:1/", &DialOptions{TLS: tc.opts}); !errors.Is(err, ErrInvalidConfig) {
+			if _, err := p.DialAsync("wss://127.0.0.1:1/", &talaris.DialOptions{TLS: tc.opts}); !errors.Is(err, talaris.ErrInvalidConfig) {
 				t.Fatalf("DialAsync: %v, want ErrInvalidConfig", err)
 			}
 		})
@@ -514,8 +514,8 @@ func TestTLSResumption(t *testing.T) {
 	for _, ver := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
 		t.Run(tls.VersionName(ver), func(t *testing.T) {
 			srv, log := startTLSServer(t, &tls.Config{Certificates: []tls.Certificate{leaf.TLS()}, MaxVersion: ver})
-			p := newTestPool(t, Config{}, hangGuard)
-			opts := &DialOptions{TLS: TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{leaf.SPKIPin()}}}
+			p := newTestPool(t, talaris.Config{}, hangGuard)
+			opts := &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: root.CertPEM(), Pins: [][]byte{leaf.SPKIPin()}}}
 			st, err := dialClose(t, p, srv.URL, opts)
 			if err != nil {
 				t.Fatal(err)
@@ -533,12 +533,12 @@ func TestTLSResumption(t *testing.T) {
 				}
 			}
 			// Other trust settings: no session of the first ones is offered.
-			st, err = dialClose(t, p, srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: root.CertPEM()}})
+			st, err = dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: root.CertPEM()}})
 			if err != nil || st.Resumed {
 				t.Fatalf("other options: err %v, Resumed %v", err, st.Resumed)
 			}
 			// Another SNI name for the same address: its own entry.
-			sni := &DialOptions{TLS: opts.TLS}
+			sni := &talaris.DialOptions{TLS: opts.TLS}
 			sni.TLS.ServerName = "localhost"
 			if st, err = dialClose(t, p, srv.URL, sni); err != nil || st.Resumed {
 				t.Fatalf("other SNI: err %v, Resumed %v", err, st.Resumed)
@@ -547,7 +547,7 @@ func TestTLSResumption(t *testing.T) {
 				t.Fatalf("other SNI, again: err %v, Resumed %v", err, st.Resumed)
 			}
 			// Another Pool has its own cache.
-			st, err = dialClose(t, newTestPool(t, Config{}, hangGuard), srv.URL, opts)
+			st, err = dialClose(t, newTestPool(t, talaris.Config{}, hangGuard), srv.URL, opts)
 			if err != nil || st.Resumed {
 				t.Fatalf("other pool: err %v, Resumed %v", err, st.Resumed)
 			}
@@ -559,10 +559,10 @@ func TestTLSResumption(t *testing.T) {
 			// InsecureSkipVerify with a wrong pin, twice: the second
 			// handshake (its options differ, so its own cache entry) must
 			// fail on the pin as the first did.
-			bad := &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true, Pins: [][]byte{wrong[:]}}}
+			bad := &talaris.DialOptions{TLS: talaris.TLSOptions{InsecureSkipVerify: true, Pins: [][]byte{wrong[:]}}}
 			for i := 0; i < 2; i++ {
 				_, err = dialClose(t, p, srv.URL, bad)
-				wantVerdict(t, err, ErrTLSPin)
+				wantVerdict(t, err, talaris.ErrTLSPin)
 			}
 		})
 	}
@@ -581,8 +581,8 @@ func TestTLSResumptionTiming(t *testing.T) {
 	leaf := issueLeaf(t, root)
 	full := wstest.NewGorilla().StartTLS(t, &tls.Config{Certificates: []tls.Certificate{leaf.TLS()}, SessionTicketsDisabled: true})
 	res := wstest.NewGorilla().StartTLS(t, &tls.Config{Certificates: []tls.Certificate{leaf.TLS()}})
-	p := newTestPool(t, Config{}, 2*hangGuard)
-	opts := &DialOptions{TLS: TLSOptions{RootCAPEM: root.CertPEM()}}
+	p := newTestPool(t, talaris.Config{}, 2*hangGuard)
+	opts := &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: root.CertPEM()}}
 	const n = 200
 	measure := func(url string, wantResumed bool) time.Duration {
 		dialClose(t, p, url, opts) // warm up, fill the cache
@@ -599,18 +599,18 @@ func TestTLSResumptionTiming(t *testing.T) {
 			if c.Stats().Resumed != wantResumed {
 				t.Fatalf("Resumed %v, want %v", c.Stats().Resumed, wantResumed)
 			}
-			c.Close(CloseNormal, "")
+			c.Close(talaris.CloseNormal, "")
 			pumpOne(t, p, c, nil)
 			d = append(d, el)
 		}
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		t.Logf("%s resumed=%v: p10 %v p50 %v p90 %v (%d dials)", TLSBackend(), wantResumed,
+		t.Logf("%s resumed=%v: p10 %v p50 %v p90 %v (%d dials)", talaris.TLSBackend(), wantResumed,
 			d[n/10].Round(time.Microsecond), d[n/2].Round(time.Microsecond), d[n*9/10].Round(time.Microsecond), n)
 		return d[n/2]
 	}
 	f := measure(full.URL, false)
 	r := measure(res.URL, true)
-	t.Logf("%s: median dial full %v, resumed %v", TLSBackend(), f.Round(time.Microsecond), r.Round(time.Microsecond))
+	t.Logf("%s: median dial full %v, resumed %v", talaris.TLSBackend(), f.Round(time.Microsecond), r.Round(time.Microsecond))
 }
 
 // TestTLSDialRacesClose: dials with a client certificate and pins (Dial
@@ -621,35 +621,35 @@ func TestTLSResumptionTiming(t *testing.T) {
 func TestTLSDialRacesClose(t *testing.T) {
 	k := newMTLSPKI(t)
 	srv := wstest.NewGorilla().StartTLS(t, k.serverConfig(0))
-	opts := &DialOptions{TLS: TLSOptions{RootCAPEM: k.root.CertPEM(), ClientCertPEM: k.ecClient.CertPEM(),
+	opts := &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: k.root.CertPEM(), ClientCertPEM: k.ecClient.CertPEM(),
 		ClientKeyPEM: keyPEM(t, k.ecClient), Pins: [][]byte{k.leaf.SPKIPin()}}}
 	closing := func(err error) bool {
-		return err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrPoolClosed)
+		return err == nil || errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
 	}
 	rounds := 12
 	if testing.Short() {
 		rounds = 4
 	}
 	for round := 0; round < rounds; round++ {
-		p, err := NewPool(Config{MaxConns: 64})
+		p, err := talaris.NewPool(talaris.Config{MaxConns: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
-		var all []Conn
-		conns := make(chan Conn, 64)
+		var all []talaris.Conn
+		conns := make(chan talaris.Conn, 64)
 		var dialers, others sync.WaitGroup
 		others.Add(1)
 		go func() { // the pumper: every connection error is one of closing
 			defer others.Done()
 			for {
-				_, err := p.Pump(func(c Conn, ev Event) {
-					if ev.Kind == EventError && !closing(ev.Err) {
+				_, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
+					if ev.Kind == talaris.EventError && !closing(ev.Err) {
 						t.Errorf("round %d: connection error %v", round, ev.Err)
 					}
 				})
 				if err != nil {
-					if !errors.Is(err, ErrPoolClosed) {
+					if !errors.Is(err, talaris.ErrPoolClosed) {
 						t.Errorf("Pump: %v", err)
 					}
 					return
@@ -661,7 +661,7 @@ func TestTLSDialRacesClose(t *testing.T) {
 			go func() {
 				defer dialers.Done()
 				for i := 0; i < 4; i++ {
-					var c Conn
+					var c talaris.Conn
 					var err error
 					if (d+i)%2 == 0 {
 						ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
@@ -689,7 +689,7 @@ func TestTLSDialRacesClose(t *testing.T) {
 			n := 0
 			for c := range conns {
 				if n++; n%2 == 0 {
-					if err := c.Close(CloseNormal, ""); !closing(err) {
+					if err := c.Close(talaris.CloseNormal, ""); !closing(err) {
 						t.Errorf("Conn.Close: %v", err)
 					}
 				}
@@ -708,10 +708,10 @@ func TestTLSDialRacesClose(t *testing.T) {
 		mu.Lock()
 		t.Logf("round %d: %d connections dialed before Pool.Close", round, len(all))
 		for _, c := range all {
-			if err := c.Close(CloseNormal, ""); !errors.Is(err, ErrClosed) && !errors.Is(err, ErrPoolClosed) {
+			if err := c.Close(talaris.CloseNormal, ""); !errors.Is(err, talaris.ErrClosed) && !errors.Is(err, talaris.ErrPoolClosed) {
 				t.Errorf("Close after Pool.Close: %v, want ErrClosed or ErrPoolClosed", err)
 			}
-			if s := c.State(); s != StateClosed && s != StateIdle {
+			if s := c.State(); s != talaris.StateClosed && s != talaris.StateIdle {
 				t.Errorf("State after Pool.Close: %v", s)
 			}
 			if st := c.Stats(); st.Resumed || st.MsgsIn != 0 {
@@ -741,8 +741,8 @@ func TestTLSServerNameTrailingDot(t *testing.T) {
 			return nil, nil
 		},
 	})
-	p := newTestPool(t, Config{}, hangGuard)
-	if _, err := dialClose(t, p, srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: root.CertPEM(), ServerName: "localhost."}}); err != nil {
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	if _, err := dialClose(t, p, srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: root.CertPEM(), ServerName: "localhost."}}); err != nil {
 		t.Fatalf("dial with ServerName \"localhost.\": %v", err)
 	}
 	mu.Lock()
@@ -776,12 +776,12 @@ func TestTLSEd25519Server(t *testing.T) {
 	}
 	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	root := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
 		t.Run(tls.VersionName(v), func(t *testing.T) {
 			srv := wstest.NewGorilla().StartTLS(t, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: v, MaxVersion: v})
-			if _, err := dialClose(t, p, "wss://localhost:"+portOf(srv.URL), &DialOptions{TLS: TLSOptions{RootCAPEM: root}}); err != nil {
-				t.Fatalf("%s backend: %v", TLSBackend(), err)
+			if _, err := dialClose(t, p, "wss://localhost:"+portOf(srv.URL), &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: root}}); err != nil {
+				t.Fatalf("%s backend: %v", talaris.TLSBackend(), err)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"io"
 	"net"
 	"net/http"
@@ -43,7 +43,7 @@ const (
 )
 
 // tlsOpts verifies against the test CA.
-var tlsOpts = &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile}}
+var tlsOpts = &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: testCAFile}}
 
 // serverTLS returns a server config with cert/key restricted to versions
 // [minV, maxV] (0: crypto/tls defaults).
@@ -70,7 +70,7 @@ func forEachTLSServer(t *testing.T, cfg *tls.Config, fn func(t *testing.T, srv *
 }
 
 // runStreamTLS is runStream with dial options.
-func runStreamTLS(t *testing.T, p *Pool, url string, opts *DialOptions, spec streamSpec, afterBatch func()) {
+func runStreamTLS(t *testing.T, p *talaris.Pool, url string, opts *talaris.DialOptions, spec streamSpec, afterBatch func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
 	defer cancel()
@@ -79,7 +79,7 @@ func runStreamTLS(t *testing.T, p *Pool, url string, opts *DialOptions, spec str
 		t.Fatalf("Dial: %v", err)
 	}
 	st := newStreamState(spec)
-	pumpUntil(t, p, func(cc Conn, ev Event) {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
 		if cc != c {
 			t.Errorf("event %v for unknown connection %#x (dialed %#x)", ev.Kind, cc.ID(), c.ID())
 			return
@@ -87,7 +87,7 @@ func runStreamTLS(t *testing.T, p *Pool, url string, opts *DialOptions, spec str
 		st.on(ev)
 	}, func() bool { return st.final != nil }, afterBatch)
 	st.verify(t, spec.String())
-	if s := c.State(); s != StateClosed {
+	if s := c.State(); s != talaris.StateClosed {
 		t.Errorf("state after the final event: %v", s)
 	}
 }
@@ -97,13 +97,13 @@ func runStreamTLS(t *testing.T, p *Pool, url string, opts *DialOptions, spec str
 // through several buffer and ring configurations. The streams end with a
 // close handshake followed by close_notify, which must give EventClose.
 func TestTLSIntegrity(t *testing.T) {
-	t.Logf("TLS backend %s", TLSBackend())
+	t.Logf("TLS backend %s", talaris.TLSBackend())
 	type poolCase struct {
 		name  string
-		cfg   Config
+		cfg   talaris.Config
 		specs []streamSpec
 		slow  time.Duration
-		check func(t *testing.T, s PoolStats)
+		check func(t *testing.T, s talaris.PoolStats)
 	}
 	// 512-byte slots: every 16 KiB record spans 32+ slots, and 4 slots
 	// cannot hold one record.
@@ -114,11 +114,11 @@ func TestTLSIntegrity(t *testing.T) {
 		{n: scaled(50_000), size: 16},
 	}
 	cases := []poolCase{
-		{name: "default", cfg: Config{}, specs: allSpecs(true)},
+		{name: "default", cfg: talaris.Config{}, specs: allSpecs(true)},
 		{
-			name: "tinybufs", cfg: Config{BufSize: 4096, BufCount: 4},
+			name: "tinybufs", cfg: talaris.Config{BufSize: 4096, BufCount: 4},
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				// With recv bundles (the default) a bundle empties the
 				// ring and ends; without them (the nobundle rows) the
 				// recv runs out of buffers (-ENOBUFS).
@@ -130,18 +130,18 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			// 512-byte slots: every 16 KiB record spans 32+ slots, and
 			// 4 slots cannot hold one record.
-			name: "splitrecords", cfg: Config{BufSize: 512, BufCount: 4},
+			name: "splitrecords", cfg: talaris.Config{BufSize: 512, BufCount: 4},
 			specs: splitSpecs,
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.Rearms == 0 {
 					t.Errorf("512-byte slots: Rearms=0, want > 0")
 				}
 			},
 		},
 		{
-			name: "nobundle-tinybufs", cfg: Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4},
+			name: "nobundle-tinybufs", cfg: talaris.Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4},
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
 					t.Errorf("tiny buffer ring: NoBufs=%d Rearms=%d, want both > 0", s.NoBufs, s.Rearms)
 				}
@@ -150,9 +150,9 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			// 512-byte slots: every 16 KiB record spans 32+ slots, and
 			// 4 slots cannot hold one record.
-			name: "nobundle-splitrecords", cfg: Config{NoRecvBundle: true, BufSize: 512, BufCount: 4},
+			name: "nobundle-splitrecords", cfg: talaris.Config{NoRecvBundle: true, BufSize: 512, BufCount: 4},
 			specs: splitSpecs,
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.NoBufs == 0 {
 					t.Errorf("512-byte slots: NoBufs=0, want > 0")
 				}
@@ -160,10 +160,10 @@ func TestTLSIntegrity(t *testing.T) {
 		},
 		{
 			name:  "slowconsumer",
-			cfg:   Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			cfg:   talaris.Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
 			specs: []streamSpec{{n: scaled(20000), size: 16}, {n: 20, size: 1 << 20}, {n: 500, size: 65536, text: true}, {n: 2000, size: 100, frag: 3, ping: true}},
 			slow:  time.Millisecond,
-			check: func(t *testing.T, s PoolStats) {
+			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("slow consumer: Stalls=0, want > 0")
 				}
@@ -223,7 +223,7 @@ func TestTLSVersions(t *testing.T) {
 				return nil
 			}
 			forEachTLSServer(t, cfg, func(t *testing.T, srv *wstest.Server) {
-				p := newTestPool(t, Config{}, hangGuard)
+				p := newTestPool(t, talaris.Config{}, hangGuard)
 				for _, spec := range specs {
 					runStreamTLS(t, p, srv.URL, tlsOpts, spec, nil)
 				}
@@ -418,7 +418,7 @@ func TestTLSManyRecordsPerSlot(t *testing.T) {
 				readClose(br)
 				tc.Close()
 			})
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			runStreamTLS(t, p, url, tlsOpts, streamSpec{n: n, size: size}, nil)
 			t.Logf("stats %+v", p.Stats())
 		})
@@ -437,20 +437,20 @@ func TestTLSVerification(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	ok := []struct {
 		name string
 		url  string
-		opts *DialOptions
+		opts *talaris.DialOptions
 	}{
 		{"RootCAFile", srv.URL, tlsOpts},
-		{"RootCAPEM", srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: caPEM}}},
+		{"RootCAPEM", srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: caPEM}}},
 		{"localhost", "wss://localhost:" + port, tlsOpts},
-		{"ServerName", srv.URL, &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile, ServerName: "localhost"}}},
-		{"InsecureSkipVerify", srv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true}}},
-		{"InsecureSkipVerify-wrongname", srv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true, ServerName: "wrong.example"}}},
-		{"InsecureSkipVerify-expired", expSrv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true}}},
-		{"InsecureSkipVerify-otherCA", expSrv.URL, &DialOptions{TLS: TLSOptions{InsecureSkipVerify: true, RootCAFile: otherCAFile}}},
+		{"ServerName", srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: testCAFile, ServerName: "localhost"}}},
+		{"InsecureSkipVerify", srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{InsecureSkipVerify: true}}},
+		{"InsecureSkipVerify-wrongname", srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{InsecureSkipVerify: true, ServerName: "wrong.example"}}},
+		{"InsecureSkipVerify-expired", expSrv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{InsecureSkipVerify: true}}},
+		{"InsecureSkipVerify-otherCA", expSrv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{InsecureSkipVerify: true, RootCAFile: otherCAFile}}},
 	}
 	for _, tc := range ok {
 		t.Run(tc.name, func(t *testing.T) {
@@ -459,7 +459,7 @@ func TestTLSVerification(t *testing.T) {
 	}
 }
 
-var tlsSentinels = []error{ErrTLSUnknownCA, ErrTLSHostname, ErrTLSExpired, ErrTLSALPN, ErrTLSNotTLS, ErrTimeout, ErrConnectionLost}
+var tlsSentinels = []error{talaris.ErrTLSUnknownCA, talaris.ErrTLSHostname, talaris.ErrTLSExpired, talaris.ErrTLSALPN, talaris.ErrTLSNotTLS, talaris.ErrTimeout, talaris.ErrConnectionLost}
 
 // wantDialErr checks that err matches want (and parent, when non-nil) and
 // none of the other causes.
@@ -486,8 +486,8 @@ func wantDialErr(t *testing.T, err, want, parent error) {
 func TestTLSErrors(t *testing.T) {
 	good := serverTLS(t, testCertFile, testKeyFile, 0, 0)
 	srv := wstest.NewGorilla().StartTLS(t, good)
-	p := newTestPool(t, Config{}, hangGuard)
-	dialErr := func(url string, opts *DialOptions) error {
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	dialErr := func(url string, opts *talaris.DialOptions) error {
 		ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
 		defer cancel()
 		c, err := p.Dial(ctx, url+"/echo", opts)
@@ -497,21 +497,21 @@ func TestTLSErrors(t *testing.T) {
 		return err
 	}
 	t.Run("UnknownCA-file", func(t *testing.T) {
-		wantDialErr(t, dialErr(srv.URL, &DialOptions{TLS: TLSOptions{RootCAFile: otherCAFile}}), ErrTLSUnknownCA, ErrTLS)
+		wantDialErr(t, dialErr(srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: otherCAFile}}), talaris.ErrTLSUnknownCA, talaris.ErrTLS)
 	})
 	t.Run("UnknownCA-pem", func(t *testing.T) {
 		pem, _ := os.ReadFile(otherCAFile)
-		wantDialErr(t, dialErr(srv.URL, &DialOptions{TLS: TLSOptions{RootCAPEM: pem}}), ErrTLSUnknownCA, ErrTLS)
+		wantDialErr(t, dialErr(srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAPEM: pem}}), talaris.ErrTLSUnknownCA, talaris.ErrTLS)
 	})
 	t.Run("UnknownCA-system", func(t *testing.T) {
-		wantDialErr(t, dialErr(srv.URL, nil), ErrTLSUnknownCA, ErrTLS)
+		wantDialErr(t, dialErr(srv.URL, nil), talaris.ErrTLSUnknownCA, talaris.ErrTLS)
 	})
 	t.Run("Hostname", func(t *testing.T) {
-		wantDialErr(t, dialErr(srv.URL, &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile, ServerName: "wrong.example"}}), ErrTLSHostname, ErrTLS)
+		wantDialErr(t, dialErr(srv.URL, &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: testCAFile, ServerName: "wrong.example"}}), talaris.ErrTLSHostname, talaris.ErrTLS)
 	})
 	t.Run("Expired", func(t *testing.T) {
 		exp := wstest.NewGorilla().StartTLS(t, serverTLS(t, expiredCert, expiredKey, 0, 0))
-		wantDialErr(t, dialErr(exp.URL, tlsOpts), ErrTLSExpired, ErrTLS)
+		wantDialErr(t, dialErr(exp.URL, tlsOpts), talaris.ErrTLSExpired, talaris.ErrTLS)
 	})
 	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
 		t.Run("ALPN-refused-"+tls.VersionName(v), func(t *testing.T) {
@@ -521,7 +521,7 @@ func TestTLSErrors(t *testing.T) {
 			cfg := serverTLS(t, testCertFile, testKeyFile, v, v)
 			cfg.NextProtos = []string{"x-talaris-other"}
 			s := wstest.NewGorilla().StartTLS(t, cfg)
-			wantDialErr(t, dialErr(s.URL, tlsOpts), ErrTLSALPN, ErrTLS)
+			wantDialErr(t, dialErr(s.URL, tlsOpts), talaris.ErrTLSALPN, talaris.ErrTLS)
 		})
 	}
 	t.Run("ALPN-h2-only-accepted", func(t *testing.T) {
@@ -541,7 +541,7 @@ func TestTLSErrors(t *testing.T) {
 		cfg := serverTLS(t, testCertFile, testKeyFile, tls.VersionTLS12, tls.VersionTLS12)
 		s := wstest.NewGorilla().StartTLS(t, cfg)
 		url := rewriteProxy(t, strings.TrimPrefix(s.URL, "wss://"), []byte("\x08http/1.1"), []byte("\x08h2xxxxxx"))
-		wantDialErr(t, dialErr(url, tlsOpts), ErrTLSALPN, ErrTLS)
+		wantDialErr(t, dialErr(url, tlsOpts), talaris.ErrTLSALPN, talaris.ErrTLS)
 	})
 	t.Run("HandshakeTimeout", func(t *testing.T) {
 		// Accepts TCP and never says a word.
@@ -573,15 +573,15 @@ func TestTLSErrors(t *testing.T) {
 			}
 			mu.Unlock()
 		}()
-		err = dialErr("wss://"+ln.Addr().String(), &DialOptions{TLS: TLSOptions{RootCAFile: testCAFile}, HandshakeTimeout: 500 * time.Millisecond})
-		wantDialErr(t, err, ErrTimeout, nil)
-		if errors.Is(err, ErrTLS) {
+		err = dialErr("wss://"+ln.Addr().String(), &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: testCAFile}, HandshakeTimeout: 500 * time.Millisecond})
+		wantDialErr(t, err, talaris.ErrTimeout, nil)
+		if errors.Is(err, talaris.ErrTLS) {
 			t.Errorf("timeout %v also matches ErrTLS", err)
 		}
 	})
 	t.Run("NotTLS", func(t *testing.T) {
 		plain := wstest.NewGorilla().Start(t) // ws:// server answers a ClientHello with HTTP 400
-		wantDialErr(t, dialErr("wss://"+strings.TrimPrefix(plain.URL, "ws://"), tlsOpts), ErrTLSNotTLS, ErrTLS)
+		wantDialErr(t, dialErr("wss://"+strings.TrimPrefix(plain.URL, "ws://"), tlsOpts), talaris.ErrTLSNotTLS, talaris.ErrTLS)
 	})
 	t.Run("NotTLS-silent-close", func(t *testing.T) {
 		// A server that reads the ClientHello and hangs up: not a TLS
@@ -604,7 +604,7 @@ func TestTLSErrors(t *testing.T) {
 			t.Fatal("Dial succeeded")
 		}
 		t.Logf("error: %v", err)
-		if !errors.Is(err, ErrConnectionLost) {
+		if !errors.Is(err, talaris.ErrConnectionLost) {
 			t.Errorf("errors.Is(%v, ErrConnectionLost) = false", err)
 		}
 	})
@@ -691,7 +691,7 @@ func TestTLSEndings(t *testing.T) {
 		{"truncated-rst", "&trunc=1&rst=1"},
 	}
 	forEachTLSServer(t, cfg, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, Config{}, hangGuard)
+		p := newTestPool(t, talaris.Config{}, hangGuard)
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				const n = 5000
@@ -703,8 +703,8 @@ func TestTLSEndings(t *testing.T) {
 				}
 				chk := wstest.NewChecker(100)
 				var chkErr error
-				f := pumpOne(t, p, c, func(ev Event) {
-					if ev.Kind == EventBinary && chkErr == nil {
+				f := pumpOne(t, p, c, func(ev talaris.Event) {
+					if ev.Kind == talaris.EventBinary && chkErr == nil {
 						chkErr = chk.Check(ev.Payload)
 					}
 				})
@@ -715,7 +715,7 @@ func TestTLSEndings(t *testing.T) {
 				if chk.Count() != n && !strings.Contains(tc.query, "rst") {
 					t.Errorf("got %d messages, want %d", chk.Count(), n)
 				}
-				if f.Kind != EventError || !errors.Is(f.Err, ErrConnectionLost) || f.Code != CloseAbnormal {
+				if f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrConnectionLost) || f.Code != talaris.CloseAbnormal {
 					t.Errorf("final event %+v, want EventError ErrConnectionLost 1006", f)
 				} else {
 					t.Logf("final: %v", f.Err)
@@ -924,14 +924,14 @@ var wsKeyRe = regexp.MustCompile(`Sec-WebSocket-Key: ([A-Za-z0-9+/=]+)\r\n`)
 
 // sServerSession dials s (which upgrades by script) with opts and returns
 // the open connection.
-func sServerSession(t *testing.T, p *Pool, s *sServer, opts *DialOptions) Conn {
+func sServerSession(t *testing.T, p *talaris.Pool, s *sServer, opts *talaris.DialOptions) talaris.Conn {
 	t.Helper()
 	return sServerSessionThen(t, p, s, opts, nil)
 }
 
 // sServerSessionThen is sServerSession that runs beforeUpgrade (from
 // another goroutine) once s has the upgrade request, before its 101.
-func sServerSessionThen(t *testing.T, p *Pool, s *sServer, opts *DialOptions, beforeUpgrade func() error) Conn {
+func sServerSessionThen(t *testing.T, p *talaris.Pool, s *sServer, opts *talaris.DialOptions, beforeUpgrade func() error) talaris.Conn {
 	t.Helper()
 	go func() {
 		m, _, err := s.find(wsKeyRe, 0)
@@ -968,17 +968,17 @@ func sFrames(from, n, size int) []byte {
 }
 
 // pumpCount pumps until chk has seen want messages or c ended.
-func pumpCount(t *testing.T, p *Pool, c Conn, chk *wstest.Checker, want int) *finalEvent {
+func pumpCount(t *testing.T, p *talaris.Pool, c talaris.Conn, chk *wstest.Checker, want int) *finalEvent {
 	t.Helper()
 	var final *finalEvent
 	var chkErr error
-	pumpUntil(t, p, func(cc Conn, ev Event) {
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
 		switch ev.Kind {
-		case EventBinary:
+		case talaris.EventBinary:
 			if chkErr == nil {
 				chkErr = chk.Check(ev.Payload)
 			}
-		case EventClose, EventError:
+		case talaris.EventClose, talaris.EventError:
 			f := copyFinal(ev)
 			final = &f
 		}
@@ -1000,7 +1000,7 @@ var (
 // data arrives, and keep receiving across every key change.
 func TestTLSKeyUpdate(t *testing.T) {
 	s := startSServer(t, "-tls1_3")
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	c := sServerSession(t, p, s, tlsOpts)
 	const size = 24
 	chk := wstest.NewChecker(size)
@@ -1045,7 +1045,7 @@ func TestTLSKeyUpdate(t *testing.T) {
 		io.WriteString(s.stdin, "Q\n")
 	}()
 	final = pumpCount(t, p, c, chk, next+1)
-	if final == nil || final.Kind != EventClose || final.Code != 1000 || final.Reason != "done" {
+	if final == nil || final.Kind != talaris.EventClose || final.Code != 1000 || final.Reason != "done" {
 		t.Fatalf("final event %+v, want EventClose 1000 done", final)
 	}
 	if chk.Count() != next {
@@ -1059,7 +1059,7 @@ func TestTLSKeyUpdate(t *testing.T) {
 // and the connection ends with an ErrTLS error, on both backends.
 func TestTLSRenegotiation(t *testing.T) {
 	s := startSServer(t, "-tls1_2")
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	c := sServerSession(t, p, s, tlsOpts)
 	const size = 40
 	chk := wstest.NewChecker(size)
@@ -1075,7 +1075,7 @@ func TestTLSRenegotiation(t *testing.T) {
 	s.writeNoFatal(sFrames(50, 50, size))
 	f := pumpCount(t, p, c, chk, 1<<30)
 	t.Logf("after the renegotiation request: %d messages, final %+v", chk.Count(), f)
-	if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrTLS) {
+	if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrTLS) {
 		t.Fatalf("final event %+v, want EventError ErrTLS", f)
 	}
 }
@@ -1106,7 +1106,7 @@ func TestTLSNodeWS(t *testing.T) {
 			cmd.Env = append(os.Environ(), "NODE_PATH="+modDir)
 			cmd.Stderr = os.Stderr
 			url := "wss://127.0.0.1:" + startListener(t, "node server", cmd)
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			runStreamTLS(t, p, url, tlsOpts, streamSpec{n: tc.n, size: tc.size}, nil)
 		})
 	}

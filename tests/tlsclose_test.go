@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -76,7 +76,7 @@ func TestTLSCloseNotifyLater(t *testing.T) {
 						case <-time.After(5 * time.Second):
 						}
 					})
-					p := newTestPool(t, Config{NoTLSRecordLayer: lib, CloseTimeout: 2 * time.Second}, hangGuard)
+					p := newTestPool(t, talaris.Config{NoTLSRecordLayer: lib, CloseTimeout: 2 * time.Second}, hangGuard)
 					ctx, cancel := dialCtx(t)
 					c, err := p.Dial(ctx, url, tlsOpts)
 					cancel()
@@ -87,11 +87,11 @@ func TestTLSCloseNotifyLater(t *testing.T) {
 					if f := pumpCount(t, p, c, chk, 10); f != nil {
 						t.Fatalf("ended early: %+v", *f)
 					}
-					if err := c.Close(CloseNormal, ""); err != nil {
+					if err := c.Close(talaris.CloseNormal, ""); err != nil {
 						t.Fatal(err)
 					}
 					f := pumpCount(t, p, c, chk, 1<<30)
-					if f == nil || f.Kind != EventClose || f.Code != 1000 {
+					if f == nil || f.Kind != talaris.EventClose || f.Code != 1000 {
 						t.Fatalf("final %+v, want EventClose 1000 (the close handshake crossed and the stream ended)", f)
 					}
 				})

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
@@ -29,7 +29,7 @@ import (
 // these tests know which path ran.
 
 // recOpts dials with only the given TLS 1.3 suite offered (0: the default).
-func recOpts(suite uint16) *DialOptions {
+func recOpts(suite uint16) *talaris.DialOptions {
 	o := *tlsOpts
 	if suite != 0 {
 		o.TLS.CipherSuites = []uint16{suite}
@@ -61,25 +61,25 @@ func recServer(t *testing.T, s ipStream, v uint16, suite *atomic.Uint32) string 
 // every record after the 101 (the library's last) is ours, none lost or
 // read twice. ChaCha20, TLS 1.2 and NoTLSRecordLayer keep SSL_read (0).
 func TestTLSRecordLayer(t *testing.T) {
-	t.Logf("TLS backend %s", TLSBackend())
+	t.Logf("TLS backend %s", talaris.TLSBackend())
 	n := scaled(20_000)
 	type row struct {
 		name    string
 		suite   uint16
 		version uint16
-		cfg     Config
+		cfg     talaris.Config
 		ours    bool
 	}
 	rows := []row{
-		{"aes128", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, Config{}, true},
-		{"aes256", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, Config{}, true},
-		{"aes128-1slot", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, Config{NoRecvBundle: true, BufSize: 4096}, true},
-		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, Config{NoRecvBundle: true, BufSize: 4096}, true},
-		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, Config{TLSLibraryGCM: true}, true},
-		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, Config{TLSLibraryGCM: true, NoRecvBundle: true, BufSize: 4096}, true},
-		{"chacha20", tls.TLS_CHACHA20_POLY1305_SHA256, tls.VersionTLS13, Config{}, true},
-		{"tls12", 0, tls.VersionTLS12, Config{}, false},
-		{"off", 0, tls.VersionTLS13, Config{NoTLSRecordLayer: true}, false},
+		{"aes128", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{}, true},
+		{"aes256", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{}, true},
+		{"aes128-1slot", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{NoRecvBundle: true, BufSize: 4096}, true},
+		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{NoRecvBundle: true, BufSize: 4096}, true},
+		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{TLSLibraryGCM: true}, true},
+		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{TLSLibraryGCM: true, NoRecvBundle: true, BufSize: 4096}, true},
+		{"chacha20", tls.TLS_CHACHA20_POLY1305_SHA256, tls.VersionTLS13, talaris.Config{}, true},
+		{"tls12", 0, tls.VersionTLS12, talaris.Config{}, false},
+		{"off", 0, tls.VersionTLS13, talaris.Config{NoTLSRecordLayer: true}, false},
 	}
 	for _, r := range rows {
 		for _, chunk := range []int{0, 16000, 1000, 97} {
@@ -88,13 +88,13 @@ func TestTLSRecordLayer(t *testing.T) {
 				var suite atomic.Uint32
 				url := recServer(t, s, r.version, &suite)
 				p := newTestPool(t, r.cfg, hangGuard)
-				res := map[Conn]*ipResult{}
+				res := map[talaris.Conn]*ipResult{}
 				c, err := p.DialAsync(url, recOpts(r.suite))
 				if err != nil {
 					t.Fatal(err)
 				}
 				res[c] = &ipResult{}
-				pumpUntil(t, p, func(c Conn, ev Event) { res[c].check(p, s, ev) }, func() bool { return res[c].final != nil }, nil)
+				pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) { res[c].check(p, s, ev) }, func() bool { return res[c].final != nil }, nil)
 				if res[c].err != nil {
 					t.Fatal(res[c].err)
 				}
@@ -144,7 +144,7 @@ func TestTLSRecordKeyUpdate(t *testing.T) {
 	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"} {
 		t.Run(suite, func(t *testing.T) {
 			s := startSServer(t, "-tls1_3", "-ciphersuites", suite)
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			c := sServerSession(t, p, s, tlsOpts)
 			const size = 24
 			chk := wstest.NewChecker(size)
@@ -188,7 +188,7 @@ func TestTLSRecordKeyUpdate(t *testing.T) {
 				io.WriteString(s.stdin, "Q\n")
 			}()
 			f := pumpCount(t, p, c, chk, next+1)
-			if f == nil || f.Kind != EventClose || f.Code != 1000 {
+			if f == nil || f.Kind != talaris.EventClose || f.Code != 1000 {
 				t.Fatalf("final event %+v, want EventClose 1000", f)
 			}
 			if chk.Count() != next {
@@ -203,7 +203,7 @@ func TestTLSRecordKeyUpdate(t *testing.T) {
 // 0) and every message arrives.
 func TestTLSRecordChaCha(t *testing.T) {
 	s := startSServer(t, "-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256")
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	c := sServerSession(t, p, s, tlsOpts)
 	const size = 24
 	chk := wstest.NewChecker(size)
@@ -245,7 +245,7 @@ func TestTLSRecordCloseNotify(t *testing.T) {
 		_, err := io.Copy(io.Discard, br)
 		sawEOF <- err // nil: the client's close_notify ended the stream
 	})
-	p := newTestPool(t, Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
 	c, err := p.DialAsync(url, tlsOpts)
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +255,7 @@ func TestTLSRecordCloseNotify(t *testing.T) {
 	if chk.Count() != n {
 		t.Errorf("got %d messages, want %d", chk.Count(), n)
 	}
-	if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrConnectionLost) || f.Code != 1006 {
+	if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrConnectionLost) || f.Code != 1006 {
 		t.Errorf("final %+v, want EventError ErrConnectionLost 1006", f)
 	}
 	select {
@@ -330,13 +330,13 @@ func TestTLSRecordCorrupt(t *testing.T) {
 			s := ipStream{msgs: uniform(scaled(2000)+nth*per, size, 1), chunk: per * (size + 4)}
 			url := recServer(t, s, tls.VersionTLS13, nil)
 			addr := corruptProxy(t, strings.TrimPrefix(url, "wss://"), per*(size+4)+1+16, nth)
-			p := newTestPool(t, Config{NoTLSRecordLayer: off}, hangGuard)
+			p := newTestPool(t, talaris.Config{NoTLSRecordLayer: off}, hangGuard)
 			c, err := p.DialAsync("wss://"+addr, tlsOpts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := &ipResult{}
-			pumpUntil(t, p, func(_ Conn, ev Event) { r.check(p, s, ev) }, func() bool { return r.final != nil }, nil)
+			pumpUntil(t, p, func(_ talaris.Conn, ev talaris.Event) { r.check(p, s, ev) }, func() bool { return r.final != nil }, nil)
 			_ = c
 			if r.err != nil {
 				t.Fatal(r.err)
@@ -344,7 +344,7 @@ func TestTLSRecordCorrupt(t *testing.T) {
 			if r.got != (nth-1)*per {
 				t.Errorf("%d messages delivered, want %d (the records before the corrupted one)", r.got, (nth-1)*per)
 			}
-			if r.final.Kind != EventError || !errors.Is(r.final.Err, ErrTLS) {
+			if r.final.Kind != talaris.EventError || !errors.Is(r.final.Err, talaris.ErrTLS) {
 				t.Fatalf("final %+v, want EventError ErrTLS", *r.final)
 			}
 			t.Logf("error: %v", r.final.Err)
@@ -368,7 +368,7 @@ func TestTLSRecordKeyUpdateFirst(t *testing.T) {
 	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"} {
 		t.Run(suite, func(t *testing.T) {
 			s := startSServer(t, "-tls1_3", "-ciphersuites", suite)
-			p := newTestPool(t, Config{}, hangGuard)
+			p := newTestPool(t, talaris.Config{}, hangGuard)
 			c := sServerSessionThen(t, p, s, tlsOpts, func() error {
 				off := s.outLen()
 				time.Sleep(20 * time.Millisecond)

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -173,7 +173,7 @@ func craftServer(t *testing.T, script func(s *recSealer, w io.Writer)) (string, 
 // craftRun dials url and pumps until the end: the messages checked in
 // order (wstest payloads of size), the final event, the client's record
 // count and PoolStats.TLSRecords.
-func craftRun(t *testing.T, cfg Config, url string, recs <-chan int, size int) (int, *finalEvent, int, uint64) {
+func craftRun(t *testing.T, cfg talaris.Config, url string, recs <-chan int, size int) (int, *finalEvent, int, uint64) {
 	t.Helper()
 	p := newTestPool(t, cfg, hangGuard)
 	c, err := p.DialAsync(url, tlsOpts)
@@ -206,14 +206,14 @@ func TestTLSRecordCraftedControl(t *testing.T) {
 		b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 		w.Write(b)
 	})
-	craftClean(t, Config{}, url, recs, 3)
+	craftClean(t, talaris.Config{}, url, recs, 3)
 }
 
 // craftClean is craftRun for a script that ends with close_notify after
 // want frames, one per record: all arrive, each opened by our layer, and
 // the connection ends as on a close_notify. Returns the client's record
 // count.
-func craftClean(t *testing.T, cfg Config, url string, recs <-chan int, want int) int {
+func craftClean(t *testing.T, cfg talaris.Config, url string, recs <-chan int, want int) int {
 	t.Helper()
 	got, f, crecs, ours := craftRun(t, cfg, url, recs, 64)
 	wantOurs := uint64(want)
@@ -223,7 +223,7 @@ func craftClean(t *testing.T, cfg Config, url string, recs <-chan int, want int)
 	if got != want || ours != wantOurs {
 		t.Errorf("got %d messages, %d records opened by our layer, want %d and %d (final %+v)", got, ours, want, wantOurs, f)
 	}
-	if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrConnectionLost) || f.Code != 1006 {
+	if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrConnectionLost) || f.Code != 1006 {
 		t.Errorf("final %+v, want EventError ErrConnectionLost 1006 (close_notify)", f)
 	}
 	return crecs
@@ -245,7 +245,7 @@ func TestTLSRecordKeyUpdateSplit(t *testing.T) {
 		b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 		w.Write(b)
 	})
-	craftClean(t, Config{}, url, recs, 2)
+	craftClean(t, talaris.Config{}, url, recs, 2)
 }
 
 // TestTLSRecordUserCanceled: user_canceled before close_notify (JDK 11
@@ -265,7 +265,7 @@ func TestTLSRecordUserCanceled(t *testing.T) {
 				b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 				w.Write(b)
 			})
-			craftClean(t, Config{NoTLSRecordLayer: off}, url, recs, 2)
+			craftClean(t, talaris.Config{NoTLSRecordLayer: off}, url, recs, 2)
 		})
 	}
 }
@@ -289,7 +289,7 @@ func TestTLSRecordKeyUpdateFlood(t *testing.T) {
 		b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 		w.Write(b)
 	})
-	crecs := craftClean(t, Config{}, url, recs, 2)
+	crecs := craftClean(t, talaris.Config{}, url, recs, 2)
 	t.Logf("client records after the hand-over: %d", crecs)
 	if crecs < 2 || crecs > n/4 {
 		t.Errorf("client sent %d records for %d KeyUpdate requests, want a KeyUpdate per burst and a close_notify", crecs, n)
@@ -346,11 +346,11 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 				w.Write(b)
 				w.(interface{ CloseWrite() error }).CloseWrite()
 			})
-			got, f, _, _ := craftRun(t, Config{}, url, recs, 64)
+			got, f, _, _ := craftRun(t, talaris.Config{}, url, recs, 64)
 			if got != 1 {
 				t.Errorf("got %d messages, want 1", got)
 			}
-			if f == nil || f.Kind != EventError || !errors.Is(f.Err, ErrTLS) {
+			if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrTLS) {
 				t.Fatalf("final %+v, want EventError ErrTLS", f)
 			}
 			if !strings.Contains(f.Err.Error(), tc.want) {

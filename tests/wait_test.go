@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -24,32 +24,32 @@ import (
 // waitConfigs are the strategies the echo tests run under.
 var waitConfigs = []struct {
 	name string
-	cfg  Config
+	cfg  talaris.Config
 }{
-	{"default", Config{}},
+	{"default", talaris.Config{}},
 	// The default with the reply doorbell (the pump sleeps in epoll on the socket after a direct send).
-	{"bell", Config{ReplyDoorbell: true}},
+	{"bell", talaris.Config{ReplyDoorbell: true}},
 	// The default without the reply spin, and with one long enough to
 	// stay on for the whole test (Config.ReplySpin).
-	{"noreplyspin", Config{ReplySpin: -1}},
-	{"replyspin-10ms", Config{ReplySpin: 10 * time.Millisecond}},
+	{"noreplyspin", talaris.Config{ReplySpin: -1}},
+	{"replyspin-10ms", talaris.Config{ReplySpin: 10 * time.Millisecond}},
 	// The default with the loop's minimum-wait batching on (Config.MinWait:
 	// a ping-pong never takes it, TestMinWaitNotTakenAtLowRates).
-	{"minwait", Config{MinWait: 50 * time.Microsecond}},
-	{"adaptive", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive}},
+	{"minwait", talaris.Config{MinWait: 50 * time.Microsecond}},
+	{"adaptive", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive}},
 	// A long SpinTime keeps both adaptive spins on for the whole test.
-	{"adaptive-1ms", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive, SpinTime: time.Millisecond}},
+	{"adaptive-1ms", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive, SpinTime: time.Millisecond}},
 	// Replies never come in time: the spins switch off and stay off.
-	{"adaptive-1us", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive, SpinTime: time.Microsecond}},
-	{"adaptive-loop-only", Config{LoopWait: WaitAdaptive, ConsumerWait: WaitBlock}},
-	{"block", Config{LoopWait: WaitBlock, ConsumerWait: WaitBlock}},
-	{"spin-then-block", Config{LoopWait: WaitSpinThenBlock, ConsumerWait: WaitSpinThenBlock}},
+	{"adaptive-1us", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive, SpinTime: time.Microsecond}},
+	{"adaptive-loop-only", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitBlock}},
+	{"block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
+	{"spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock}},
 }
 
 // pingPong sends message 0 to an echo server and answers every echo with
 // the next message from inside the PumpData callback, until n echoes came
 // back in order. It returns the echoes seen and the pump's error.
-func pingPong(p *Pool, c Conn, n int) (int, error) {
+func pingPong(p *talaris.Pool, c talaris.Conn, n int) (int, error) {
 	msg := make([]byte, 64)
 	seen := 0
 	var bad error
@@ -57,8 +57,8 @@ func pingPong(p *Pool, c Conn, n int) (int, error) {
 		return 0, err
 	}
 	for seen < n && bad == nil {
-		_, err := p.PumpData(func(cc Conn, op Opcode, pl []byte) {
-			if cc != c || op != OpBinary || len(pl) != 64 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
+		_, err := p.PumpData(func(cc talaris.Conn, op talaris.Opcode, pl []byte) {
+			if cc != c || op != talaris.OpBinary || len(pl) != 64 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
 				bad = fmt.Errorf("echo %d: conn %v op %v len %d seq %d", seen, cc == c, op, len(pl), binary.LittleEndian.Uint64(pl))
 				return
 			}
@@ -84,10 +84,10 @@ func TestWaitEchoFromCallback(t *testing.T) {
 		for _, tr := range []struct {
 			name string
 			url  string
-			opts *DialOptions
+			opts *talaris.DialOptions
 		}{{"ws", plain.URL, nil}, {"wss", secure.URL, tlsOpts}} {
 			t.Run(wc.name+"/"+tr.name, func(t *testing.T) {
-				p, err := NewPool(wc.cfg)
+				p, err := talaris.NewPool(wc.cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -119,11 +119,11 @@ func TestWaitCloseRace(t *testing.T) {
 	for _, tr := range []struct {
 		name string
 		url  string
-		opts *DialOptions
+		opts *talaris.DialOptions
 	}{{"ws", plain.URL, nil}, {"wss", secure.URL, tlsOpts}} {
 		t.Run(tr.name, func(t *testing.T) {
 			for i := 0; i < 20; i++ {
-				p, err := NewPool(Config{LoopWait: WaitAdaptive, ConsumerWait: WaitAdaptive})
+				p, err := talaris.NewPool(talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -144,26 +144,26 @@ func TestWaitCloseRace(t *testing.T) {
 // pingPongCloseRace ping-pongs on c until another goroutine, after delay,
 // closes the Pool (on odd rounds the connection first): the pump must
 // return ErrPoolClosed or ErrClosed, and a send and a pump afterwards fail.
-func pingPongCloseRace(t *testing.T, p *Pool, c Conn, i int, delay time.Duration) {
+func pingPongCloseRace(t *testing.T, p *talaris.Pool, c talaris.Conn, i int, delay time.Duration) {
 	t.Helper()
 	closed := make(chan struct{})
 	go func() {
 		time.Sleep(delay)
 		if i%2 == 1 {
-			c.Close(CloseNormal, "race")
+			c.Close(talaris.CloseNormal, "race")
 		}
 		p.Close()
 		close(closed)
 	}()
 	_, err := pingPong(p, c, 1<<30)
-	if !errors.Is(err, ErrPoolClosed) && !errors.Is(err, ErrClosed) {
+	if !errors.Is(err, talaris.ErrPoolClosed) && !errors.Is(err, talaris.ErrClosed) {
 		t.Fatalf("round %d: ping-pong ended with %v, want ErrPoolClosed or ErrClosed", i, err)
 	}
 	<-closed
 	if err := c.SendBinary([]byte("late")); err == nil {
 		t.Fatalf("round %d: send after Close succeeded", i)
 	}
-	if _, err := p.PumpData(func(Conn, Opcode, []byte) {}); !errors.Is(err, ErrPoolClosed) {
+	if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Fatalf("round %d: pump after Close: %v", i, err)
 	}
 }
@@ -175,7 +175,7 @@ func pingPongCloseRace(t *testing.T, p *Pool, c Conn, i int, delay time.Duration
 // machine does not make it flaky.
 func TestDefaultWaitIdleCPU(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p, err := NewPool(Config{})
+	p, err := talaris.NewPool(talaris.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestDefaultWaitIdleCPU(t *testing.T) {
 	got := 0
 	go func() {
 		for {
-			if _, err := p.PumpData(func(Conn, Opcode, []byte) { got++ }); err != nil {
+			if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) { got++ }); err != nil {
 				done <- err
 				return
 			}
@@ -205,7 +205,7 @@ func TestDefaultWaitIdleCPU(t *testing.T) {
 	time.Sleep(idle)
 	used, sleeps := cpuTime()-c0, p.Stats().PumpSleeps-s0
 	p.Close()
-	if err := <-done; !errors.Is(err, ErrPoolClosed) {
+	if err := <-done; !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Fatalf("pump: %v", err)
 	}
 	if got != 0 {

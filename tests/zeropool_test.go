@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris"
 )
 
 // TestZeroPool: a Pool not made by NewPool (var p talaris.Pool) behaves
@@ -18,13 +18,13 @@ import (
 // hostile review: Close panicked (close of nil channel), Dial said
 // ErrTooManyConns and PumpNowait nil.
 func TestZeroPool(t *testing.T) {
-	var p Pool
+	var p talaris.Pool
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	nop := func(Conn, Opcode, []byte) {}
+	nop := func(talaris.Conn, talaris.Opcode, []byte) {}
 	want := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, ErrPoolClosed) {
+		if !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Errorf("zero Pool: %s: %v, want ErrPoolClosed", what, err)
 		}
 	}
@@ -40,11 +40,11 @@ func TestZeroPool(t *testing.T) {
 	want("PumpSpin", err)
 	_, err = p.PumpData(nop)
 	want("PumpData", err)
-	_, err = p.Pump(func(Conn, Event) {})
+	_, err = p.Pump(func(talaris.Conn, talaris.Event) {})
 	want("Pump", err)
-	_, err = p.PumpEventsNowait(func(Conn, Event) {})
+	_, err = p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {})
 	want("PumpEventsNowait", err)
-	_, err = p.PumpStamped(func(Conn, Opcode, []byte, Stamps) {})
+	_, err = p.PumpStamped(func(talaris.Conn, talaris.Opcode, []byte, talaris.Stamps) {})
 	want("PumpStamped", err)
 	if n := p.ConnCount(); n != 0 {
 		t.Errorf("zero Pool: ConnCount %d", n)
