@@ -24,7 +24,7 @@ import (
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Dial errors and addressing (issue 10, item 5): HandshakeError with the
+// Dial errors and addressing: HandshakeError with the
 // server's status, headers, body and Retry-After; errno wrapping; every
 // address of a name tried; LocalAddr.
 

@@ -17,7 +17,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// Direct-send tests (issue 9 item 4, Config.NoDirectSend): on ws:// a
+// Direct-send tests (Config.NoDirectSend): on ws:// a
 // send finding the connection's queue empty and the loop not writing is
 // written by the calling goroutine; a short write hands the rest to the
 // loop. The peers are real servers on loopback that parse every frame (a

@@ -23,7 +23,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// Lifecycle tests (issue 10, the loop half): the heartbeat
+// Lifecycle tests: the heartbeat
 // (DialOptions.PingInterval, ReadTimeout), Conn.Abort, Pool.Close's 1001
 // and prompt closes over TLS, against real peers: Python websockets and
 // Node ws in their own processes (SIGSTOP freezes one), gorilla, coder

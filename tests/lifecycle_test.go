@@ -18,7 +18,7 @@ import (
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Lifecycle tests (issue 10, items 1, 7, 8): events in every pump,
+// Lifecycle tests: events in every pump,
 // ErrNoConns, Pool.Close racing every method, states, and quiet failed
 // dials. Real gorilla/coder servers and raw TCP peers on loopback.
 

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Observability tests (issue 12): stage stamps taken by the C loop for
+// Observability tests: stage stamps taken by the C loop for
 // sampled messages, Pool.Metrics, Pool.WritePrometheus parsed with the
 // Prometheus text parser, PumpStamped, Config.Logger. Real servers on
 // loopback, ws and wss; both TLS backends (go test and

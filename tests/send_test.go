@@ -22,7 +22,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// Send-path tests (issue 9): per-connection send queues, back-pressure
+// Send-path tests: per-connection send queues, back-pressure
 // (ErrWouldBlock, SendContext), close ordering. The peers are real
 // servers on loopback: a raw sink (ws:// and wss://, on whichever TLS
 // backend the test binary was built with) that reads when told to, at a

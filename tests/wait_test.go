@@ -15,7 +15,7 @@ import (
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Wait strategies (issue 9): an order answered from inside a pump callback
+// Wait strategies: an order answered from inside a pump callback
 // must reach the server under every strategy, the adaptive one included
 // (its loop spins for exactly that command), over ws and wss; Close racing
 // that ping-pong ends it; and the default strategy does not spin when the
