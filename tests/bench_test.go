@@ -6,9 +6,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
+	"fmt"
+	gobwas "github.com/gobwas/ws"
+	"github.com/gorilla/websocket"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 	"io"
 	"net"
 	"strconv"
@@ -16,10 +20,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	gobwas "github.com/gobwas/ws"
-	"github.com/gorilla/websocket"
-	"github.com/talaris-go/talaris/ws"
 )
 
 // BenchmarkDecode is the in-memory decode workload of the design brief:
@@ -44,47 +44,6 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("talaris-decoder", func(b *testing.B) { benchDecodeDecoder(b, stream, want) })
 	b.Run("gobwas", func(b *testing.B) { benchDecodeGobwas(b, stream, want) })
 	b.Run("gorilla", func(b *testing.B) { benchDecodeGorilla(b, stream, want) })
-}
-
-const (
-	decodeMsgs  = 100_000
-	decodeChunk = 4096
-)
-
-// decodeStream builds the server frames of the workload and the id sum.
-func decodeStream(n int) ([]byte, uint64) {
-	var out []byte
-	var sum uint64
-	var p []byte
-	for i := range n {
-		if i%3 == 0 {
-			p = binary.LittleEndian.AppendUint64(p[:0], uint64(i))
-			out = ws.AppendFrame(out, true, ws.OpBinary, p)
-		} else {
-			p = append(p[:0], `{"id":`...)
-			p = strconv.AppendInt(p, int64(i), 10)
-			p = append(p, '}')
-			out = ws.AppendFrame(out, true, ws.OpText, p)
-		}
-		sum += uint64(i)
-	}
-	return out, sum
-}
-
-// msgID extracts the id of a workload message: a binary u64, or the
-// digits after `{"id":` in a text message (parsed by hand).
-func msgID(text bool, p []byte) uint64 {
-	if !text {
-		return binary.LittleEndian.Uint64(p)
-	}
-	var v uint64
-	for _, c := range p[6:] {
-		if c < '0' || c > '9' {
-			break
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	return v
 }
 
 func reportPerMsg(b *testing.B, iters int) {
@@ -311,11 +270,16 @@ func (m *memConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (m *memConn) Close() error                     { return nil }
-func (m *memConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
-func (m *memConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
-func (m *memConn) SetDeadline(time.Time) error      { return nil }
-func (m *memConn) SetReadDeadline(time.Time) error  { return nil }
+func (m *memConn) Close() error { return nil }
+
+func (m *memConn) LocalAddr() net.Addr { return &net.TCPAddr{} }
+
+func (m *memConn) RemoteAddr() net.Addr { return &net.TCPAddr{} }
+
+func (m *memConn) SetDeadline(time.Time) error { return nil }
+
+func (m *memConn) SetReadDeadline(time.Time) error { return nil }
+
 func (m *memConn) SetWriteDeadline(time.Time) error { return nil }
 
 // BenchmarkSampleCost isolates the cost of one stamped message: every
@@ -363,6 +327,81 @@ func BenchmarkSampleCost(b *testing.B) {
 			if every != 0 && p.Metrics().Sampled == 0 {
 				b.Fatal("nothing sampled")
 			}
+		})
+	}
+}
+
+// BenchmarkSendTextValidate measures what SendText's UTF-8 check costs per
+// KiB: the message is valid text up to a bad last byte, so the whole of
+// it is validated and then refused (nothing reaches the ring).
+func BenchmarkSendTextValidate(b *testing.B) {
+	p, err := talaris.NewPool(talaris.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	c, err := p.DialMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range []struct {
+		name string
+		unit string
+	}{{"ascii", "a"}, {"2-byte", "é"}, {"3-byte", "€"}, {"mixed", "price €1.5 ok "}} {
+		msg := bytes.Repeat([]byte(k.unit), 1024/len(k.unit)+1)[:1023]
+		msg = append(msg[:len(msg):len(msg)], 0xff)
+		b.Run(k.name, func(b *testing.B) {
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				if err := c.SendText(msg); !errors.Is(err, talaris.ErrInvalidUTF8) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSendThroughput: 16 KiB messages with SendContext to a sink on
+// loopback that reads and checks everything, by MaxSendQueue (the sink's
+// checking is part of every figure).
+func BenchmarkSendThroughput(b *testing.B) {
+	for _, q := range []uint64{64 << 10, 1 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("queue=%dKiB", q>>10), func(b *testing.B) {
+			s := &sink{gate: make(chan struct{}), stop: make(chan struct{}), progress: make(chan struct{}, 1)}
+			close(s.gate)
+			s.srv = wstest.NewRaw(s.handle).Start(b)
+			defer close(s.stop)
+			p, err := talaris.NewPool(talaris.Config{MaxSendQueue: q})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			ctx := context.Background()
+			c, err := p.Dial(ctx, s.srv.URL, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			const size = 16 << 10
+			buf := make([]byte, size)
+			b.SetBytes(size)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := c.SendContext(ctx, talaris.OpBinary, seqMsg(buf, i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for {
+				n, _, err := s.state()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n >= b.N {
+					break
+				}
+				<-s.progress
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(c.Stats().SendQueueFull)/float64(b.N), "full/op")
 		})
 	}
 }

@@ -4,16 +4,13 @@ package talaris_test
 
 import (
 	"bytes"
-	"fmt"
-	"os"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 )
 
 // A Pool runs all day: every connection that ends, however it ends, must
@@ -73,56 +70,6 @@ func loopMode(inline bool) string {
 		return "inline"
 	}
 	return "threaded"
-}
-
-// procFDs is the number of open descriptors of this process.
-func procFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatalf("read /proc/self/fd: %v", err)
-	}
-	return len(ents) - 1 // (the directory's own descriptor)
-}
-
-// procStatusKB returns a "Name:   N kB" field of /proc/self/status.
-func procStatusKB(t testing.TB, name string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatalf("read /proc/self/status: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %q: %v", name, line, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", name)
-	return 0
-}
-
-// waitFDs waits until the process holds at most want descriptors: the
-// peers' ends close in their own goroutines after the client's final
-// event. A guard, not a timing assertion: on failure it lists them.
-func waitFDs(t *testing.T, want int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for procFDs(t) > want {
-		if time.Now().After(deadline) {
-			var b strings.Builder
-			ents, _ := os.ReadDir("/proc/self/fd")
-			for _, e := range ents {
-				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
-				fmt.Fprintf(&b, " %s->%s", e.Name(), l)
-			}
-			t.Fatalf("%d descriptors open, want at most %d (the baseline):%s", procFDs(t), want, b.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestChurnConnections: one Pool of MaxConns 4 lives through hundreds of

@@ -7,25 +7,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"github.com/talaris-go/talaris"
-	"os/exec"
 	"testing"
 	"time"
 )
-
-// startPythonPeer runs testdata/python/ws_server.py (Python's websockets
-// library) and returns its port. Skips when python3 or websockets is
-// missing (./build.sh installs websockets).
-func startPythonPeer(t *testing.T, tls bool) string {
-	t.Helper()
-	if err := exec.Command("python3", "-c", "import websockets").Run(); err != nil {
-		t.Skip("python3 with the websockets module is not installed (./build.sh test installs it)")
-	}
-	args := []string{"../testdata/python/ws_server.py"}
-	if tls {
-		args = append(args, "--tls", "../testdata/server.pem", "../testdata/server-key.pem")
-	}
-	return startListener(t, "python peer", exec.Command("python3", args...))
-}
 
 // TestPythonWebsockets streams from Python's websockets (an independent
 // WebSocket implementation) over ws:// and wss:// and checks every message,

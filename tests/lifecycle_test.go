@@ -3,38 +3,285 @@
 package talaris_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"runtime"
-	"sync"
-	"sync/atomic"
-	"syscall"
-	"testing"
-	"time"
-
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
 )
 
 // Lifecycle tests: events in every pump,
 // ErrNoConns, Pool.Close racing every method, states, and quiet failed
 // dials. Real gorilla/coder servers and raw TCP peers on loopback.
 
-// recorded is one event as OnEvent or a DataFunc saw it, copied.
-type recorded struct {
-	c    talaris.Conn
-	kind talaris.EventKind
-	data string
-	code int
-	err  error
+// TestHostileAPIRaces: the public API of the send and fairness paths
+// (SendBinary, SendContext, Ping, Stats with DirectSends/DirectHandoffs,
+// Pool.Stats with FairHolds, Metrics, Abort, Conn.Close, Pool.Close), all
+// called at once from their own goroutines while the connection is ended
+// by Conn.Close, Pool.Close, Abort or all three at once, against a peer
+// that floods and never reads, resets, or closes in the middle of a frame;
+// with the default configuration and with NoDirectSend and small fairness
+// shares. No call panics, blocks past the end or returns an error outside
+// its documented set; the counters keep their invariants; after the end
+// every call answers ErrClosed or ErrPoolClosed, and Stats is zero.
+func TestHostileAPIRaces(t *testing.T) {
+	cfgs := []struct {
+		name string
+		cfg  talaris.Config
+	}{
+		{"default", talaris.Config{}},
+		{"nodirect-fair", talaris.Config{NoDirectSend: true, MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096}},
+	}
+	iters := 2
+	if testing.Short() { // (the race run: every iteration costs several times more)
+		iters = 1
+	}
+	for _, peer := range []string{"stops-reading", "resets", "closes-mid-frame"} {
+		for _, end := range []string{"Conn.Close", "Pool.Close", "Abort", "all"} {
+			for _, cf := range cfgs {
+				t.Run(peer+"/"+end+"/"+cf.name, func(t *testing.T) {
+					forEachTransport(t, func(t *testing.T, useTLS bool) {
+						for it := range iters {
+							hostileOnce(t, useTLS, peer, end, cf.cfg, it)
+						}
+					})
+				})
+			}
+		}
+	}
 }
 
-// smallPool is a Config cheap enough to create a thousand times.
-func smallPool() talaris.Config {
-	return talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 1 << 18, BufCount: 64,
-		CmdRingSize: 1 << 16, MaxConns: 64, CloseTimeout: time.Second}
+// hostilePeer floods the client with 64-byte frames from a goroutine and,
+// after a few of the client's frames (or at once when it never reads),
+// stops reading, resets, or writes half a frame and closes.
+func hostilePeer(peer string) func(rc *wstest.RawConn) {
+	return func(rc *wstest.RawConn) {
+		stop, wdone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(wdone)
+			msg := make([]byte, 64)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if rc.WriteFrame(true, ws.OpBinary, msg) != nil {
+					return
+				}
+			}
+		}()
+		defer func() { close(stop); <-wdone }()
+		if peer == "stops-reading" {
+			// Never read: the client's bytes stay in the kernel, which
+			// stops its sends. The flood ends when the client's end closes
+			// the socket (the write fails), and with it this peer.
+			<-wdone
+			return
+		}
+		for range 20 {
+			if _, _, err := rc.ReadFrame(); err != nil {
+				break
+			}
+		}
+		if peer == "resets" {
+			rc.Reset()
+			return
+		}
+		// Closes mid-frame: the flood stops, then a 1000-byte frame of
+		// which 10 bytes come, then FIN.
+		close(stop)
+		<-wdone
+		stop = make(chan struct{})
+		rc.WriteFrameLen(ws.Header{Fin: true, Op: ws.OpBinary, Length: 1000}, 2, make([]byte, 10))
+		rc.Close()
+	}
+}
+
+func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config, it int) {
+	srv := wstest.NewRaw(hostilePeer(peer))
+	opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
+	cfg.CloseTimeout = 300 * time.Millisecond
+	cfg.MaxSendQueue = 64 << 10
+	p := newTestPool(t, cfg, hangGuard)
+	c, bg := dialPumped(t, p, srv.URL, opts)
+
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	ended := func(err error) bool {
+		return errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
+	}
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	errs := make(chan error, 16)
+	report := func(format string, a ...any) {
+		select {
+		case errs <- fmt.Errorf(format, a...):
+		default:
+		}
+	}
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				err := f()
+				calls.Add(1)
+				switch {
+				case err == nil:
+				case ended(err):
+					return
+				case errors.Is(err, talaris.ErrWouldBlock):
+					time.Sleep(20 * time.Microsecond)
+				default:
+					report("%s: %v", name, err)
+					return
+				}
+			}
+		}()
+	}
+	small, big := make([]byte, 64), make([]byte, 9000)
+	run("SendBinary", func() error { return c.SendBinary(small) })
+	run("SendBinary 9000", func() error { return c.SendBinary(big) })
+	run("SendContext", func() error { return c.SendContext(ctx, talaris.OpBinary, small) })
+	run("Ping", func() error { return c.Ping([]byte("hb")) })
+	stopStats := make(chan struct{})
+	var statsWG sync.WaitGroup
+	statsWG.Add(1)
+	go func() {
+		defer statsWG.Done()
+		var holds uint64
+		for {
+			select {
+			case <-stopStats:
+				return
+			default:
+			}
+			st := c.Stats()
+			if st.DirectHandoffs > st.DirectSends || st.DirectSends > st.MsgsOut {
+				report("ConnStats: %d handoffs, %d direct sends, %d messages out", st.DirectHandoffs, st.DirectSends, st.MsgsOut)
+			}
+			if (useTLS || cfg.NoDirectSend) && st.DirectSends != 0 {
+				report("ConnStats: %d direct sends on a connection that takes none", st.DirectSends)
+			}
+			ps := p.Stats()
+			if ps.FairHolds < holds {
+				report("PoolStats.FairHolds went back from %d to %d", holds, ps.FairHolds)
+			}
+			holds = ps.FairHolds
+			_ = p.Metrics()
+			_ = c.State()
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+
+	time.Sleep(time.Duration(2+(it*7+len(t.Name()))%9) * time.Millisecond)
+	enders := map[string]func() error{
+		"Conn.Close": func() error { return c.Close(talaris.CloseNormal, "") },
+		"Pool.Close": p.Close,
+		"Abort":      c.Abort,
+	}
+	var endWG sync.WaitGroup
+	for name, f := range enders {
+		if end != "all" && end != name {
+			continue
+		}
+		endWG.Add(1)
+		go func() {
+			defer endWG.Done()
+			// The peer may have ended the connection first (or another
+			// ender did): then ErrClosed / ErrPoolClosed is the answer.
+			if err := f(); err != nil && !ended(err) {
+				report("%s: %v", name, err)
+			}
+		}()
+	}
+	// Every call returns once the connection ended; Pool.Close is bounded
+	// by CloseTimeout. A hang is a failure, not a wait.
+	done := make(chan struct{})
+	go func() { wg.Wait(); endWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hangGuard):
+		t.Fatalf("calls or enders did not return after %s (peer %s)", end, peer)
+	}
+	if end == "Conn.Close" || end == "Abort" {
+		// The final event (the pump stops on it), then the pool is closed
+		// too, so both answers are checked below.
+		if f := bg.wait(t); f == nil {
+			t.Errorf("no final event after %s", end)
+		} else if end == "Abort" && !errors.Is(f.Err, talaris.ErrClosed) && (peer == "stops-reading" || !errors.Is(f.Err, talaris.ErrConnectionLost)) {
+			// (A peer's reset or cut that the loop met before the abort
+			// ends it as lost.)
+			t.Errorf("final %+v after Abort, want an error matching ErrClosed", *f)
+		}
+	}
+	close(stopStats)
+	statsWG.Wait()
+	for _, f := range []func() error{
+		func() error { return c.SendBinary(small) },
+		func() error { return c.SendText([]byte("late")) },
+		func() error { return c.SendContext(ctx, talaris.OpText, []byte("late")) },
+		func() error { return c.Ping(nil) },
+		func() error { return c.Pong(nil) },
+		func() error { return c.Close(talaris.CloseNormal, "") },
+		c.Abort,
+	} {
+		if err := f(); !ended(err) {
+			t.Errorf("a call after the end (%s, peer %s) returned %v, want ErrClosed or ErrPoolClosed", end, peer, err)
+		}
+	}
+	if st := c.Stats(); st != (talaris.ConnStats{}) {
+		t.Errorf("Stats after the end = %+v, want zero", st)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Pool.Close after the end: %v", err)
+	}
+	_, _ = p.Stats(), p.Metrics()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if calls.Load() == 0 {
+		t.Logf("no call got in before the end (timing)")
+	}
+}
+
+// TestZeroConnAPI: every method of the zero Conn (a Dial that failed
+// returns one) answers without a panic: sends, SendContext, Ping, Pong,
+// Close and Abort refuse with an error, Stats is zero, State idle.
+func TestZeroConnAPI(t *testing.T) {
+	var c talaris.Conn
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	for name, f := range map[string]func() error{
+		"SendText":    func() error { return c.SendText([]byte("x")) },
+		"SendBinary":  func() error { return c.SendBinary([]byte("x")) },
+		"SendContext": func() error { return c.SendContext(ctx, talaris.OpBinary, []byte("x")) },
+		"Ping":        func() error { return c.Ping(nil) },
+		"Pong":        func() error { return c.Pong(nil) },
+		"Close":       func() error { return c.Close(talaris.CloseNormal, "") },
+		"Abort":       c.Abort,
+	} {
+		if err := f(); err == nil {
+			t.Errorf("zero Conn %s: nil error", name)
+		} else {
+			t.Logf("zero Conn %s: %v", name, err)
+		}
+	}
+	if st := c.Stats(); st != (talaris.ConnStats{}) {
+		t.Errorf("zero Conn Stats = %+v, want zero", st)
+	}
+	if st := c.State(); st != talaris.StateIdle {
+		t.Errorf("zero Conn State = %v, want idle", st)
+	}
 }
 
 // TestOnEventEveryPump: with Config.OnEvent, PumpData, PumpSpin and
@@ -154,95 +401,6 @@ func TestPumpDataNoConns(t *testing.T) {
 	}
 }
 
-// TestDialFailureIsQuiet: a failed synchronous Dial (refused port,
-// refused upgrade) returns its error and delivers no event through any
-// pump; ConnCount goes back to 0. The error wraps the errno.
-func TestDialFailureIsQuiet(t *testing.T) {
-	refused := refusedAddr(t)
-	srv429 := wstest.NewRaw(nil)
-	srv429.Response = "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
-	srv429.Start(t)
-	var seen atomic.Int32
-	p := newTestPool(t, talaris.Config{OnEvent: func(c talaris.Conn, ev talaris.Event) { seen.Add(1) }}, hangGuard)
-	for _, url := range []string{"ws://" + refused, srv429.URL} {
-		ctx, cancel := dialCtx(t)
-		c, err := p.Dial(ctx, url, nil)
-		cancel()
-		if err == nil {
-			t.Fatalf("Dial %s succeeded", url)
-		}
-		if c != (talaris.Conn{}) {
-			t.Errorf("Dial %s returned a non-zero Conn with its error", url)
-		}
-		if url != srv429.URL && (!errors.Is(err, talaris.ErrDial) || !errors.Is(err, syscall.ECONNREFUSED)) {
-			t.Errorf("Dial to a refused port: %v; want ErrDial wrapping ECONNREFUSED", err)
-		}
-	}
-	// A dial whose context ends first (the server accepts and never
-	// answers): ErrTimeout wrapping the context's error, and no event.
-	silent, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_, err = p.Dial(ctx, "ws://"+silent.Addr().String(), nil)
-	cancel()
-	if !errors.Is(err, talaris.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Dial past its context: %v, want ErrTimeout wrapping DeadlineExceeded", err)
-	}
-	// The failed dials' final events are consumed without a callback.
-	if n, err := p.PumpEventsNowait(func(c talaris.Conn, ev talaris.Event) { t.Errorf("Pump saw %v for %#x", ev.Kind, c.ID()) }); n != 0 || err != nil {
-		t.Errorf("PumpEventsNowait after failed dials: %d, %v", n, err)
-	}
-	if n, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); n != 0 || !errors.Is(err, talaris.ErrNoConns) {
-		t.Errorf("PumpData after failed dials: %d, %v; want ErrNoConns", n, err)
-	}
-	if seen.Load() != 0 {
-		t.Errorf("OnEvent called %d times for failed dials", seen.Load())
-	}
-	if p.ConnCount() != 0 {
-		t.Errorf("ConnCount %d, want 0", p.ConnCount())
-	}
-	// DialAsync's failure is an event: the caller has the Conn.
-	c, err := p.DialAsync("ws://"+refused, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var final []talaris.Event
-	for len(final) == 0 {
-		if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
-			if cc != c {
-				t.Errorf("event %v for %#x", ev.Kind, cc.ID())
-			}
-			final = append(final, ev)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if final[0].Kind != talaris.EventError || !errors.Is(final[0].Err, syscall.ECONNREFUSED) {
-		t.Errorf("DialAsync to a refused port: %v %v, want EventError wrapping ECONNREFUSED", final[0].Kind, final[0].Err)
-	}
-}
-
-// refusedAddr returns a loopback address where connects are refused: a
-// socket bound there without listening keeps anyone else off the port.
-func refusedAddr(t *testing.T) string {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-}
-
 // TestStates: a DialAsync handle is never StateIdle (it reports
 // StateConnecting before the loop has seen it); an ended handle's Stats
 // are zero; after Pool.Close every handle reports StateClosed, ConnCount
@@ -332,284 +490,82 @@ func TestStates(t *testing.T) {
 	}
 }
 
-// TestCloseFromCallback: Pool.Close called inside a pump callback returns
-// promptly and the pump then returns ErrPoolClosed, for Pump and for
-// PumpData with OnEvent (from both the data and the event callback).
-func TestCloseFromCallback(t *testing.T) {
-	srv := wstest.NewGorilla().Start(t)
-	for _, mode := range []string{"Pump", "PumpData/data", "PumpData/OnEvent"} {
-		t.Run(mode, func(t *testing.T) {
-			var p *talaris.Pool
-			var took time.Duration
-			closeNow := func() {
-				start := time.Now()
-				if err := p.Close(); err != nil {
-					t.Errorf("Close: %v", err)
-				}
-				took = time.Since(start)
-			}
-			cfg := talaris.Config{}
-			if mode == "PumpData/OnEvent" {
-				cfg.OnEvent = func(c talaris.Conn, ev talaris.Event) {
-					if ev.Kind == talaris.EventOpen && took == 0 {
-						closeNow()
-					}
-				}
-			}
-			p = newTestPool(t, cfg, hangGuard)
-			dial(t, p, srv.URL+"/stream?n=1000&size=8")
-			var err error
-			for took == 0 && err == nil {
-				switch mode {
-				case "Pump":
-					_, err = p.Pump(func(c talaris.Conn, ev talaris.Event) {
-						if ev.Kind == talaris.EventBinary && took == 0 {
-							closeNow()
-						}
-					})
-				default:
-					_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {
-						if mode == "PumpData/data" && took == 0 {
-							closeNow()
-						}
-					})
-				}
-			}
-			if !errors.Is(err, talaris.ErrPoolClosed) {
-				t.Errorf("pump after Close in its callback: %v, want ErrPoolClosed", err)
-			}
-			if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrPoolClosed) {
-				t.Errorf("next PumpData: %v, want ErrPoolClosed", err)
-			}
-			// Generous: it used to wait 2 s for the pumper, itself.
-			if took > time.Second {
-				t.Errorf("Close inside a callback took %v", took)
-			}
-			t.Logf("Close inside a callback: %v", took)
-		})
-	}
-}
-
-// TestPoolCloseRace: Pool.Close while 8 goroutines call Dial, DialAsync,
-// State, Stats, Send, Ping, Close and Abort (of conns) and Pool.Stats,
-// with a pumper running: no crash, no race, and every call returns nil or
-// a documented error; afterwards every handle reports StateClosed. Over ws
-// and wss (run with -tags talaris_openssl for the other TLS backend).
-func TestPoolCloseRace(t *testing.T) {
-	// 1,000 rounds over ws; the wss rounds run under each TLS backend.
-	// The ws rounds do not depend on the backend: the openssl build runs
-	// fewer of them (CI runs both builds).
-	wsRounds, wssRounds := 1000, 150
-	if talaris.TLSBackend() == "openssl" {
-		wsRounds = 100
-	}
-	if testing.Short() {
-		wsRounds, wssRounds = 100, 50
-	}
-	if raceEnabled {
-		wsRounds, wssRounds = wsRounds/4, wssRounds/4
-	}
-	plain := wstest.NewGorilla().Start(t)
-	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-	for _, tc := range []struct {
-		name, url string
-		opts      *talaris.DialOptions
-		rounds    int
-		loops     int // Config.Loops: the connections spread over them
-	}{
-		{"ws", plain.URL + "/echo", nil, wsRounds, 1}, {"wss", secure.URL + "/echo", tlsOpts, wssRounds, 1},
-		{"ws-loops3", plain.URL + "/echo", nil, max(wsRounds/4, 20), 3},
-		{"wss-loops2", secure.URL + "/echo", tlsOpts, max(wssRounds/3, 10), 2},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.opts == nil {
-				skipPlainInTLSOnly(t)
-			}
-			for round := range tc.rounds {
-				closeRaceRound(t, round, tc.url, tc.opts, tc.loops)
-				if t.Failed() {
-					return
-				}
-			}
-		})
-	}
-}
-
-// allowedAfterClose reports whether err is one a call racing Pool.Close
-// may return.
-func allowedAfterClose(err error) bool {
-	return err == nil || errors.Is(err, talaris.ErrPoolClosed) || errors.Is(err, talaris.ErrClosed) ||
-		errors.Is(err, talaris.ErrTooManyConns) || errors.Is(err, talaris.ErrConnectionLost)
-}
-
-func closeRaceRound(t *testing.T, round int, url string, opts *talaris.DialOptions, loops int) {
-	cfg := smallPool()
-	cfg.Loops = loops
-	var events atomic.Int64
-	cfg.OnEvent = func(talaris.Conn, talaris.Event) { events.Add(1) } // PumpData's rounds
-	p, err := talaris.NewPool(cfg)
+// TestLoopThreadName: each Pool's C loop runs on one new thread named
+// "talaris-loop", which is gone once Pool.Close has returned.
+func TestLoopThreadName(t *testing.T) {
+	before := loopTids(t)
+	p, err := talaris.NewPool(smallPool())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	ctx, cancel := dialCtx(t)
+	var fresh []int
+	for tid := range loopTids(t) {
+		if !before[tid] {
+			fresh = append(fresh, tid)
+		}
+	}
+	if len(fresh) != 1 {
+		p.Close()
+		t.Fatalf("new talaris-loop threads after NewPool: %v, want exactly one", fresh)
+	}
+	p.Close()
+	// Close joins the thread; the kernel wakes the joiner a moment before
+	// the task leaves /proc, hence the short wait (bounded generously).
+	for deadline := time.Now().Add(5 * time.Second); taskLive(fresh[0]); {
+		if time.Now().After(deadline) {
+			t.Fatalf("loop thread %d still running 5 s after Pool.Close returned", fresh[0])
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestZeroPool: a Pool not made by NewPool (var p talaris.Pool) behaves
+// as a closed one: every call returns at once, the ones that can fail
+// with ErrPoolClosed, Close with nil, and nothing panics. Found by a
+// hostile review: Close panicked (close of nil channel), Dial said
+// ErrTooManyConns and PumpNowait nil.
+func TestZeroPool(t *testing.T) {
+	var p talaris.Pool
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	first, err := p.Dial(ctx, url, opts)
-	if err != nil {
-		t.Fatalf("round %d: Dial: %v", round, err)
-	}
-	var mu sync.Mutex
-	handles := []talaris.Conn{first}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	closed := make(chan struct{})
-	pumped := make(chan error, 1)
-	go func() {
-		for {
-			var err error
-			if round%2 == 0 {
-				_, err = p.Pump(func(talaris.Conn, talaris.Event) {})
-			} else {
-				_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {})
-				if errors.Is(err, talaris.ErrNoConns) {
-					// every connection so far ended; more may be dialed
-					time.Sleep(50 * time.Microsecond)
-					continue
-				}
-			}
-			if err != nil {
-				pumped <- err
-				return
-			}
-		}
-	}()
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := 0; ; i++ {
-				var err error
-				mu.Lock()
-				c := handles[i%len(handles)]
-				mu.Unlock()
-				op := (g + i) % 8
-				if op < 2 && i >= 8 {
-					op = 2 // a few dials per goroutine and round: each round stays cheap
-				}
-				switch op {
-				case 0:
-					var nc talaris.Conn
-					dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-					nc, err = p.Dial(dctx, url, opts)
-					dcancel()
-					if err == nil {
-						mu.Lock()
-						handles = append(handles, nc)
-						mu.Unlock()
-					}
-				case 1:
-					var nc talaris.Conn
-					nc, err = p.DialAsync(url, opts)
-					if err == nil {
-						mu.Lock()
-						handles = append(handles, nc)
-						mu.Unlock()
-					}
-				case 2:
-					if st := c.State(); st == talaris.StateIdle {
-						t.Errorf("round %d: State of a dialed handle: idle", round)
-					}
-				case 3:
-					c.Stats()
-				case 4:
-					err = c.SendText([]byte("racing"))
-				case 5:
-					p.Stats()
-					p.ConnCount()
-				case 6:
-					if i%16 == 6 {
-						err = c.Close(talaris.CloseNormal, "")
-					}
-				case 7:
-					c.Subprotocol()
-					err = c.Ping([]byte("p"))
-					if errors.Is(err, talaris.ErrWouldBlock) {
-						err = nil // not open yet (DialAsync): control frames are not queued
-					}
-					if i%32 == 15 {
-						err = c.Abort()
-					}
-				}
-				if !allowedAfterClose(err) {
-					t.Errorf("round %d: op %d: %v", round, op, err)
-				}
-				select {
-				case <-closed:
-					if i > 0 && (errors.Is(err, talaris.ErrPoolClosed) || i > 1000) {
-						return
-					}
-				default:
-				}
-				// 8 hammering goroutines on a 2-core box: yield, so Close
-				// and the loop thread get the CPU they need to finish.
-				runtime.Gosched()
-			}
-		}()
-	}
-	close(start)
-	time.Sleep(time.Duration(round%7) * 100 * time.Microsecond)
-	if err := p.Close(); err != nil {
-		t.Errorf("round %d: Close: %v", round, err)
-	}
-	close(closed)
-	wg.Wait()
-	if err := <-pumped; !errors.Is(err, talaris.ErrPoolClosed) {
-		t.Errorf("round %d: Pump: %v", round, err)
-	}
-	for _, h := range handles {
-		if st := h.State(); st != talaris.StateClosed {
-			t.Errorf("round %d: handle State %v after Close, want closed", round, st)
-		}
-		if s := h.Stats(); s != (talaris.ConnStats{}) {
-			t.Errorf("round %d: handle Stats %+v after Close, want zero", round, s)
+	nop := func(talaris.Conn, talaris.Opcode, []byte) {}
+	want := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, talaris.ErrPoolClosed) {
+			t.Errorf("zero Pool: %s: %v, want ErrPoolClosed", what, err)
 		}
 	}
+	_, err := p.Dial(ctx, "ws://127.0.0.1:1/", nil)
+	want("Dial", err)
+	_, err = p.DialAsync("ws://127.0.0.1:1/", nil)
+	want("DialAsync", err)
+	_, err = p.DialMemory()
+	want("DialMemory", err)
+	_, err = p.PumpNowait(nop)
+	want("PumpNowait", err)
+	_, err = p.PumpSpin(10, nop)
+	want("PumpSpin", err)
+	_, err = p.PumpData(nop)
+	want("PumpData", err)
+	_, err = p.Pump(func(talaris.Conn, talaris.Event) {})
+	want("Pump", err)
+	_, err = p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {})
+	want("PumpEventsNowait", err)
+	_, err = p.PumpStamped(func(talaris.Conn, talaris.Opcode, []byte, talaris.Stamps) {})
+	want("PumpStamped", err)
 	if n := p.ConnCount(); n != 0 {
-		t.Errorf("round %d: ConnCount %d after Close", round, n)
+		t.Errorf("zero Pool: ConnCount %d", n)
 	}
-}
-
-// TestCloseDuringResolve: a Dial stuck in a slow name lookup does not
-// hold Pool.Close up (the lookup reads no pool memory), and returns an
-// error once the lookup ends.
-func TestCloseDuringResolve(t *testing.T) {
-	p := newTestPool(t, talaris.Config{}, hangGuard)
-	entered := make(chan struct{}, 16)
-	unblock := make(chan struct{})
-	slow := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		entered <- struct{}{}
-		<-unblock
-		return nil, errors.New("test resolver: no answer")
-	}}
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := dialCtx(t)
-		defer cancel()
-		_, err := p.Dial(ctx, "ws://slow.talaris.test:1/", &talaris.DialOptions{Resolver: slow})
-		done <- err
-	}()
-	<-entered // the lookup is under way
-	start := time.Now()
+	_ = p.Stats()
+	_ = p.Metrics()
+	_ = p.MetricsInterval()
+	if err := p.WritePrometheus(&bytes.Buffer{}); err != nil {
+		t.Logf("zero Pool: WritePrometheus: %v", err)
+	}
 	if err := p.Close(); err != nil {
-		t.Fatal(err)
+		t.Errorf("zero Pool: Close: %v", err)
 	}
-	took := time.Since(start)
-	close(unblock)
-	if err := <-done; !errors.Is(err, talaris.ErrResolve) && !errors.Is(err, talaris.ErrPoolClosed) {
-		t.Errorf("Dial after its lookup ended: %v, want ErrResolve or ErrPoolClosed", err)
-	}
-	if took > time.Second { // generous: it returns in microseconds
-		t.Errorf("Close waited %v for a name lookup", took)
+	if err := p.Close(); err != nil {
+		t.Errorf("zero Pool: second Close: %v", err)
 	}
 }

@@ -7,17 +7,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"golang.org/x/sys/unix"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/testhook"
-	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // Config.Loops > 1: connections sharded across several loop threads, one

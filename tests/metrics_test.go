@@ -4,21 +4,19 @@ package talaris_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
-	"sync"
-	"testing"
-	"time"
-
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"golang.org/x/sys/unix"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
 )
 
 // Observability tests: stage stamps taken by the C loop for
@@ -546,46 +544,6 @@ func TestPumpStampedAfterConnEnded(t *testing.T) {
 	if err := c.SendText([]byte("x")); err == nil {
 		t.Error("SendText on an ended connection succeeded")
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a slog handler written from several
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) records(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// findRecord returns the first record with msg, or nil.
-func findRecord(recs []map[string]any, msg string) map[string]any {
-	for _, r := range recs {
-		if r["msg"] == msg {
-			return r
-		}
-	}
-	return nil
 }
 
 // TestLoggerLifecycle: Config.Logger gets dialing, TLS done, open and

@@ -8,6 +8,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 	"net"
 	"os"
 	"slices"
@@ -15,11 +19,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/testhook"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 )
 
 // Send-path tests: per-connection send queues, back-pressure
@@ -30,247 +29,15 @@ import (
 // /collect. Timeouts are hang guards; the one latency bound (the healthy
 // connection's p99) is generous and the measured figure is logged.
 
-// seqBlock is the content source of seqMsg payloads.
-var seqBlock = func() []byte {
-	b := make([]byte, 1<<21)
-	x := uint32(2463534242)
-	for i := range b {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		b[i] = byte(x)
-	}
-	return b
-}()
-
-// seqMsg fills p as message i: i in the first 8 bytes, then bytes of
-// seqBlock from an offset chosen by i.
-func seqMsg(p []byte, i int) []byte {
-	binary.LittleEndian.PutUint64(p, uint64(i))
-	off := (i * 4099) % 65521
-	copy(p[8:], seqBlock[off:off+len(p)-8])
-	return p
-}
-
-// checkSeqMsg reports whether p is message i as seqMsg builds it.
-func checkSeqMsg(p []byte, i int) error {
-	if len(p) < 8 {
-		return fmt.Errorf("message %d: %d bytes", i, len(p))
-	}
-	if got := int(binary.LittleEndian.Uint64(p)); got != i {
-		return fmt.Errorf("message %d arrived as number %d (lost or reordered)", i, got)
-	}
-	off := (i * 4099) % 65521
-	if !bytes.Equal(p[8:], seqBlock[off:off+len(p)-8]) {
-		return fmt.Errorf("message %d: payload corrupt", i)
-	}
-	return nil
-}
-
-// sink is a raw WebSocket server that reads once gate is closed (at rate
-// bytes/s if rate > 0), checks that messages arrive in order and intact
-// (seqMsg), and answers a close frame.
-type sink struct {
-	srv      *wstest.RawServer
-	url      string
-	opts     *talaris.DialOptions
-	gate     chan struct{}
-	stop     chan struct{}
-	rate     int
-	progress chan struct{}
-
-	mu        sync.Mutex
-	n         int   // messages checked
-	bytes     int64 // their payload bytes
-	err       error
-	closeCode int // the client's close code, 0 before it arrived
-	atClose   int // messages checked when the close frame arrived
-}
-
-// newSink starts a sink; open says whether it reads from the start.
-func newSink(t *testing.T, useTLS, open bool, rate int) *sink {
-	t.Helper()
-	s := &sink{gate: make(chan struct{}), stop: make(chan struct{}), rate: rate, progress: make(chan struct{}, 1)}
-	if open {
-		close(s.gate)
-	}
-	s.srv = wstest.NewRaw(s.handle)
-	s.opts = startWS(t, useTLS, s.srv.Start, s.srv.StartTLS)
-	s.url = s.srv.URL
-	t.Cleanup(func() { close(s.stop) }) // runs before the server's Close
-	return s
-}
-
-func (s *sink) handle(c *wstest.RawConn) {
-	defer s.signal()
-	select {
-	case <-s.gate:
-	case <-s.stop:
-		return
-	}
-	if s.rate > 0 {
-		c.SetReadRate(s.rate)
-	}
-	for {
-		op, p, err := c.ReadMessage()
-		if err != nil {
-			s.fail(err)
-			return
+// TestConcurrentSends: several goroutines send at once on one connection;
+// the server receives every message intact and, per goroutine, in order.
+func TestConcurrentSends(t *testing.T) {
+	runConcurrentSenders(t, 8, talaris.Config{CmdRingSize: 1 << 16}, func(c talaris.Conn, _ context.Context, op talaris.Opcode, b []byte) error {
+		if op == talaris.OpText {
+			return c.SendText(b)
 		}
-		switch op {
-		case ws.OpClose:
-			code, _, _ := ws.ParseClosePayload(p)
-			s.mu.Lock()
-			s.closeCode, s.atClose = code, s.n
-			s.mu.Unlock()
-			c.WriteClose(code, "")
-			return
-		case ws.OpPing, ws.OpPong:
-			continue
-		}
-		s.mu.Lock()
-		if s.err == nil {
-			s.err = checkSeqMsg(p, s.n)
-		}
-		s.n++
-		s.bytes += int64(len(p))
-		s.mu.Unlock()
-		s.signal()
-	}
-}
-
-func (s *sink) signal() {
-	select {
-	case s.progress <- struct{}{}:
-	default:
-	}
-}
-
-func (s *sink) fail(err error) {
-	s.mu.Lock()
-	if s.err == nil && s.closeCode == 0 {
-		s.err = fmt.Errorf("sink read: %w", err)
-	}
-	s.mu.Unlock()
-}
-
-func (s *sink) state() (n int, bytes int64, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n, s.bytes, s.err
-}
-
-// waitCount waits until n messages have been checked (or one failed).
-func (s *sink) waitCount(t *testing.T, n int) {
-	t.Helper()
-	guard := time.After(hangGuard)
-	for {
-		got, _, err := s.state()
-		if err != nil {
-			t.Fatalf("sink after %d messages: %v", got, err)
-		}
-		if got >= n {
-			return
-		}
-		select {
-		case <-s.progress:
-		case <-guard:
-			t.Fatalf("sink got %d of %d messages within %v", got, n, hangGuard)
-		}
-	}
-}
-
-// waitSendQueuedDrained waits until c's SendQueued reads 0 and returns
-// the stats that showed it (or the last ones read, after hangGuard). A
-// peer can read a write's last byte before the loop reaps that write's
-// completion, which is when the bytes stop counting as queued.
-func waitSendQueuedDrained(t *testing.T, c talaris.Conn) talaris.ConnStats {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for {
-		st := c.Stats()
-		if st.SendQueued == 0 || time.Now().After(deadline) {
-			return st
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func dialSink(t *testing.T, p *talaris.Pool, s *sink) talaris.Conn {
-	t.Helper()
-	ctx, cancel := dialCtx(t)
-	defer cancel()
-	c, err := p.Dial(ctx, s.url, s.opts)
-	if err != nil {
-		t.Fatalf("Dial %s: %v", s.url, err)
-	}
-	return c
-}
-
-// forEachTransport runs fn over ws:// and wss://.
-func forEachTransport(t *testing.T, fn func(t *testing.T, useTLS bool)) {
-	t.Run("ws", func(t *testing.T) {
-		skipPlainInTLSOnly(t)
-		fn(t, false)
+		return c.SendBinary(b)
 	})
-	t.Run("wss", func(t *testing.T) {
-		t.Logf("TLS backend %s", talaris.TLSBackend())
-		fn(t, true)
-	})
-}
-
-// closeAndWait closes c and pumps until its final event.
-func closeAndWait(t *testing.T, p *talaris.Pool, c talaris.Conn) finalEvent {
-	t.Helper()
-	if err := c.Close(talaris.CloseNormal, "done"); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	return pumpOne(t, p, c, nil)
-}
-
-// fillUntilBlocked sends size-byte messages numbered from *next until
-// SendBinary refuses one with ErrWouldBlock; *next is then the refused
-// message's number.
-func fillUntilBlocked(t *testing.T, c talaris.Conn, next *int, size int, limit int) {
-	t.Helper()
-	buf := make([]byte, size)
-	for {
-		err := c.SendBinary(seqMsg(buf, *next))
-		if errors.Is(err, talaris.ErrWouldBlock) {
-			return
-		}
-		if err != nil {
-			t.Fatalf("SendBinary %d: %v", *next, err)
-		}
-		*next++
-		if *next*size > limit {
-			t.Fatalf("%d bytes accepted and never ErrWouldBlock (stats %+v)", *next*size, c.Stats())
-		}
-	}
-}
-
-// saturate fills c's queue (fillUntilBlocked) until the socket takes no
-// more: the kernel's buffers first absorb a few MiB as the loop writes what
-// was accepted, so a queue full at the first refusal empties again. It is
-// saturated when the loop has taken every accepted message (MsgsOut) and
-// WireOut has not moved over several looks (one look could fall in a
-// moment the loop thread was not scheduled, on a loaded machine).
-func saturate(t *testing.T, c talaris.Conn, next *int, size int) {
-	t.Helper()
-	still := 0
-	for round := 0; still < 4; round++ {
-		fillUntilBlocked(t, c, next, size, 1<<30)
-		w := c.Stats().WireOut
-		time.Sleep(50 * time.Millisecond)
-		if st := c.Stats(); st.WireOut == w && st.MsgsOut == uint64(*next) {
-			still++
-		} else {
-			still = 0
-		}
-		if round > 400 {
-			t.Fatalf("the socket never stopped taking bytes from a peer that does not read (stats %+v)", c.Stats())
-		}
-	}
 }
 
 // TestSendTransfer: 1 GiB (256 MiB with -short, 64 MiB with -race) of 16 KiB
@@ -474,104 +241,6 @@ func TestSendSlowReader(t *testing.T) {
 // messages complete and in order.
 func TestSendConcurrentSenders(t *testing.T) {
 	runConcurrentSenders(t, 16, talaris.Config{CmdRingSize: 1 << 16, MaxSendQueue: 64 << 10}, talaris.Conn.SendContext)
-}
-
-// runConcurrentSenders runs senders goroutines that each send scaled(2000)
-// sequence-numbered messages on one connection through send; the server
-// must see every sender's messages complete and in order.
-func runConcurrentSenders(t *testing.T, senders int, cfg talaris.Config, send func(c talaris.Conn, ctx context.Context, op talaris.Opcode, b []byte) error) {
-	runConcurrentSendersCheck(t, senders, cfg, send, nil)
-}
-
-// runConcurrentSendersCheck is runConcurrentSenders; check, if not nil,
-// also gets the connection's stats once every message arrived.
-func runConcurrentSendersCheck(t *testing.T, senders int, cfg talaris.Config, send func(c talaris.Conn, ctx context.Context, op talaris.Opcode, b []byte) error,
-	check func(t *testing.T, st talaris.ConnStats)) {
-	perSender := scaled(2000)
-	var mu sync.Mutex
-	var recv [][]int
-	var bad []string
-	var all chan struct{}
-	total := 0
-	setup := func(srv *wstest.Server) {
-		mu.Lock()
-		recv, bad, total = make([][]int, senders), nil, 0
-		all = make(chan struct{})
-		mu.Unlock()
-		srv.OnMessage = func(op ws.Opcode, b []byte) {
-			mu.Lock()
-			defer mu.Unlock()
-			g, seq, ok := parseSendPayload(op, b)
-			if !ok || g >= senders {
-				if len(bad) < 5 {
-					bad = append(bad, fmt.Sprintf("op %v len %d", op, len(b)))
-				}
-			} else {
-				recv[g] = append(recv[g], seq)
-			}
-			total++
-			if total == senders*perSender {
-				close(all)
-			}
-		}
-	}
-	forEachServerSetup(t, setup, func(t *testing.T, srv *wstest.Server) {
-		p := newTestPool(t, cfg, hangGuard)
-		c := dial(t, p, srv.URL+"/collect")
-		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-		defer cancel()
-		var wg sync.WaitGroup
-		for g := range senders {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range perSender {
-					op, b := sendPayload(g, i)
-					if err := send(c, ctx, talaris.Opcode(op), b); err != nil {
-						t.Errorf("sender %d message %d: %v", g, i, err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		mu.Lock()
-		done := all
-		mu.Unlock()
-		select {
-		case <-done:
-		case <-time.After(hangGuard):
-			mu.Lock()
-			n := total
-			mu.Unlock()
-			t.Fatalf("server received %d of %d messages", n, senders*perSender)
-		}
-		st := c.Stats()
-		t.Logf("stats %+v", st)
-		if check != nil {
-			check(t, st)
-		}
-		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
-			t.Errorf("final %+v, want EventClose", f)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(bad) > 0 {
-			t.Errorf("corrupt messages: %v", bad)
-		}
-		for g := range senders {
-			if len(recv[g]) != perSender {
-				t.Errorf("sender %d: %d messages arrived, want %d", g, len(recv[g]), perSender)
-				continue
-			}
-			for i, s := range recv[g] {
-				if s != i {
-					t.Errorf("sender %d: message %d has seq %d", g, i, s)
-					break
-				}
-			}
-		}
-	})
 }
 
 // TestSendStuckBesideHealthy: one connection whose peer stopped reading,
@@ -896,36 +565,6 @@ func TestSendValidation(t *testing.T) {
 	}
 }
 
-// BenchmarkSendTextValidate measures what SendText's UTF-8 check costs per
-// KiB: the message is valid text up to a bad last byte, so the whole of
-// it is validated and then refused (nothing reaches the ring).
-func BenchmarkSendTextValidate(b *testing.B) {
-	p, err := talaris.NewPool(talaris.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	c, err := p.DialMemory()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, k := range []struct {
-		name string
-		unit string
-	}{{"ascii", "a"}, {"2-byte", "é"}, {"3-byte", "€"}, {"mixed", "price €1.5 ok "}} {
-		msg := bytes.Repeat([]byte(k.unit), 1024/len(k.unit)+1)[:1023]
-		msg = append(msg[:len(msg):len(msg)], 0xff)
-		b.Run(k.name, func(b *testing.B) {
-			b.SetBytes(int64(len(msg)))
-			for b.Loop() {
-				if err := c.SendText(msg); !errors.Is(err, talaris.ErrInvalidUTF8) {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
 // TestSendPongFloodBounded: a peer that sends pings without end and never
 // reads our pongs cannot make the loop queue replies without bound: once
 // the pongs waiting pass MaxSendQueue the loop stops reading the
@@ -980,51 +619,6 @@ func TestSendPongFloodBounded(t *testing.T) {
 			t.Errorf("state %v after the flood, want open", st)
 		}
 	})
-}
-
-// BenchmarkSendThroughput: 16 KiB messages with SendContext to a sink on
-// loopback that reads and checks everything, by MaxSendQueue (the sink's
-// checking is part of every figure).
-func BenchmarkSendThroughput(b *testing.B) {
-	for _, q := range []uint64{64 << 10, 1 << 20, 64 << 20} {
-		b.Run(fmt.Sprintf("queue=%dKiB", q>>10), func(b *testing.B) {
-			s := &sink{gate: make(chan struct{}), stop: make(chan struct{}), progress: make(chan struct{}, 1)}
-			close(s.gate)
-			s.srv = wstest.NewRaw(s.handle).Start(b)
-			defer close(s.stop)
-			p, err := talaris.NewPool(talaris.Config{MaxSendQueue: q})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			ctx := context.Background()
-			c, err := p.Dial(ctx, s.srv.URL, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			const size = 16 << 10
-			buf := make([]byte, size)
-			b.SetBytes(size)
-			b.ResetTimer()
-			for i := range b.N {
-				if err := c.SendContext(ctx, talaris.OpBinary, seqMsg(buf, i)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for {
-				n, _, err := s.state()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if n >= b.N {
-					break
-				}
-				<-s.progress
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(c.Stats().SendQueueFull)/float64(b.N), "full/op")
-		})
-	}
 }
 
 // TestSendBeforeOpen: messages sent right after DialAsync, before the

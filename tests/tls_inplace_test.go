@@ -8,14 +8,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"sync"
-	"testing"
-	"time"
-
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
+	"testing"
+	"time"
 )
 
 // In-place delivery on wss://: SSL_read decrypts into plaintext slots and
@@ -439,37 +437,5 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// floodCloseRace pumps p, whose conns flood it, handing every event to
-// check (which returns how many messages that connection has delivered).
-// Once one has delivered 1000, conns[it%len] is closed and the pool is
-// closed (it x 100 us later), each from a goroutine of its own, racing
-// the pump; Pump must end with ErrPoolClosed.
-func floodCloseRace(t *testing.T, p *talaris.Pool, conns []talaris.Conn, it int, check func(c talaris.Conn, ev talaris.Event) int) {
-	t.Helper()
-	var once sync.Once
-	var wg sync.WaitGroup
-	start := func() {
-		wg.Add(2)
-		go func() { defer wg.Done(); conns[it%len(conns)].Close(1000, "bye") }()
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(it) * 100 * time.Microsecond)
-			p.Close()
-		}()
-	}
-	var err error
-	for err == nil {
-		_, err = p.Pump(func(c talaris.Conn, ev talaris.Event) {
-			if check(c, ev) >= 1000 {
-				once.Do(start)
-			}
-		})
-	}
-	wg.Wait()
-	if !errors.Is(err, talaris.ErrPoolClosed) {
-		t.Errorf("Pump: %v, want ErrPoolClosed", err)
 	}
 }

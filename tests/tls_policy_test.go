@@ -12,6 +12,10 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testcerts"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 	"io"
 	"math/big"
 	"net"
@@ -23,14 +27,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/testcerts"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 )
 
-// Issue 11, the TLS policy, against real servers on loopback (Go
+// The TLS policy, against real servers on loopback (Go
 // crypto/tls behind gorilla, and `openssl s_server`), with certificates
 // made here by internal/testcerts. Run once per backend: go test ./ and
 // go test -tags talaris_openssl ./.

@@ -11,9 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,52 +23,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 )
 
 // TLS tests: real handshakes against Go crypto/tls servers (gorilla and
 // coder), `openssl s_server` and Node's ws over https, with either TLS
 // backend (go test ./ and go test -tags talaris_openssl ./). Timeouts are
 // hang guards only.
-
-const (
-	testCAFile     = "../testdata/ca.pem"
-	testCertFile   = "../testdata/server.pem"
-	testKeyFile    = "../testdata/server-key.pem"
-	expiredCert    = "../testdata/expired.pem"
-	expiredKey     = "../testdata/expired-key.pem"
-	otherCAFile    = "../testdata/other-ca.pem"
-	tlsDialTimeout = 60 * time.Second
-)
-
-// tlsOpts verifies against the test CA.
-var tlsOpts = &talaris.DialOptions{TLS: talaris.TLSOptions{RootCAFile: testCAFile}}
-
-// serverTLS returns a server config with cert/key restricted to versions
-// [minV, maxV] (0: crypto/tls defaults).
-func serverTLS(t testing.TB, certFile, keyFile string, minV, maxV uint16) *tls.Config {
-	t.Helper()
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: minV, MaxVersion: maxV}
-}
-
-// forEachTLSServer runs fn per server library, on a wss:// server with cfg.
-func forEachTLSServer(t *testing.T, cfg *tls.Config, fn func(t *testing.T, srv *wstest.Server)) {
-	for _, k := range serverKinds {
-		t.Run(k.name, func(t *testing.T) {
-			srv := k.new().StartTLS(t, cfg)
-			fn(t, srv)
-			if errs := srv.Errors(); len(errs) > 0 {
-				t.Errorf("server errors: %v", errs)
-			}
-		})
-	}
-}
 
 // runStreamTLS is runStream with dial options.
 func runStreamTLS(t *testing.T, p *talaris.Pool, url string, opts *talaris.DialOptions, spec streamSpec, afterBatch func()) {
@@ -243,28 +204,6 @@ func TestTLSVersions(t *testing.T) {
 	}
 }
 
-// batchConn holds writes until Flush, so many TLS records leave in one
-// TCP write (and land in one buffer slot of the client).
-type batchConn struct {
-	net.Conn
-	hold bool
-	buf  []byte
-}
-
-func (b *batchConn) Write(p []byte) (int, error) {
-	if b.hold {
-		b.buf = append(b.buf, p...)
-		return len(p), nil
-	}
-	return b.Conn.Write(p)
-}
-
-func (b *batchConn) Flush() error {
-	_, err := b.Conn.Write(b.buf)
-	b.buf = b.buf[:0]
-	return err
-}
-
 // trackedListener is a test server's loopback listener: the connections
 // it tracks are closed and the goroutines it runs are waited for when the
 // test ends (after the listener closes, so Accept returns), so no server
@@ -320,70 +259,6 @@ func (l *trackedListener) run(f func()) {
 		defer l.wg.Done()
 		f()
 	}()
-}
-
-// tlsRawServer accepts TLS connections, answers the WebSocket upgrade and
-// runs handler. It returns the wss:// URL.
-func tlsRawServer(t *testing.T, cfg *tls.Config, handler func(tc *tls.Conn, bc *batchConn, br *bufio.Reader)) string {
-	t.Helper()
-	l := newTrackedListener(t)
-	l.run(func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			l.track(nc)
-			l.run(func() {
-				defer nc.Close()
-				bc := &batchConn{Conn: nc}
-				tc := tls.Server(bc, cfg)
-				tc.SetDeadline(time.Now().Add(hangGuard))
-				br := bufio.NewReader(tc)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				resp := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-					ws.AcceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
-				if _, err := io.WriteString(tc, resp); err != nil {
-					return
-				}
-				handler(tc, bc, br)
-			})
-		}
-	})
-	return "wss://" + l.Addr().String()
-}
-
-// readClose reads client frames until its close frame.
-func readClose(br *bufio.Reader) {
-	for {
-		var hdr [14]byte
-		if _, err := io.ReadFull(br, hdr[:2]); err != nil {
-			return
-		}
-		n := 4
-		switch hdr[1] & 0x7f {
-		case 126:
-			n += 2
-		case 127:
-			n += 8
-		}
-		if _, err := io.ReadFull(br, hdr[2:2+n]); err != nil {
-			return
-		}
-		h, _, err := ws.ParseHeader(hdr[:2+n], false)
-		if err != nil {
-			return
-		}
-		if _, err := io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
-			return
-		}
-		if h.Op == ws.OpClose {
-			return
-		}
-	}
 }
 
 // TestTLSManyRecordsPerSlot: the server writes every frame as its own TLS
@@ -725,237 +600,7 @@ func TestTLSEndings(t *testing.T) {
 	})
 }
 
-// ---- openssl s_server ----
-
-// sServer is a scripted `openssl s_server`: what it reads from the client
-// appears on its stdout (with -msg protocol traces); what is written to its
-// stdin is sent to the client, except one-letter command lines.
-type sServer struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	port  string
-
-	mu   sync.Mutex
-	out  []byte
-	cond *sync.Cond
-	done bool
-}
-
-func startSServer(t *testing.T, args ...string) *sServer {
-	t.Helper()
-	bin, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl binary not found (Debian package openssl)")
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	all := append([]string{"s_server", "-accept", fmt.Sprintf("127.0.0.1:%d", port), "-naccept", "1",
-		"-cert", testCertFile, "-key", testKeyFile, "-msg", "-alpn", "http/1.1"}, args...)
-	s := &sServer{t: t, port: fmt.Sprint(port)}
-	s.cond = sync.NewCond(&s.mu)
-	s.cmd = exec.Command(bin, all...)
-	s.cmd.Env = append(os.Environ(), "OPENSSL_CONF=/dev/null")
-	s.stdin, err = s.cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := s.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd.Stderr = s.cmd.Stdout
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := stdout.Read(buf)
-			s.mu.Lock()
-			s.out = append(s.out, buf[:n]...)
-			if err != nil {
-				s.done = true
-			}
-			s.cond.Broadcast()
-			s.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		s.stdin.Close()
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		if t.Failed() {
-			t.Logf("s_server output (tail):\n%s", s.tail(4000))
-		}
-		if f := os.Getenv("TALARIS_SSERVER_LOG"); f != "" {
-			s.mu.Lock()
-			os.WriteFile(f, s.out, 0o644)
-			s.mu.Unlock()
-		}
-	})
-	s.waitFor(regexp.MustCompile(`ACCEPT`), 0)
-	return s
-}
-
-func (s *sServer) tail(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o := s.out
-	if len(o) > n {
-		o = o[len(o)-n:]
-	}
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || (r >= 0x20 && r < 0x7f) {
-			return r
-		}
-		return '.'
-	}, string(o))
-}
-
-// waitFor waits until re matches the output after offset from and returns
-// the submatches and the end offset of the match.
-func (s *sServer) waitFor(re *regexp.Regexp, from int) ([][]byte, int) {
-	s.t.Helper()
-	m, end, err := s.find(re, from)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return m, end
-}
-
-// find is waitFor for any goroutine.
-func (s *sServer) find(re *regexp.Regexp, from int) ([][]byte, int, error) {
-	return s.match(re.String(), func(b []byte) ([][]byte, int, bool) {
-		loc := re.FindSubmatchIndex(b)
-		if loc == nil {
-			return nil, 0, false
-		}
-		return re.FindSubmatch(b), loc[1], true
-	}, from)
-}
-
-// waitForBytes waits for the raw bytes pat (regexp works on UTF-8).
-func (s *sServer) waitForBytes(pat []byte, from int) int {
-	s.t.Helper()
-	_, end, err := s.match(fmt.Sprintf("%x", pat), func(b []byte) ([][]byte, int, bool) {
-		i := bytes.Index(b, pat)
-		return nil, i + len(pat), i >= 0
-	}, from)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return end
-}
-
-func (s *sServer) match(what string, fn func([]byte) ([][]byte, int, bool), from int) ([][]byte, int, error) {
-	deadline := time.Now().Add(hangGuard)
-	tm := time.AfterFunc(hangGuard, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer tm.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		if from <= len(s.out) {
-			if m, end, ok := fn(s.out[from:]); ok {
-				return m, from + end, nil
-			}
-		}
-		if s.done || time.Now().After(deadline) {
-			done := s.done
-			s.mu.Unlock()
-			out := s.tail(4000)
-			s.mu.Lock()
-			return nil, 0, fmt.Errorf("s_server: %s not seen (exited %v); output tail:\n%s", what, done, out)
-		}
-		s.cond.Wait()
-	}
-}
-
-func (s *sServer) outLen() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.out)
-}
-
-// write sends b through s_server's stdin: b must not start with a command
-// letter. Writes stay under PIPE_BUF so s_server reads each in one piece.
-func (s *sServer) write(b []byte) {
-	s.t.Helper()
-	if err := s.writeNoFatal(b); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-func (s *sServer) writeNoFatal(b []byte) error {
-	for len(b) > 0 {
-		n := min(len(b), 4000)
-		if _, err := s.stdin.Write(b[:n]); err != nil {
-			return fmt.Errorf("s_server stdin: %w", err)
-		}
-		b = b[n:]
-		if len(b) > 0 {
-			time.Sleep(5 * time.Millisecond) // let s_server read it alone
-		}
-	}
-	return nil
-}
-
-// command sends a one-letter s_server command on its own.
-func (s *sServer) command(c string) {
-	time.Sleep(20 * time.Millisecond) // not merged with earlier data
-	if _, err := io.WriteString(s.stdin, c+"\n"); err != nil {
-		s.t.Fatalf("s_server stdin: %v", err)
-	}
-	time.Sleep(20 * time.Millisecond)
-}
-
 var wsKeyRe = regexp.MustCompile(`Sec-WebSocket-Key: ([A-Za-z0-9+/=]+)\r\n`)
-
-// sServerSession dials s (which upgrades by script) with opts and returns
-// the open connection.
-func sServerSession(t *testing.T, p *talaris.Pool, s *sServer, opts *talaris.DialOptions) talaris.Conn {
-	t.Helper()
-	return sServerSessionThen(t, p, s, opts, nil)
-}
-
-// sServerSessionThen is sServerSession that runs beforeUpgrade (from
-// another goroutine) once s has the upgrade request, before its 101.
-func sServerSessionThen(t *testing.T, p *talaris.Pool, s *sServer, opts *talaris.DialOptions, beforeUpgrade func() error) talaris.Conn {
-	t.Helper()
-	go func() {
-		m, _, err := s.find(wsKeyRe, 0)
-		if err == nil {
-			_, _, err = s.find(regexp.MustCompile(`\r\n\r\n`), 0)
-		}
-		if err == nil && beforeUpgrade != nil {
-			err = beforeUpgrade()
-		}
-		if err != nil {
-			t.Errorf("%v", err) // the Dial below fails with a timeout
-			return
-		}
-		s.writeNoFatal([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-			ws.AcceptKey(string(m[1])) + "\r\n\r\n"))
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), tlsDialTimeout)
-	defer cancel()
-	c, err := p.Dial(ctx, "wss://127.0.0.1:"+s.port+"/feed", opts)
-	if err != nil {
-		t.Fatalf("Dial s_server: %v", err)
-	}
-	return c
-}
 
 // frames builds n binary frames of messages from..from+n-1, each kept under
 // PIPE_BUF together so that one write reaches s_server whole.
@@ -965,28 +610,6 @@ func sFrames(from, n, size int) []byte {
 		b = ws.AppendFrame(b, true, ws.OpBinary, wstest.Payload(i, size))
 	}
 	return b
-}
-
-// pumpCount pumps until chk has seen want messages or c ended.
-func pumpCount(t *testing.T, p *talaris.Pool, c talaris.Conn, chk *wstest.Checker, want int) *finalEvent {
-	t.Helper()
-	var final *finalEvent
-	var chkErr error
-	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
-		switch ev.Kind {
-		case talaris.EventBinary:
-			if chkErr == nil {
-				chkErr = chk.Check(ev.Payload)
-			}
-		case talaris.EventClose, talaris.EventError:
-			f := copyFinal(ev)
-			final = &f
-		}
-	}, func() bool { return chkErr != nil || final != nil || chk.Count() >= want }, nil)
-	if chkErr != nil {
-		t.Fatal(chkErr)
-	}
-	return final
 }
 
 var (
@@ -1133,5 +756,91 @@ func TestTLSTestPKI(t *testing.T) {
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "localhost"}); err != nil {
 		t.Fatalf("server.pem does not verify against ca.pem: %v", err)
+	}
+}
+
+// TestTLSCloseNotifyLater: the server answers our close frame, then, in a
+// later TCP segment, ends its TLS stream, and keeps TCP open until we end
+// (or closes it). Both close frames have crossed, so the connection ends
+// cleanly at once (EventClose 1000), for every way the stream ends:
+//   - close_notify: its close_notify (before the fix the loop dropped every
+//     byte after the close frame, never saw it and waited out CloseTimeout:
+//     ErrCloseTimeout; found by a hostile review, both backends);
+//   - junk: a record no key opens (nothing after the close handshake is a
+//     failure: it ends the stream as a close_notify would);
+//   - junk2, junk2+fin: two such records in one segment, then nothing or a
+//     FIN (found by a review of the fix: the second record, still queued,
+//     held the end until CloseTimeout, even after the FIN).
+//
+// TLS 1.2 and 1.3, our record layer and the library's.
+func TestTLSCloseNotifyLater(t *testing.T) {
+	closeFrame := ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, ""))
+	rec := []byte{23, 3, 3, 0, 40} // an application_data record of 40 bytes no key opens
+	for i := 1; i <= 40; i++ {
+		rec = append(rec, byte(i))
+	}
+	ends := map[string]func(tc *tls.Conn, bc *batchConn) (fin bool){
+		"close_notify": func(tc *tls.Conn, _ *batchConn) bool { tc.CloseWrite(); return false },
+		"junk":         func(_ *tls.Conn, bc *batchConn) bool { bc.Conn.Write(rec); return false },
+		"junk2": func(_ *tls.Conn, bc *batchConn) bool {
+			bc.Conn.Write(append(rec[:len(rec):len(rec)], rec...))
+			return false
+		},
+		"junk2+fin": func(_ *tls.Conn, bc *batchConn) bool {
+			bc.Conn.Write(append(rec[:len(rec):len(rec)], rec...))
+			return true
+		},
+	}
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		for _, lib := range []bool{false, true} {
+			if lib && v == tls.VersionTLS12 {
+				continue // TLS 1.2 always takes the library's path
+			}
+			for _, end := range []string{"close_notify", "junk", "junk2", "junk2+fin"} {
+				name := tls.VersionName(v) + map[bool]string{false: "/ours/", true: "/library/"}[lib] + end
+				t.Run(name, func(t *testing.T) {
+					done := make(chan struct{})
+					defer close(done)
+					cfg := serverTLS(t, testCertFile, testKeyFile, v, v)
+					cfg.NextProtos = []string{"http/1.1"}
+					url := tlsRawServer(t, cfg, func(tc *tls.Conn, bc *batchConn, br *bufio.Reader) {
+						for i := 0; i < 10; i++ {
+							tc.Write(ws.AppendFrame(nil, true, ws.OpBinary, wstest.Payload(i, 100)))
+						}
+						readClose(br)
+						tc.Write(closeFrame)
+						time.Sleep(20 * time.Millisecond) // a segment of its own
+						if ends[end](tc, bc) {
+							time.Sleep(20 * time.Millisecond)
+							bc.Conn.Close() // and a FIN
+							return
+						}
+						io.Copy(io.Discard, br) // the client's close_notify and FIN
+						select {                // and still no FIN of ours while the client may wait
+						case <-done:
+						case <-time.After(5 * time.Second):
+						}
+					})
+					p := newTestPool(t, talaris.Config{NoTLSRecordLayer: lib, CloseTimeout: 2 * time.Second}, hangGuard)
+					ctx, cancel := dialCtx(t)
+					c, err := p.Dial(ctx, url, tlsOpts)
+					cancel()
+					if err != nil {
+						t.Fatal(err)
+					}
+					chk := wstest.NewChecker(100)
+					if f := pumpCount(t, p, c, chk, 10); f != nil {
+						t.Fatalf("ended early: %+v", *f)
+					}
+					if err := c.Close(talaris.CloseNormal, ""); err != nil {
+						t.Fatal(err)
+					}
+					f := pumpCount(t, p, c, chk, 1<<30)
+					if f == nil || f.Kind != talaris.EventClose || f.Code != 1000 {
+						t.Fatalf("final %+v, want EventClose 1000 (the close handshake crossed and the stream ended)", f)
+					}
+				})
+			}
+		}
 	}
 }

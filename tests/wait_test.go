@@ -4,16 +4,359 @@ package talaris_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
-	"syscall"
-	"testing"
-	"time"
-
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
+	"runtime"
+	"testing"
+	"time"
 )
+
+// The pump's reply doorbell (Config.ReplyDoorbell; docs/ARCHITECTURE.md,
+// "Wait strategies"): after a direct send the pump sleeps in epoll on the
+// socket and the loop's eventfd. These tests run a real gorilla server whose
+// echo comes 1 ms late, so the pump has given up spinning and sleeps on the
+// doorbell for every reply, and check that every reply still arrives in
+// order, that Pool.Close and Conn.Close racing the ping-pong end it, and that
+// a peer that stops reading or resets ends it cleanly. Timeouts are hang
+// guards only.
+
+// bellPeer is how the delayed echo server behaves after `after` echoes.
+type bellPeer int
+
+func TestReplyDoorbell(t *testing.T) {
+	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
+	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL + "/echo"
+	for _, tc := range []struct {
+		name     string
+		cfg      talaris.Config
+		url      string
+		opts     *talaris.DialOptions
+		wantBell bool
+	}{
+		{"bell/ws", talaris.Config{ReplyDoorbell: true}, url, nil, true},
+		{"default/ws", talaris.Config{}, url, nil, false},
+		{"bell-nodirect/ws", talaris.Config{ReplyDoorbell: true, NoDirectSend: true}, url, nil, false},
+		{"bell-block/ws", talaris.Config{ReplyDoorbell: true, LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, url, nil, false},
+		// wss sends go through the loop: no direct send, no doorbell.
+		{"bell/wss", talaris.Config{ReplyDoorbell: true}, secure, tlsOpts, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, c := dialOpts(t, tc.cfg, tc.url, tc.opts)
+			const n = 100
+			if seen, err := pingPong(p, c, n); err != nil || seen != n {
+				t.Fatalf("%d/%d echoes: %v", seen, n, err)
+			}
+			st := p.Stats()
+			t.Logf("pump sleeps %d, on the doorbell %d, rung by the socket %d", st.PumpSleeps, st.BellSleeps, st.BellRings)
+			if tc.wantBell && st.BellSleeps == 0 {
+				t.Fatalf("the pump never slept on its doorbell (%d sleeps) over %d replies 1 ms apart", st.PumpSleeps, n)
+			}
+			if !tc.wantBell && (st.BellSleeps != 0 || st.BellRings != 0) {
+				t.Fatalf("doorbell used: %+v", st)
+			}
+		})
+	}
+}
+
+// TestReplyDoorbellCloseRace closes the Pool (and, every other round, the
+// connection first) from another goroutine while the pump sleeps on its
+// doorbell between delayed echoes: the pump returns ErrPoolClosed or
+// ErrClosed, Close returns, and sends and pumps afterwards fail cleanly.
+func TestReplyDoorbellCloseRace(t *testing.T) {
+	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
+	for i := 0; i < 16; i++ {
+		p := newTestPool(t, talaris.Config{ReplyDoorbell: true}, hangGuard)
+		ctx, cancel := dialCtx(t)
+		c, err := p.Dial(ctx, url, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pingPongCloseRace(t, p, c, i, time.Duration(i%8)*time.Millisecond+time.Duration(i)*137*time.Microsecond)
+	}
+}
+
+// TestReplyDoorbellPeerEnds: the peer resets the connection, or stops
+// reading and answering, while the pump sleeps on its doorbell for a reply.
+// A reset ends the connection (the pump consumes its final event and, with
+// no connection left, returns ErrNoConns); a silent peer leaves the
+// pump asleep (not spinning: the doorbell is only a way to sleep) until
+// Pool.Close, which wakes it with ErrPoolClosed.
+func TestReplyDoorbellPeerEnds(t *testing.T) {
+	t.Run("reset", func(t *testing.T) {
+		url := delayedEcho(t, time.Millisecond, bellReset, 20)
+		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true}, url)
+		seen, err := pingPong(p, c, 1<<30)
+		// The answer to echo 20 meets the reset (ErrClosed) or goes out
+		// before it; either way the pump then takes the final event.
+		for errors.Is(err, talaris.ErrClosed) {
+			_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {})
+		}
+		if seen != 20 || !errors.Is(err, talaris.ErrNoConns) {
+			t.Fatalf("%d echoes before the reset (want 20), pump: %v (want ErrNoConns: the connection ended)", seen, err)
+		}
+		if st := c.State(); st != talaris.StateClosed {
+			t.Fatalf("state %v after the reset", st)
+		}
+		if err := c.SendBinary([]byte("late")); err == nil {
+			t.Fatal("send after the reset succeeded")
+		}
+	})
+	t.Run("stop-reading", func(t *testing.T) {
+		url := delayedEcho(t, time.Millisecond, bellStopRead, 20)
+		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true, CloseTimeout: 200 * time.Millisecond}, url) // the silent peer never answers our close
+		go func() {
+			// Ping-pong until the peer goes silent, then close once the
+			// pump has been asleep a while.
+			time.Sleep(300 * time.Millisecond)
+			c0 := cpuTime()
+			time.Sleep(200 * time.Millisecond)
+			if used := cpuTime() - c0; used > 100*time.Millisecond {
+				t.Errorf("%v CPU in 200 ms waiting for a silent peer: something spins", used)
+			}
+			p.Close()
+		}()
+		msg := make([]byte, 64)
+		seen, err := pingPong(p, c, 1<<30)
+		if seen != 20 || !errors.Is(err, talaris.ErrPoolClosed) {
+			t.Fatalf("%d echoes (want 20), pump: %v (want ErrPoolClosed)", seen, err)
+		}
+		if err := c.SendBinary(msg); err == nil {
+			t.Fatal("send after Close succeeded")
+		}
+	})
+}
+
+// TestReplyDoorbellAllocs: a round trip through the doorbell (a direct
+// send, the pump asleep in epoll, woken by the socket or the eventfd)
+// makes no cgo call and no allocation beyond the default's (the in-process
+// gorilla server's own: the count is the process's).
+func TestReplyDoorbellAllocs(t *testing.T) {
+	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
+	var base float64
+	for _, bell := range []bool{false, true} {
+		p, c := bellDial(t, talaris.Config{ReplyDoorbell: bell}, url)
+		msg := make([]byte, 64)
+		got := false
+		fn := func(talaris.Conn, talaris.Opcode, []byte) { got = true }
+		var fail error
+		round := func() {
+			if err := c.SendBinary(msg); err != nil {
+				fail = err
+				return
+			}
+			for got = false; !got && fail == nil; {
+				_, fail = p.PumpData(fn)
+			}
+		}
+		round() // the socket joins the doorbell, the frame buffer grows
+		cgo0, sleeps0 := runtime.NumCgoCall(), p.Stats().BellSleeps
+		allocs := testing.AllocsPerRun(50, round)
+		cgo, sleeps := runtime.NumCgoCall()-cgo0, p.Stats().BellSleeps-sleeps0
+		if fail != nil {
+			t.Fatal(fail)
+		}
+		t.Logf("doorbell %v: %.2f allocations and %d cgo calls per round trip; %d doorbell sleeps in 51", bell, allocs, cgo, sleeps)
+		if !bell {
+			base = allocs
+			continue
+		}
+		if allocs > base || cgo != 0 || sleeps == 0 {
+			t.Fatalf("%.2f allocations (%.2f without the doorbell), %d cgo calls per round trip, %d doorbell sleeps: want no more, 0, > 0",
+				allocs, base, cgo, sleeps)
+		}
+	}
+}
+
+// The reply spin (Config.ReplySpin; docs/ARCHITECTURE.md, "The reply
+// spin"): after a send, the pump and the loop spin for the answer instead
+// of sleeping, while the send is unanswered and answers have been coming
+// within ReplySpin. Real gorilla servers on loopback: a fast echo (the
+// spin is taken), an echo 2 ms late (at most the first send spins: the
+// spin stays off), a peer that never answers (Close and Conn.Close racing
+// the spin end it). PoolStats.ReplySpins/ReplyLate are the pump's counts.
+// Timeouts are hang guards only.
+
+func TestReplySpin(t *testing.T) {
+	fast := wstest.NewGorilla().Start(t).URL + "/echo"
+	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL + "/echo"
+	late := delayedEcho(t, 2*time.Millisecond, bellEcho, 0)
+	spun := func(st talaris.PoolStats) bool { return st.ReplySpins > 0 }
+	never := func(st talaris.PoolStats) bool { return st.ReplySpins == 0 && st.ReplyLate == 0 }
+	// The latch, in bounds no scheduling can break. Each echo comes at
+	// least 2 ms (> ReplySpin, 300 us) after the send's stamp, which is
+	// taken before its bytes go (direct_linux.go, cmdring_linux.go): no
+	// answer is ever in time, and only one in time turns the spin back on
+	// (noteAnswer). So the pump spins for the first send at most, whatever
+	// the machine does: on a quiet one that spin ends empty (1 spin, 1
+	// late); on a loaded one the pump may be descheduled inside it past
+	// the answer (1 spin, 0 late: the late answer turns it off) or reach
+	// the ring after the answer came (no spin: the same). Without the
+	// latch, every one of the 50 sends would spin.
+	latched := func(st talaris.PoolStats) bool { return st.ReplySpins <= 1 && st.ReplyLate <= st.ReplySpins }
+	for _, tc := range []struct {
+		name string
+		cfg  talaris.Config
+		url  string
+		opts *talaris.DialOptions
+		want func(talaris.PoolStats) bool
+		what string
+	}{
+		{"default/ws", talaris.Config{}, fast, nil, spun, "ReplySpins > 0"},
+		{"default/wss", talaris.Config{}, secure, tlsOpts, spun, "ReplySpins > 0"},
+		{"nodirect/ws", talaris.Config{NoDirectSend: true}, fast, nil, spun, "ReplySpins > 0"},
+		{"off/ws", talaris.Config{ReplySpin: -1}, fast, nil, never, "no reply spin"},
+		{"block/ws", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, fast, nil, never, "no reply spin"},
+		{"late/ws", talaris.Config{}, late, nil, latched, "at most the first of 50 sends spins"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, c := dialOpts(t, tc.cfg, tc.url, tc.opts)
+			n := 300
+			if tc.url == late {
+				n = 50
+			}
+			if seen, err := pingPong(p, c, n); err != nil || seen != n {
+				t.Fatalf("%d/%d echoes: %v", seen, n, err)
+			}
+			st := p.Stats()
+			t.Logf("%d round trips: %d reply spins, %d ended empty, %d pump sleeps", n, st.ReplySpins, st.ReplyLate, st.PumpSleeps)
+			if !tc.want(st) {
+				t.Fatalf("want %s: ReplySpins %d, ReplyLate %d", tc.what, st.ReplySpins, st.ReplyLate)
+			}
+		})
+	}
+}
+
+// TestReplySpinCloseRace closes the Pool (and, every other round, the
+// connection first) from another goroutine while the pump and the loop
+// spin for an answer that never comes (the peer stops reading after
+// `after` echoes): the pump returns ErrPoolClosed or ErrClosed, Close
+// returns, and sends and pumps afterwards fail cleanly.
+func TestReplySpinCloseRace(t *testing.T) {
+	for _, after := range []int{0, 5} {
+		url := delayedEcho(t, 0, bellStopRead, after)
+		for i := 0; i < 12; i++ {
+			p, c := bellDial(t, talaris.Config{ReplySpin: 10 * time.Millisecond, CloseTimeout: 100 * time.Millisecond}, url)
+			// 0..2.2 ms: inside the 10 ms spin, at its start or later.
+			pingPongCloseRace(t, p, c, i, time.Duration(i)*200*time.Microsecond)
+		}
+	}
+}
+
+// TestReplySpinSilentPeerCPU: a pool whose sends are never answered does
+// not spin on every send. 100 sends (through the loop) 3 ms apart to a peer that reads and
+// never answers, with a goroutine waiting in PumpData, with a 2 ms
+// ReplySpin and without one: the first send's spin ends empty and turns
+// it off, so the two use about the same CPU; without that latch the loop
+// would spin for every send. CPU time, not
+// wall time, so a busy machine does not make it flaky. (Measured: 41 ms
+// against 26 ms over 370 ms; with the latch taken out of loop.c, 92 ms
+// against 22.)
+func TestReplySpinSilentPeerCPU(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	run := func(spin time.Duration) (used, wall time.Duration, st talaris.PoolStats) {
+		// Sends through the loop: each wakes it, so it reaches its reply
+		// spin on every send (a direct send leaves a sleeping loop asleep).
+		p, c := bellDial(t, talaris.Config{ReplySpin: spin, NoDirectSend: true}, srv.URL+"/collect")
+		done := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		msg := make([]byte, 64)
+		const n = 100
+		before := len(srv.Collected())
+		c0, t0 := cpuTime(), time.Now()
+		for i := 0; i < n; i++ {
+			if err := c.SendBinary(msg); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+		used, wall = cpuTime()-c0, time.Since(t0)
+		waitFor(t, "the peer got every message", func() bool { return len(srv.Collected())-before == n }, func() string { return "" })
+		p.Close()
+		if err := <-done; !errors.Is(err, talaris.ErrPoolClosed) {
+			t.Fatalf("pump: %v", err)
+		}
+		return used, wall, p.Stats()
+	}
+	offUsed, offWall, _ := run(-1)
+	used, wall, st := run(2 * time.Millisecond)
+	t.Logf("unanswered sends: %v CPU over %v with a 2 ms reply spin (pump: %d spins, %d ended empty), %v over %v without", used, wall, st.ReplySpins, st.ReplyLate, offUsed, offWall)
+	if used > offUsed+wall/10 {
+		t.Fatalf("%v CPU over %v of unanswered sends with the reply spin, %v without: the reply spin did not turn off", used, wall, offUsed)
+	}
+}
+
+// TestRingFlagsAndWaits streams through pools built with each io_uring
+// setup-flag set and each wait strategy: every configuration must deliver
+// the whole stream intact. A flag set the kernel refuses must fail NewPool
+// with ErrInvalidConfig (never later).
+func TestRingFlagsAndWaits(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	cases := []struct {
+		name string
+		cfg  talaris.Config
+	}{
+		{"default", talaris.Config{}},
+		{"no-flags", talaris.Config{RingFlags: talaris.RingFlagsNone}},
+		{"coop-taskrun", talaris.Config{RingFlags: talaris.RingCoopTaskrun | talaris.RingTaskrunFlag}},
+		{"single-issuer", talaris.Config{RingFlags: talaris.RingSingleIssuer}},
+		{"sqpoll", talaris.Config{RingFlags: talaris.RingSQPoll, SQPollIdle: 2 * time.Millisecond}},
+		{"sqpoll-aff", talaris.Config{RingFlags: talaris.RingSQPoll | talaris.RingSQAff, SQPollCPU: 0}},
+		{"wait-block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
+		{"wait-spin", talaris.Config{LoopWait: talaris.WaitSpin, ConsumerWait: talaris.WaitSpin}},
+		{"wait-spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
+		{"wait-adaptive", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive}},
+		{"pinned-loop", talaris.Config{LoopCPU: 0, LoopCPUSet: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := talaris.NewPool(tc.cfg)
+			if err != nil {
+				if errors.Is(err, talaris.ErrInvalidConfig) {
+					t.Skipf("kernel refused this setup: %v", err)
+				}
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const n = 20000
+			c, err := p.Dial(ctx, srv.URL+"/stream?n=20000&size=40", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chk := wstest.NewChecker(40)
+			var final *talaris.Event
+			for final == nil {
+				if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+					switch ev.Kind {
+					case talaris.EventBinary:
+						if err := chk.Check(ev.Payload); err != nil {
+							t.Fatal(err)
+						}
+					case talaris.EventClose, talaris.EventError:
+						e := ev
+						final = &e
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if chk.Count() != n || final.Kind != talaris.EventClose || final.Code != 1000 {
+				t.Fatalf("%d/%d messages, final %v %d %v", chk.Count(), n, final.Kind, final.Code, final.Err)
+			}
+			_ = c
+		})
+	}
+}
 
 // Wait strategies: an order answered from inside a pump callback
 // must reach the server under every strategy, the adaptive one included
@@ -44,37 +387,6 @@ var waitConfigs = []struct {
 	{"adaptive-loop-only", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitBlock}},
 	{"block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
 	{"spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock}},
-}
-
-// pingPong sends message 0 to an echo server and answers every echo with
-// the next message from inside the PumpData callback, until n echoes came
-// back in order. It returns the echoes seen and the pump's error.
-func pingPong(p *talaris.Pool, c talaris.Conn, n int) (int, error) {
-	msg := make([]byte, 64)
-	seen := 0
-	var bad error
-	if err := c.SendBinary(msg); err != nil {
-		return 0, err
-	}
-	for seen < n && bad == nil {
-		_, err := p.PumpData(func(cc talaris.Conn, op talaris.Opcode, pl []byte) {
-			if cc != c || op != talaris.OpBinary || len(pl) != 64 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
-				bad = fmt.Errorf("echo %d: conn %v op %v len %d seq %d", seen, cc == c, op, len(pl), binary.LittleEndian.Uint64(pl))
-				return
-			}
-			seen++
-			if seen < n {
-				binary.LittleEndian.PutUint64(msg, uint64(seen))
-				if err := c.SendBinary(msg); err != nil {
-					bad = err
-				}
-			}
-		})
-		if err != nil {
-			return seen, err
-		}
-	}
-	return seen, bad
 }
 
 func TestWaitEchoFromCallback(t *testing.T) {
@@ -141,33 +453,6 @@ func TestWaitCloseRace(t *testing.T) {
 	}
 }
 
-// pingPongCloseRace ping-pongs on c until another goroutine, after delay,
-// closes the Pool (on odd rounds the connection first): the pump must
-// return ErrPoolClosed or ErrClosed, and a send and a pump afterwards fail.
-func pingPongCloseRace(t *testing.T, p *talaris.Pool, c talaris.Conn, i int, delay time.Duration) {
-	t.Helper()
-	closed := make(chan struct{})
-	go func() {
-		time.Sleep(delay)
-		if i%2 == 1 {
-			c.Close(talaris.CloseNormal, "race")
-		}
-		p.Close()
-		close(closed)
-	}()
-	_, err := pingPong(p, c, 1<<30)
-	if !errors.Is(err, talaris.ErrPoolClosed) && !errors.Is(err, talaris.ErrClosed) {
-		t.Fatalf("round %d: ping-pong ended with %v, want ErrPoolClosed or ErrClosed", i, err)
-	}
-	<-closed
-	if err := c.SendBinary([]byte("late")); err == nil {
-		t.Fatalf("round %d: send after Close succeeded", i)
-	}
-	if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrPoolClosed) {
-		t.Fatalf("round %d: pump after Close: %v", i, err)
-	}
-}
-
 // TestDefaultWaitIdleCPU: after a burst of round trips (which turns the
 // adaptive spins on), an idle default Pool with one open connection and a
 // goroutine waiting in PumpData uses well under 10 % of one CPU over 2 s
@@ -218,11 +503,4 @@ func TestDefaultWaitIdleCPU(t *testing.T) {
 	if sleeps == 0 {
 		t.Fatal("the pump never slept while idle")
 	}
-}
-
-// cpuTime is the process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -3,25 +3,24 @@
 package talaris_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/gorilla/websocket"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/gorilla/websocket"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // Dial errors and addressing: HandshakeError with the
@@ -41,27 +40,6 @@ func refusing429(t *testing.T, retryAfter, body string, first ...string) *wstest
 		"\r\nContent-Type: text/plain\r\nX-Venue: test\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
 	s.Extra = []byte(body)
 	return s.Start(t)
-}
-
-// answerRequests accepts on ln until it is closed and, on a goroutine per
-// connection, reads the upgrade request and runs answer, then closes the
-// connection.
-func answerRequests(ln net.Listener, answer func(nc net.Conn)) {
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer nc.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(nc)); err != nil {
-					return
-				}
-				answer(nc)
-			}()
-		}
-	}()
 }
 
 // checkHandshake429 checks err is the 429 HandshakeError of refusing429.
@@ -603,4 +581,140 @@ func TestHandshakeErrorLateBody(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDialWhilePumping: Dials made from other goroutines while one
+// goroutine pumps a busy stream lose none of that stream's events, and the
+// dialed connections' own events (EventOpen first) reach the pumper.
+func TestDialWhilePumping(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
+		const dialers, perDialer = 4, 8
+		// The stream's close: the server reads the client's close only
+		// after the pongs to every one of its pings (30,000 under -short).
+		// Under the race detector at load 10 that took coder's server
+		// longer than the default 5 s CloseTimeout, which then ended the
+		// stream with ErrCloseTimeout. When the close ends is not what
+		// this test checks; that it ends clean is, so the bound is the
+		// hang guard's.
+		p := newTestPool(t, talaris.Config{CloseTimeout: hangGuard}, 2*hangGuard)
+		spec := streamSpec{n: scaled(300000), size: 32, frag: 2, ping: true}
+		main, err := p.DialAsync(srv.URL+spec.path(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The pumper owns everything below until it returns.
+		st := newStreamState(spec)
+		events := map[talaris.Conn][]finalEvent{}
+		finals := 0
+		pumped := make(chan struct{})
+		go func() {
+			defer close(pumped)
+			for finals < 1+dialers*perDialer {
+				_, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
+					if c == main {
+						st.on(ev)
+					} else {
+						events[c] = append(events[c], copyFinal(ev))
+					}
+					if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
+						finals++
+					}
+				})
+				if err != nil {
+					t.Errorf("Pump: %v", err)
+					return
+				}
+			}
+		}()
+		dialed := make(chan talaris.Conn, dialers*perDialer)
+		var wg sync.WaitGroup
+		for d := range dialers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perDialer {
+					code := 4000 + d*perDialer + i
+					ctx, cancel := dialCtx(t)
+					c, err := p.Dial(ctx, fmt.Sprintf("%s/close?code=%d&reason=r%d", srv.URL, code, code), nil)
+					cancel()
+					if err != nil {
+						t.Errorf("Dial: %v", err)
+						return
+					}
+					dialed <- c
+				}
+			}()
+		}
+		wg.Wait()
+		close(dialed)
+		<-pumped
+		st.verify(t, "stream during dials")
+		n := 0
+		for c := range dialed {
+			n++
+			evs := events[c]
+			if len(evs) != 2 || evs[0].Kind != talaris.EventOpen || evs[1].Kind != talaris.EventClose {
+				t.Errorf("dialed conn %#x: events %+v, want open then close", c.ID(), evs)
+				continue
+			}
+			if evs[1].Code < 4000 || evs[1].Reason != fmt.Sprintf("r%d", evs[1].Code) {
+				t.Errorf("dialed conn %#x: close %+v", c.ID(), evs[1])
+			}
+		}
+		if n != dialers*perDialer || len(events) != n {
+			t.Errorf("%d dials, events for %d connections, want %d", n, len(events), dialers*perDialer)
+		}
+	})
+}
+
+// TestDialsDuringFlood: 48 connections dialed at once, each flooding as soon
+// as it opens, so later handshakes race earlier floods for receive buffers
+// (handshakes have their own buffer group). Every one must open and deliver
+// its whole stream.
+func TestDialsDuringFlood(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p, err := talaris.NewPool(talaris.Config{BufCount: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The handshakes race the first floods' first messages; under -short
+	// (the race run: 33 s of it at load 10) 2,000 messages a stream.
+	const conns = 48
+	n := scaled(20000)
+	chk := map[talaris.Conn]*wstest.Checker{}
+	for range conns {
+		c, err := p.DialAsync(fmt.Sprintf("%s/stream?n=%d&size=64", srv.URL, n), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chk[c] = wstest.NewChecker(64)
+	}
+	done, opened := 0, 0
+	deadline := time.Now().Add(60 * time.Second)
+	for done < conns {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d opened, %d done after 60s (stats %+v)", opened, done, p.Stats())
+		}
+		if _, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
+			switch ev.Kind {
+			case talaris.EventOpen:
+				opened++
+			case talaris.EventBinary:
+				if err := chk[c].Check(ev.Payload); err != nil {
+					t.Fatal(err)
+				}
+			case talaris.EventClose, talaris.EventError:
+				if ev.Kind != talaris.EventClose || chk[c].Count() != n {
+					t.Errorf("conn %d: %v %v after %d messages", c.Slot(), ev.Kind, ev.Err, chk[c].Count())
+				}
+				done++
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opened != conns {
+		t.Fatalf("opened %d of %d", opened, conns)
+	}
 }

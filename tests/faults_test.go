@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
+	"golang.org/x/sys/unix"
 	"net"
 	"net/url"
 	"strconv"
@@ -14,11 +17,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 )
 
 // Fault injection at the io_uring level: a provided-buffer

@@ -6,15 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/gorilla/websocket"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gorilla/websocket"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // Minimum-wait batching (Config.MinWait; docs/ARCHITECTURE.md,
@@ -50,25 +49,6 @@ type mwTransport struct {
 
 func mwTransports(plain, secure string) []mwTransport {
 	return []mwTransport{{"ws", plain, nil}, {"wss", secure, tlsOpts}}
-}
-
-// pumpStreams pumps p until every connection in sts has its final event,
-// feeding each connection's events to its streamState (afterBatch, when
-// not nil, runs after every Pump), then verifies every stream.
-func pumpStreams(t *testing.T, p *talaris.Pool, sts map[talaris.Conn]*streamState, label string, afterBatch func()) {
-	t.Helper()
-	finals := 0
-	pumpUntil(t, p, func(c talaris.Conn, ev talaris.Event) {
-		if st := sts[c]; st != nil {
-			st.on(ev)
-			if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
-				finals++
-			}
-		}
-	}, func() bool { return finals == len(sts) }, afterBatch)
-	for c, st := range sts {
-		st.verify(t, fmt.Sprintf("%sslot %d", label, c.Slot()))
-	}
 }
 
 // chunkedFlood starts a gorilla server (TLS when secure) that writes the

@@ -3,15 +3,15 @@
 package talaris_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // Receive fairness (Config.MaxConnPendingEvents/Bytes): one event ring
@@ -24,28 +24,6 @@ import (
 // defaultConnPendingEvents is Config.MaxConnPendingEvents's documented
 // default.
 const defaultConnPendingEvents = 256
-
-// fairServer starts a gorilla server over ws:// or wss:// and returns it
-// with the DialOptions that trust it.
-func fairServer(t *testing.T, useTLS bool) (*wstest.Server, *talaris.DialOptions) {
-	t.Helper()
-	srv := wstest.NewGorilla()
-	return srv, startWS(t, useTLS, srv.Start, srv.StartTLS)
-}
-
-// waitFor polls cond (nothing is pumped meanwhile) until it holds; a test
-// guard, not a timing assertion: what it waits for happens in
-// microseconds unless the loop is wrongly holding it back.
-func waitFor(t *testing.T, what string, cond func() bool, state func() string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 30s (%s)", what, state())
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestFairShareFloodBesideEcho: two connections flood a pool (n 64-byte
 // messages each) beside an echo connection. Nobody pumps at first: each
@@ -464,5 +442,54 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 		if chk[f].Count() != n {
 			t.Fatalf("flood got %d of %d messages", chk[f].Count(), n)
 		}
+	}
+}
+
+// TestStalledConnDoesNotStarveOthers: a connection flooding a pool that
+// nobody pumps fills the event ring and stalls; it must not hold the whole
+// shared buffer ring, so a second connection's blocking Dial still
+// completes (its 101 needs a buffer slot to be read).
+func TestStalledConnDoesNotStarveOthers(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	p, err := talaris.NewPool(talaris.Config{EventRingSize: 256, BufSize: 4096, BufCount: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	flood, err := p.Dial(ctx, srv.URL+"/stream?n=2000000&size=64", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the flood has filled the ring (a stall) or used up the
+	// receive slots, which hold in-place payloads until they are pumped:
+	// either is counted (Stalls, NoBufs), or, with recv bundles (the
+	// default), a recv that found the slots gone ends and waits for them
+	// without an -ENOBUFS, so the flood's events simply stop growing
+	// (nobody pumps, and the server has 2,000,000 messages to send).
+	last, still := uint64(0), 0
+	for i := 0; ; i++ {
+		st := p.Stats()
+		if st.Stalls != 0 || st.NoBufs != 0 || (st.Events > 0 && still >= 100) {
+			break
+		}
+		if i > 5000 {
+			t.Fatalf("flood never stalled: %+v", st)
+		}
+		if st.Events == last {
+			still++
+		} else {
+			last, still = st.Events, 0
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // let it take every slot it can
+	second, err := p.Dial(ctx, srv.URL+"/echo", &talaris.DialOptions{HandshakeTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("second dial behind a stalled flood: %v (stats %+v)", err, p.Stats())
+	}
+	if second.State() != talaris.StateOpen || flood.State() != talaris.StateOpen {
+		t.Fatalf("states: flood %v second %v", flood.State(), second.State())
 	}
 }

@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
+	"github.com/talaris-go/talaris/internal/wstest"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 )
 
 // Proofs of the handoff invariants: no per-message cgo call, no
@@ -80,26 +78,6 @@ func TestHandoffCgoCalls(t *testing.T) {
 			}
 		})
 	}
-}
-
-// memFrames returns n server frames (a mix of small text and binary
-// messages) and the sum of the ids they carry.
-func memFrames(n int) ([]byte, uint64) {
-	var b []byte
-	var sum uint64
-	for i := range n {
-		if i%3 == 0 {
-			var p [8]byte
-			for k := range 8 {
-				p[k] = byte(uint64(i) >> (8 * k))
-			}
-			b = ws.AppendFrame(b, true, ws.OpBinary, p[:])
-		} else {
-			b = ws.AppendFrame(b, true, ws.OpText, []byte(fmt.Sprintf(`{"id":%d}`, i)))
-		}
-		sum += uint64(i)
-	}
-	return b, sum
 }
 
 // TestPumpAllocs: pumping (Inject, then the pump variants dispatching data
@@ -275,90 +253,6 @@ func TestConcurrentPump(t *testing.T) {
 		t.Logf("refused: %v", refused)
 		if refused[0]+refused[1] == 0 {
 			t.Logf("the two pumpers never overlapped (possible on a quiet machine)")
-		}
-	})
-}
-
-// TestDialWhilePumping: Dials made from other goroutines while one
-// goroutine pumps a busy stream lose none of that stream's events, and the
-// dialed connections' own events (EventOpen first) reach the pumper.
-func TestDialWhilePumping(t *testing.T) {
-	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
-		const dialers, perDialer = 4, 8
-		// The stream's close: the server reads the client's close only
-		// after the pongs to every one of its pings (30,000 under -short).
-		// Under the race detector at load 10 that took coder's server
-		// longer than the default 5 s CloseTimeout, which then ended the
-		// stream with ErrCloseTimeout. When the close ends is not what
-		// this test checks; that it ends clean is, so the bound is the
-		// hang guard's.
-		p := newTestPool(t, talaris.Config{CloseTimeout: hangGuard}, 2*hangGuard)
-		spec := streamSpec{n: scaled(300000), size: 32, frag: 2, ping: true}
-		main, err := p.DialAsync(srv.URL+spec.path(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The pumper owns everything below until it returns.
-		st := newStreamState(spec)
-		events := map[talaris.Conn][]finalEvent{}
-		finals := 0
-		pumped := make(chan struct{})
-		go func() {
-			defer close(pumped)
-			for finals < 1+dialers*perDialer {
-				_, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
-					if c == main {
-						st.on(ev)
-					} else {
-						events[c] = append(events[c], copyFinal(ev))
-					}
-					if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
-						finals++
-					}
-				})
-				if err != nil {
-					t.Errorf("Pump: %v", err)
-					return
-				}
-			}
-		}()
-		dialed := make(chan talaris.Conn, dialers*perDialer)
-		var wg sync.WaitGroup
-		for d := range dialers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range perDialer {
-					code := 4000 + d*perDialer + i
-					ctx, cancel := dialCtx(t)
-					c, err := p.Dial(ctx, fmt.Sprintf("%s/close?code=%d&reason=r%d", srv.URL, code, code), nil)
-					cancel()
-					if err != nil {
-						t.Errorf("Dial: %v", err)
-						return
-					}
-					dialed <- c
-				}
-			}()
-		}
-		wg.Wait()
-		close(dialed)
-		<-pumped
-		st.verify(t, "stream during dials")
-		n := 0
-		for c := range dialed {
-			n++
-			evs := events[c]
-			if len(evs) != 2 || evs[0].Kind != talaris.EventOpen || evs[1].Kind != talaris.EventClose {
-				t.Errorf("dialed conn %#x: events %+v, want open then close", c.ID(), evs)
-				continue
-			}
-			if evs[1].Code < 4000 || evs[1].Reason != fmt.Sprintf("r%d", evs[1].Code) {
-				t.Errorf("dialed conn %#x: close %+v", c.ID(), evs[1])
-			}
-		}
-		if n != dialers*perDialer || len(events) != n {
-			t.Errorf("%d dials, events for %d connections, want %d", n, len(events), dialers*perDialer)
 		}
 	})
 }

@@ -7,14 +7,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 )
 
 // Direct-send tests (Config.NoDirectSend): on ws:// a
@@ -24,71 +23,6 @@ import (
 // byte of one frame inside another fails the parse) and check every
 // message's number and content. wss:// runs the same tests through the
 // loop path (DirectSends stays 0).
-
-// bgPump pumps p on its own goroutine until the pool closes or stop is
-// called, and records c's final event.
-type bgPump struct {
-	done  chan struct{}
-	mu    sync.Mutex
-	final *finalEvent
-	pongs int
-}
-
-func startPump(t *testing.T, p *talaris.Pool, c talaris.Conn) *bgPump {
-	b := &bgPump{done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		for {
-			_, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
-				b.mu.Lock()
-				defer b.mu.Unlock()
-				switch ev.Kind {
-				case talaris.EventPong:
-					b.pongs++
-				case talaris.EventClose, talaris.EventError:
-					if cc == c {
-						f := copyFinal(ev)
-						b.final = &f
-					}
-				}
-			})
-			if err != nil {
-				return
-			}
-			b.mu.Lock()
-			end := b.final != nil
-			b.mu.Unlock()
-			if end {
-				return
-			}
-		}
-	}()
-	return b
-}
-
-// wait waits for the pump to return (the final event, or the pool closed).
-func (b *bgPump) wait(t *testing.T) *finalEvent {
-	t.Helper()
-	select {
-	case <-b.done:
-	case <-time.After(hangGuard):
-		t.Fatal("pump did not return")
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.final
-}
-
-// sendRetry sends b, retrying while the queue is full.
-func sendRetry(c talaris.Conn, b []byte) error {
-	for {
-		err := c.SendBinary(b)
-		if !errors.Is(err, talaris.ErrWouldBlock) {
-			return err
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
-}
 
 // TestDirectSendConcurrentSenders: 16 goroutines send sequence-numbered
 // messages on one connection with SendBinary (retrying on ErrWouldBlock),
