@@ -16,13 +16,11 @@ import (
 	"time"
 )
 
-// Lifecycle tests: the heartbeat
-// (DialOptions.PingInterval, ReadTimeout), Conn.Abort, Pool.Close's 1001
-// and prompt closes over TLS, against real peers: Python websockets and
-// Node ws in their own processes (SIGSTOP freezes one), gorilla, coder
-// and raw Go servers. They run under both TLS backends (go test and go
-// test -tags talaris_openssl). Time bounds are generous: the measured
-// figures are logged.
+// Heartbeat tests (DialOptions.PingInterval, ReadTimeout) against real
+// peers: Python websockets and Node ws in their own processes (SIGSTOP
+// freezes one), gorilla, coder and raw Go servers. They run under both TLS
+// backends (go test and go test -tags talaris_openssl). Time bounds are
+// generous: the measured figures are logged.
 
 // ---- heartbeat ----
 
