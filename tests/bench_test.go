@@ -8,11 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	gobwas "github.com/gobwas/ws"
-	"github.com/gorilla/websocket"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 	"io"
 	"net"
 	"strconv"
@@ -20,6 +15,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	gobwas "github.com/gobwas/ws"
+	"github.com/gorilla/websocket"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 )
 
 // BenchmarkDecode is the in-memory decode workload of the design brief:

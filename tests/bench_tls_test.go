@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"fmt"
-	"github.com/talaris-go/talaris"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 
 	gobwas "github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/ws"
 )
 

@@ -4,13 +4,14 @@ package talaris_test
 
 import (
 	"bytes"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 )
 
 // A Pool runs all day: every connection that ends, however it ends, must

@@ -5,10 +5,10 @@ package talaris_test
 import (
 	"bytes"
 	"errors"
-	"github.com/talaris-go/talaris"
 	"testing"
 	"unsafe"
 
+	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/ws"
 )
 

@@ -5,8 +5,6 @@ package talaris_test
 import (
 	"context"
 	"errors"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // TestFailedDialsGiveSlotsBack: a service that dials (and retries) before

@@ -7,15 +7,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/gorilla/websocket"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // TestInlineDialContext: a Dial from the pool's goroutine (nobody else

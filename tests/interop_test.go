@@ -6,9 +6,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/talaris-go/talaris"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
 )
 
 // TestPythonWebsockets streams from Python's websockets (an independent

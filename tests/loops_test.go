@@ -7,15 +7,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/testhook"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"golang.org/x/sys/unix"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"golang.org/x/sys/unix"
 )
 
 // Config.Loops > 1: connections sharded across several loop threads, one

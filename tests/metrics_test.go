@@ -6,17 +6,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"golang.org/x/sys/unix"
-	"log/slog"
-	"strings"
-	"sync"
-	"testing"
-	"time"
 )
 
 // Observability tests: stage stamps taken by the C loop for

@@ -8,8 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/ws"
 	"io"
 	"net"
 	"os"
@@ -21,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/ws"
 )
 
 // Peers that run in processes of their own: Python websockets, Node ws,

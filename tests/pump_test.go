@@ -5,14 +5,15 @@ package talaris_test
 import (
 	"errors"
 	"fmt"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/testhook"
-	"github.com/talaris-go/talaris/internal/wstest"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
+	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // Proofs of the handoff invariants: no per-message cgo call, no

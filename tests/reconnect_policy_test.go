@@ -6,8 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/ws"
 	"io"
 	"net"
 	"runtime"
@@ -16,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/ws"
 )
 
 // ---- scripted raw servers ----

@@ -8,12 +8,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"testing"
+	"time"
+
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
-	"testing"
-	"time"
 )
 
 // In-place delivery on wss://: SSL_read decrypts into plaintext slots and

@@ -12,10 +12,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/testcerts"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 	"io"
 	"math/big"
 	"net"
@@ -27,6 +23,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testcerts"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 )
 
 // The TLS policy, against real servers on loopback (Go

@@ -15,10 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/testhook"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 	"hash"
 	"io"
 	"net"
@@ -28,6 +24,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 )
 
 // talaris' own TLS 1.3 record layer (csrc/tlsrec.c, Config.NoTLSRecordLayer):

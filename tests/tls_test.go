@@ -10,9 +10,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
-	"github.com/talaris-go/talaris/ws"
 	"io"
 	"net"
 	"os"
@@ -23,6 +20,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
+	"github.com/talaris-go/talaris/ws"
 )
 
 // TLS tests: real handshakes against Go crypto/tls servers (gorilla and

@@ -5,11 +5,12 @@ package talaris_test
 import (
 	"context"
 	"errors"
-	"github.com/talaris-go/talaris"
-	"github.com/talaris-go/talaris/internal/wstest"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/wstest"
 )
 
 // The pump's reply doorbell (Config.ReplyDoorbell; docs/ARCHITECTURE.md,
