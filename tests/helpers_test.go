@@ -35,53 +35,6 @@ import (
 // stream checkers (forEachServer, streamSpec, sink, forEachTransport),
 // TLS server and client options, waiters and process probes.
 
-const (
-	bellEcho     bellPeer = iota // keep echoing
-	bellStopRead                 // stop reading (and echoing), keep the connection
-	bellReset                    // reset the connection (RST)
-)
-
-// delayedEcho starts a gorilla echo server that answers each message after
-// delay, behaving as mode says once it has echoed after messages.
-func delayedEcho(t *testing.T, delay time.Duration, mode bellPeer, after int) string {
-	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		for i := 0; ; i++ {
-			if i == after && mode != bellEcho {
-				if mode == bellReset {
-					if tc, ok := c.UnderlyingConn().(*net.TCPConn); ok {
-						tc.SetLinger(0)
-					}
-					return
-				}
-				time.Sleep(hangGuard)
-				return
-			}
-			op, msg, err := c.ReadMessage()
-			if err != nil {
-				return
-			}
-			time.Sleep(delay)
-			if c.WriteMessage(op, msg) != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return "ws" + strings.TrimPrefix(srv.URL, "http")
-}
-
-// bellDial opens a pool of cfg (hang-guarded) and dials url on it.
-func bellDial(t *testing.T, cfg talaris.Config, url string) (*talaris.Pool, talaris.Conn) {
-	t.Helper()
-	return dialOpts(t, cfg, url, nil)
-}
-
 // dialOpts opens a pool of cfg (hang-guarded) and dials url on it with opts.
 func dialOpts(t *testing.T, cfg talaris.Config, url string, opts *talaris.DialOptions) (*talaris.Pool, talaris.Conn) {
 	t.Helper()
@@ -93,118 +46,6 @@ func dialOpts(t *testing.T, cfg talaris.Config, url string, opts *talaris.DialOp
 		t.Fatal(err)
 	}
 	return p, c
-}
-
-const (
-	decodeMsgs  = 100_000
-	decodeChunk = 4096
-)
-
-// decodeStream builds the server frames of the workload and the id sum.
-func decodeStream(n int) ([]byte, uint64) {
-	var out []byte
-	var sum uint64
-	var p []byte
-	for i := range n {
-		if i%3 == 0 {
-			p = binary.LittleEndian.AppendUint64(p[:0], uint64(i))
-			out = ws.AppendFrame(out, true, ws.OpBinary, p)
-		} else {
-			p = append(p[:0], `{"id":`...)
-			p = strconv.AppendInt(p, int64(i), 10)
-			p = append(p, '}')
-			out = ws.AppendFrame(out, true, ws.OpText, p)
-		}
-		sum += uint64(i)
-	}
-	return out, sum
-}
-
-// msgID extracts the id of a workload message: a binary u64, or the
-// digits after `{"id":` in a text message (parsed by hand).
-func msgID(text bool, p []byte) uint64 {
-	if !text {
-		return binary.LittleEndian.Uint64(p)
-	}
-	var v uint64
-	for _, c := range p[6:] {
-		if c < '0' || c > '9' {
-			break
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	return v
-}
-
-// procFDs is the number of open descriptors of this process.
-func procFDs(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatalf("read /proc/self/fd: %v", err)
-	}
-	return len(ents) - 1 // (the directory's own descriptor)
-}
-
-// procStatusKB returns a "Name:   N kB" field of /proc/self/status.
-func procStatusKB(t testing.TB, name string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatalf("read /proc/self/status: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: %q: %v", name, line, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", name)
-	return 0
-}
-
-// waitFDs waits until the process holds at most want descriptors: the
-// peers' ends close in their own goroutines after the client's final
-// event. A guard, not a timing assertion: on failure it lists them.
-func waitFDs(t *testing.T, want int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for procFDs(t) > want {
-		if time.Now().After(deadline) {
-			var b strings.Builder
-			ents, _ := os.ReadDir("/proc/self/fd")
-			for _, e := range ents {
-				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
-				fmt.Fprintf(&b, " %s->%s", e.Name(), l)
-			}
-			t.Fatalf("%d descriptors open, want at most %d (the baseline):%s", procFDs(t), want, b.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// answerRequests accepts on ln until it is closed and, on a goroutine per
-// connection, reads the upgrade request and runs answer, then closes the
-// connection.
-func answerRequests(ln net.Listener, answer func(nc net.Conn)) {
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer nc.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(nc)); err != nil {
-					return
-				}
-				answer(nc)
-			}()
-		}
-	}()
 }
 
 // bgPump pumps p on its own goroutine until the pool closes or stop is
@@ -261,163 +102,6 @@ func (b *bgPump) wait(t *testing.T) *finalEvent {
 	return b.final
 }
 
-// sendRetry sends b, retrying while the queue is full.
-func sendRetry(c talaris.Conn, b []byte) error {
-	for {
-		err := c.SendBinary(b)
-		if !errors.Is(err, talaris.ErrWouldBlock) {
-			return err
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
-}
-
-// fairServer starts a gorilla server over ws:// or wss:// and returns it
-// with the DialOptions that trust it.
-func fairServer(t *testing.T, useTLS bool) (*wstest.Server, *talaris.DialOptions) {
-	t.Helper()
-	srv := wstest.NewGorilla()
-	return srv, startWS(t, useTLS, srv.Start, srv.StartTLS)
-}
-
-// waitFor polls cond (nothing is pumped meanwhile) until it holds; a test
-// guard, not a timing assertion: what it waits for happens in
-// microseconds unless the loop is wrongly holding it back.
-func waitFor(t *testing.T, what string, cond func() bool, state func() string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 30s (%s)", what, state())
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// freezeWatch measures how long this test process was not running while a
-// wall-clock bound was being timed: a process stopped (SIGSTOP), a VM
-// whose vCPUs the host did not run, a box so loaded that no thread of the
-// process got a CPU. A goroutine wakes every freezeTick; a wake-up late by
-// more than freezeGap counts as a freeze of that length (the Go scheduler
-// runs a ready goroutine within a few ms on a busy process, so a gap that
-// long means none of the process's threads ran). Reproduced: a SIGSTOP of
-// 1.3 s during TestPingIntervalKeepsIdleOpen/with ends the connection with
-// the read timeout after 14 pongs, as the flake seen at load 7-13 did
-// (12 pongs): neither side could send while frozen, and both the client's
-// read timeout and the server's idle limit measure wall-clock time.
-type freezeWatch struct {
-	mu     sync.Mutex
-	last   time.Time     // the watch's last wake-up
-	total  time.Duration // sum of the freezes seen
-	worst  time.Duration
-	stop   chan struct{}
-	done   chan struct{}
-	closed bool
-}
-
-const (
-	freezeTick = 10 * time.Millisecond
-	freezeGap  = 100 * time.Millisecond
-)
-
-// watchFreezes starts a freezeWatch; it stops at Stop or when t ends.
-func watchFreezes(t testing.TB) *freezeWatch {
-	w := &freezeWatch{stop: make(chan struct{}), done: make(chan struct{}), last: time.Now()}
-	go func() {
-		defer close(w.done)
-		tk := time.NewTicker(freezeTick)
-		defer tk.Stop()
-		for {
-			select {
-			case <-w.stop:
-				w.see(true)
-				return
-			case <-tk.C:
-				w.see(true)
-			}
-		}
-	}()
-	t.Cleanup(w.Stop)
-	return w
-}
-
-// see returns the freezes so far, the time since the last wake-up
-// included (the caller may come straight out of a freeze, before any tick
-// ran after it); commit counts that time as seen.
-func (w *freezeWatch) see(commit bool) (total, worst time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := time.Now() // (a tick's own time is when it was due, not when we ran)
-	total, worst = w.total, w.worst
-	if gap := now.Sub(w.last) - freezeTick; gap >= freezeGap {
-		total += gap
-		worst = max(worst, gap)
-	}
-	if commit {
-		w.total, w.worst, w.last = total, worst, now
-	}
-	return total, worst
-}
-
-// Stop ends the watch (idempotent).
-func (w *freezeWatch) Stop() {
-	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.stop)
-	}
-	w.mu.Unlock()
-	<-w.done
-}
-
-// Frozen returns the total and the longest freeze seen so far.
-func (w *freezeWatch) Frozen() (total, worst time.Duration) { return w.see(false) }
-
-// Running returns d less the freezes seen so far: how long the process
-// ran of a span d timed while the watch ran. Upper bounds on wall-clock
-// spans compare it, so that a stopped or starved process is not blamed on
-// the code under test (whose own timers go on meanwhile: a freeze never
-// makes a timeout fire late, only the test's clock read late).
-func (w *freezeWatch) Running(d time.Duration) time.Duration {
-	total, _ := w.see(false)
-	return d - total
-}
-
-// TestFreezeWatch: the watch sees no freeze over a plain sleep, and sees
-// one of the process's own: a child shell stops the whole process with
-// SIGSTOP and continues it with SIGCONT 400 ms later. The child sends both,
-// in that order, so the stop always ends. (When the test sent SIGSTOP
-// itself, racing a child's timed SIGCONT, a stop that came late - the
-// test goroutine not run for 400 ms on a loaded machine - was never
-// continued: the process stayed stopped, beyond any timeout. A SIGCONT
-// that lands while a multithreaded process is still stopping can even
-// leave it stopped later: seen with a child sending SIGCONT every 50 ms
-// around a self-sent SIGSTOP, in 4 of 6 go test runs.)
-func TestFreezeWatch(t *testing.T) {
-	w := watchFreezes(t)
-	time.Sleep(200 * time.Millisecond)
-	if _, worst := w.Frozen(); worst >= 400*time.Millisecond {
-		t.Logf("frozen %v over a 200 ms sleep (a loaded box)", worst)
-	}
-	pid := strconv.Itoa(os.Getpid())
-	t0 := time.Now()
-	if err := exec.Command("sh", "-c", "kill -STOP "+pid+"; sleep 0.4; kill -CONT "+pid).Run(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Since(t0)  // the child's whole run: the stop and a little more
-	time.Sleep(3 * freezeTick) // the watch's next tick
-	total, worst := w.Frozen()
-	t.Logf("stopped within %v: the watch saw %v (longest %v)", stopped, total, worst)
-	if worst < 300*time.Millisecond {
-		t.Errorf("the process was stopped for 400 ms; the watch's longest freeze is %v", worst)
-	}
-	if run := w.Running(stopped); run > stopped-300*time.Millisecond {
-		t.Errorf("the process was stopped for 400 ms of %v; the watch says it ran %v of it", stopped, run)
-	}
-	w.Stop()
-	w.Stop() // idempotent
-}
-
 // memFrames returns n server frames (a mix of small text and binary
 // messages) and the sum of the ids they carry.
 func memFrames(n int) ([]byte, uint64) {
@@ -462,48 +146,7 @@ func pumpFinal(t testing.TB, p *talaris.Pool, c talaris.Conn, fn func(ev talaris
 	return *final, at
 }
 
-// schemes returns the subtests' URL schemes with the dial options each needs.
-func schemes() []struct {
-	name string
-	opts talaris.DialOptions
-} {
-	return []struct {
-		name string
-		opts talaris.DialOptions
-	}{{"ws", talaris.DialOptions{}}, {"wss", *tlsOpts}}
-}
-
 const hangGuard = 60 * time.Second
-
-type serverKind struct {
-	name string
-	new  func() *wstest.Server
-}
-
-var serverKinds = []serverKind{{"gorilla", wstest.NewGorilla}, {"coder", wstest.NewCoder}}
-
-// forEachServer runs fn as a subtest per server library.
-func forEachServer(t *testing.T, fn func(t *testing.T, srv *wstest.Server)) {
-	forEachServerSetup(t, nil, fn)
-}
-
-// forEachServerSetup is forEachServer with setup run on the server before
-// it starts (so its fields are set before any server goroutine runs).
-func forEachServerSetup(t *testing.T, setup func(srv *wstest.Server), fn func(t *testing.T, srv *wstest.Server)) {
-	for _, k := range serverKinds {
-		t.Run(k.name, func(t *testing.T) {
-			srv := k.new()
-			if setup != nil {
-				setup(srv)
-			}
-			srv.Start(t)
-			fn(t, srv)
-			if errs := srv.Errors(); len(errs) > 0 {
-				t.Errorf("server errors: %v", errs)
-			}
-		})
-	}
-}
 
 // testLoops is TALARIS_TEST_LOOPS (0, the default, when unset).
 var testLoops, _ = strconv.Atoi(os.Getenv("TALARIS_TEST_LOOPS"))
@@ -556,6 +199,254 @@ type finalEvent struct {
 
 func copyFinal(ev talaris.Event) finalEvent {
 	return finalEvent{Kind: ev.Kind, Code: ev.Code, Reason: string(ev.Reason), Err: ev.Err}
+}
+
+// pumpUntil pumps p with fn until done reports true.
+func pumpUntil(t testing.TB, p *talaris.Pool, fn talaris.EventFunc, done func() bool, afterBatch func()) {
+	t.Helper()
+	for !done() {
+		if _, err := p.Pump(fn); err != nil {
+			t.Fatalf("Pump: %v", err)
+		}
+		if afterBatch != nil {
+			afterBatch()
+		}
+	}
+}
+
+// pumpOne pumps until c's final event and returns it, passing every event
+// of c to fn (which may be nil).
+func pumpOne(t testing.TB, p *talaris.Pool, c talaris.Conn, fn func(ev talaris.Event)) finalEvent {
+	t.Helper()
+	var final *finalEvent
+	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
+		if cc != c {
+			t.Errorf("event %v for unknown connection", ev.Kind)
+			return
+		}
+		if fn != nil {
+			fn(ev)
+		}
+		if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
+			f := copyFinal(ev)
+			final = &f
+		}
+	}, func() bool { return final != nil }, nil)
+	return *final
+}
+
+func dial(t testing.TB, p *talaris.Pool, url string) talaris.Conn {
+	t.Helper()
+	ctx, cancel := dialCtx(t)
+	defer cancel()
+	c, err := p.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", url, err)
+	}
+	return c
+}
+
+// recorded is one event as OnEvent or a DataFunc saw it, copied.
+type recorded struct {
+	c    talaris.Conn
+	kind talaris.EventKind
+	data string
+	code int
+	err  error
+}
+
+// smallPool is a Config cheap enough to create a thousand times.
+func smallPool() talaris.Config {
+	return talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 1 << 18, BufCount: 64,
+		CmdRingSize: 1 << 16, MaxConns: 64, CloseTimeout: time.Second}
+}
+
+// refusedAddr returns a loopback address where connects are refused: a
+// socket bound there without listening keeps anyone else off the port.
+func refusedAddr(t *testing.T) string {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
+
+// freePort returns a loopback address nobody listens on right now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+const (
+	bellEcho     bellPeer = iota // keep echoing
+	bellStopRead                 // stop reading (and echoing), keep the connection
+	bellReset                    // reset the connection (RST)
+)
+
+// delayedEcho starts a gorilla echo server that answers each message after
+// delay, behaving as mode says once it has echoed after messages.
+func delayedEcho(t *testing.T, delay time.Duration, mode bellPeer, after int) string {
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for i := 0; ; i++ {
+			if i == after && mode != bellEcho {
+				if mode == bellReset {
+					if tc, ok := c.UnderlyingConn().(*net.TCPConn); ok {
+						tc.SetLinger(0)
+					}
+					return
+				}
+				time.Sleep(hangGuard)
+				return
+			}
+			op, msg, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			time.Sleep(delay)
+			if c.WriteMessage(op, msg) != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http")
+}
+
+// bellDial opens a pool of cfg (hang-guarded) and dials url on it.
+func bellDial(t *testing.T, cfg talaris.Config, url string) (*talaris.Pool, talaris.Conn) {
+	t.Helper()
+	return dialOpts(t, cfg, url, nil)
+}
+
+const (
+	decodeMsgs  = 100_000
+	decodeChunk = 4096
+)
+
+// decodeStream builds the server frames of the workload and the id sum.
+func decodeStream(n int) ([]byte, uint64) {
+	var out []byte
+	var sum uint64
+	var p []byte
+	for i := range n {
+		if i%3 == 0 {
+			p = binary.LittleEndian.AppendUint64(p[:0], uint64(i))
+			out = ws.AppendFrame(out, true, ws.OpBinary, p)
+		} else {
+			p = append(p[:0], `{"id":`...)
+			p = strconv.AppendInt(p, int64(i), 10)
+			p = append(p, '}')
+			out = ws.AppendFrame(out, true, ws.OpText, p)
+		}
+		sum += uint64(i)
+	}
+	return out, sum
+}
+
+// msgID extracts the id of a workload message: a binary u64, or the
+// digits after `{"id":` in a text message (parsed by hand).
+func msgID(text bool, p []byte) uint64 {
+	if !text {
+		return binary.LittleEndian.Uint64(p)
+	}
+	var v uint64
+	for _, c := range p[6:] {
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v
+}
+
+// answerRequests accepts on ln until it is closed and, on a goroutine per
+// connection, reads the upgrade request and runs answer, then closes the
+// connection.
+func answerRequests(ln net.Listener, answer func(nc net.Conn)) {
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(nc)); err != nil {
+					return
+				}
+				answer(nc)
+			}()
+		}
+	}()
+}
+
+// fairServer starts a gorilla server over ws:// or wss:// and returns it
+// with the DialOptions that trust it.
+func fairServer(t *testing.T, useTLS bool) (*wstest.Server, *talaris.DialOptions) {
+	t.Helper()
+	srv := wstest.NewGorilla()
+	return srv, startWS(t, useTLS, srv.Start, srv.StartTLS)
+}
+
+// schemes returns the subtests' URL schemes with the dial options each needs.
+func schemes() []struct {
+	name string
+	opts talaris.DialOptions
+} {
+	return []struct {
+		name string
+		opts talaris.DialOptions
+	}{{"ws", talaris.DialOptions{}}, {"wss", *tlsOpts}}
+}
+
+type serverKind struct {
+	name string
+	new  func() *wstest.Server
+}
+
+var serverKinds = []serverKind{{"gorilla", wstest.NewGorilla}, {"coder", wstest.NewCoder}}
+
+// forEachServer runs fn as a subtest per server library.
+func forEachServer(t *testing.T, fn func(t *testing.T, srv *wstest.Server)) {
+	forEachServerSetup(t, nil, fn)
+}
+
+// forEachServerSetup is forEachServer with setup run on the server before
+// it starts (so its fields are set before any server goroutine runs).
+func forEachServerSetup(t *testing.T, setup func(srv *wstest.Server), fn func(t *testing.T, srv *wstest.Server)) {
+	for _, k := range serverKinds {
+		t.Run(k.name, func(t *testing.T) {
+			srv := k.new()
+			if setup != nil {
+				setup(srv)
+			}
+			srv.Start(t)
+			fn(t, srv)
+			if errs := srv.Errors(); len(errs) > 0 {
+				t.Errorf("server errors: %v", errs)
+			}
+		})
+	}
 }
 
 // streamSpec is one /stream request and what to expect from it.
@@ -698,19 +589,6 @@ func (st *streamState) verify(t testing.TB, label string) {
 	}
 }
 
-// pumpUntil pumps p with fn until done reports true.
-func pumpUntil(t testing.TB, p *talaris.Pool, fn talaris.EventFunc, done func() bool, afterBatch func()) {
-	t.Helper()
-	for !done() {
-		if _, err := p.Pump(fn); err != nil {
-			t.Fatalf("Pump: %v", err)
-		}
-		if afterBatch != nil {
-			afterBatch()
-		}
-	}
-}
-
 // runStream dials srv's /stream for spec on p and checks what arrives.
 func runStream(t *testing.T, p *talaris.Pool, srv *wstest.Server, spec streamSpec, afterBatch func()) {
 	t.Helper()
@@ -782,38 +660,6 @@ func allSpecs(withSeq bool) []streamSpec {
 	return append(specs, fragSpecs()...)
 }
 
-// pumpOne pumps until c's final event and returns it, passing every event
-// of c to fn (which may be nil).
-func pumpOne(t testing.TB, p *talaris.Pool, c talaris.Conn, fn func(ev talaris.Event)) finalEvent {
-	t.Helper()
-	var final *finalEvent
-	pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
-		if cc != c {
-			t.Errorf("event %v for unknown connection", ev.Kind)
-			return
-		}
-		if fn != nil {
-			fn(ev)
-		}
-		if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
-			f := copyFinal(ev)
-			final = &f
-		}
-	}, func() bool { return final != nil }, nil)
-	return *final
-}
-
-func dial(t testing.TB, p *talaris.Pool, url string) talaris.Conn {
-	t.Helper()
-	ctx, cancel := dialCtx(t)
-	defer cancel()
-	c, err := p.Dial(ctx, url, nil)
-	if err != nil {
-		t.Fatalf("Dial %s: %v", url, err)
-	}
-	return c
-}
-
 // sendPayload is message i of sender g: its size varies from 12 bytes to
 // well over the 16 KiB command-record limit of a 64 KiB command ring, so
 // big messages go out as several fragments while other senders wait.
@@ -854,79 +700,6 @@ func parseSendPayload(op ws.Opcode, b []byte) (g, seq int, ok bool) {
 	return g, seq, true
 }
 
-// recorded is one event as OnEvent or a DataFunc saw it, copied.
-type recorded struct {
-	c    talaris.Conn
-	kind talaris.EventKind
-	data string
-	code int
-	err  error
-}
-
-// smallPool is a Config cheap enough to create a thousand times.
-func smallPool() talaris.Config {
-	return talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 1 << 18, BufCount: 64,
-		CmdRingSize: 1 << 16, MaxConns: 64, CloseTimeout: time.Second}
-}
-
-// refusedAddr returns a loopback address where connects are refused: a
-// socket bound there without listening keeps anyone else off the port.
-func refusedAddr(t *testing.T) string {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-}
-
-// syncBuffer is a bytes.Buffer for a slog handler written from several
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) records(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// findRecord returns the first record with msg, or nil.
-func findRecord(recs []map[string]any, msg string) map[string]any {
-	for _, r := range recs {
-		if r["msg"] == msg {
-			return r
-		}
-	}
-	return nil
-}
-
 // pumpStreams pumps p until every connection in sts has its final event,
 // feeding each connection's events to its streamState (afterBatch, when
 // not nil, runs after every Pump), then verifies every stream.
@@ -946,18 +719,6 @@ func pumpStreams(t *testing.T, p *talaris.Pool, sts map[talaris.Conn]*streamStat
 	}
 }
 
-// freePort returns a loopback address nobody listens on right now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // readRequest reads an upgrade request and returns its Sec-WebSocket-Key.
 func readRequest(nc net.Conn) (string, error) {
 	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -973,6 +734,17 @@ func upgrade(nc net.Conn, key string) error {
 	_, err := io.WriteString(nc, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Accept: "+ws.AcceptKey(key)+"\r\n\r\n")
 	return err
+}
+
+// sendRetry sends b, retrying while the queue is full.
+func sendRetry(c talaris.Conn, b []byte) error {
+	for {
+		err := c.SendBinary(b)
+		if !errors.Is(err, talaris.ErrWouldBlock) {
+			return err
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // seqBlock is the content source of seqMsg payloads.
@@ -1316,40 +1088,6 @@ func runConcurrentSendersCheck(t *testing.T, senders int, cfg talaris.Config, se
 	})
 }
 
-// loopTids lists this process's threads named "talaris-loop" (the name the
-// C loop gives its thread, so tools and `talaris bench` can find it).
-func loopTids(t *testing.T) map[int]bool {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[int]bool{}
-	for _, e := range ents {
-		comm, err := os.ReadFile("/proc/self/task/" + e.Name() + "/comm")
-		if err != nil {
-			continue // the thread ended while we listed
-		}
-		if strings.TrimSpace(string(comm)) == "talaris-loop" {
-			tid, _ := strconv.Atoi(e.Name())
-			m[tid] = true
-		}
-	}
-	return m
-}
-
-// taskLive reports whether thread tid of this process still runs (its
-// /proc entry exists and is not a zombie or dead task).
-func taskLive(tid int) bool {
-	stat, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
-}
-
 // floodCloseRace pumps p, whose conns flood it, handing every event to
 // check (which returns how many messages that connection has delivered).
 // Once one has delivered 1000, conns[it%len] is closed and the pool is
@@ -1379,6 +1117,64 @@ func floodCloseRace(t *testing.T, p *talaris.Pool, conns []talaris.Conn, it int,
 	wg.Wait()
 	if !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("Pump: %v, want ErrPoolClosed", err)
+	}
+}
+
+// pingPong sends message 0 to an echo server and answers every echo with
+// the next message from inside the PumpData callback, until n echoes came
+// back in order. It returns the echoes seen and the pump's error.
+func pingPong(p *talaris.Pool, c talaris.Conn, n int) (int, error) {
+	msg := make([]byte, 64)
+	seen := 0
+	var bad error
+	if err := c.SendBinary(msg); err != nil {
+		return 0, err
+	}
+	for seen < n && bad == nil {
+		_, err := p.PumpData(func(cc talaris.Conn, op talaris.Opcode, pl []byte) {
+			if cc != c || op != talaris.OpBinary || len(pl) != 64 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
+				bad = fmt.Errorf("echo %d: conn %v op %v len %d seq %d", seen, cc == c, op, len(pl), binary.LittleEndian.Uint64(pl))
+				return
+			}
+			seen++
+			if seen < n {
+				binary.LittleEndian.PutUint64(msg, uint64(seen))
+				if err := c.SendBinary(msg); err != nil {
+					bad = err
+				}
+			}
+		})
+		if err != nil {
+			return seen, err
+		}
+	}
+	return seen, bad
+}
+
+// pingPongCloseRace ping-pongs on c until another goroutine, after delay,
+// closes the Pool (on odd rounds the connection first): the pump must
+// return ErrPoolClosed or ErrClosed, and a send and a pump afterwards fail.
+func pingPongCloseRace(t *testing.T, p *talaris.Pool, c talaris.Conn, i int, delay time.Duration) {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() {
+		time.Sleep(delay)
+		if i%2 == 1 {
+			c.Close(talaris.CloseNormal, "race")
+		}
+		p.Close()
+		close(closed)
+	}()
+	_, err := pingPong(p, c, 1<<30)
+	if !errors.Is(err, talaris.ErrPoolClosed) && !errors.Is(err, talaris.ErrClosed) {
+		t.Fatalf("round %d: ping-pong ended with %v, want ErrPoolClosed or ErrClosed", i, err)
+	}
+	<-closed
+	if err := c.SendBinary([]byte("late")); err == nil {
+		t.Fatalf("round %d: send after Close succeeded", i)
+	}
+	if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrPoolClosed) {
+		t.Fatalf("round %d: pump after Close: %v", i, err)
 	}
 }
 
@@ -1527,62 +1323,266 @@ func pumpCount(t *testing.T, p *talaris.Pool, c talaris.Conn, chk *wstest.Checke
 	return final
 }
 
-// pingPong sends message 0 to an echo server and answers every echo with
-// the next message from inside the PumpData callback, until n echoes came
-// back in order. It returns the echoes seen and the pump's error.
-func pingPong(p *talaris.Pool, c talaris.Conn, n int) (int, error) {
-	msg := make([]byte, 64)
-	seen := 0
-	var bad error
-	if err := c.SendBinary(msg); err != nil {
-		return 0, err
+// procFDs is the number of open descriptors of this process.
+func procFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("read /proc/self/fd: %v", err)
 	}
-	for seen < n && bad == nil {
-		_, err := p.PumpData(func(cc talaris.Conn, op talaris.Opcode, pl []byte) {
-			if cc != c || op != talaris.OpBinary || len(pl) != 64 || binary.LittleEndian.Uint64(pl) != uint64(seen) {
-				bad = fmt.Errorf("echo %d: conn %v op %v len %d seq %d", seen, cc == c, op, len(pl), binary.LittleEndian.Uint64(pl))
-				return
-			}
-			seen++
-			if seen < n {
-				binary.LittleEndian.PutUint64(msg, uint64(seen))
-				if err := c.SendBinary(msg); err != nil {
-					bad = err
-				}
-			}
-		})
-		if err != nil {
-			return seen, err
-		}
-	}
-	return seen, bad
+	return len(ents) - 1 // (the directory's own descriptor)
 }
 
-// pingPongCloseRace ping-pongs on c until another goroutine, after delay,
-// closes the Pool (on odd rounds the connection first): the pump must
-// return ErrPoolClosed or ErrClosed, and a send and a pump afterwards fail.
-func pingPongCloseRace(t *testing.T, p *talaris.Pool, c talaris.Conn, i int, delay time.Duration) {
+// procStatusKB returns a "Name:   N kB" field of /proc/self/status.
+func procStatusKB(t testing.TB, name string) int64 {
 	t.Helper()
-	closed := make(chan struct{})
-	go func() {
-		time.Sleep(delay)
-		if i%2 == 1 {
-			c.Close(talaris.CloseNormal, "race")
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatalf("read /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", name, line, err)
+			}
+			return n
 		}
-		p.Close()
-		close(closed)
+	}
+	t.Fatalf("no %s in /proc/self/status", name)
+	return 0
+}
+
+// waitFDs waits until the process holds at most want descriptors: the
+// peers' ends close in their own goroutines after the client's final
+// event. A guard, not a timing assertion: on failure it lists them.
+func waitFDs(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for procFDs(t) > want {
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			ents, _ := os.ReadDir("/proc/self/fd")
+			for _, e := range ents {
+				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+				fmt.Fprintf(&b, " %s->%s", e.Name(), l)
+			}
+			t.Fatalf("%d descriptors open, want at most %d (the baseline):%s", procFDs(t), want, b.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitFor polls cond (nothing is pumped meanwhile) until it holds; a test
+// guard, not a timing assertion: what it waits for happens in
+// microseconds unless the loop is wrongly holding it back.
+func waitFor(t *testing.T, what string, cond func() bool, state func() string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 30s (%s)", what, state())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// freezeWatch measures how long this test process was not running while a
+// wall-clock bound was being timed: a process stopped (SIGSTOP), a VM
+// whose vCPUs the host did not run, a box so loaded that no thread of the
+// process got a CPU. A goroutine wakes every freezeTick; a wake-up late by
+// more than freezeGap counts as a freeze of that length (the Go scheduler
+// runs a ready goroutine within a few ms on a busy process, so a gap that
+// long means none of the process's threads ran). Reproduced: a SIGSTOP of
+// 1.3 s during TestPingIntervalKeepsIdleOpen/with ends the connection with
+// the read timeout after 14 pongs, as the flake seen at load 7-13 did
+// (12 pongs): neither side could send while frozen, and both the client's
+// read timeout and the server's idle limit measure wall-clock time.
+type freezeWatch struct {
+	mu     sync.Mutex
+	last   time.Time     // the watch's last wake-up
+	total  time.Duration // sum of the freezes seen
+	worst  time.Duration
+	stop   chan struct{}
+	done   chan struct{}
+	closed bool
+}
+
+const (
+	freezeTick = 10 * time.Millisecond
+	freezeGap  = 100 * time.Millisecond
+)
+
+// watchFreezes starts a freezeWatch; it stops at Stop or when t ends.
+func watchFreezes(t testing.TB) *freezeWatch {
+	w := &freezeWatch{stop: make(chan struct{}), done: make(chan struct{}), last: time.Now()}
+	go func() {
+		defer close(w.done)
+		tk := time.NewTicker(freezeTick)
+		defer tk.Stop()
+		for {
+			select {
+			case <-w.stop:
+				w.see(true)
+				return
+			case <-tk.C:
+				w.see(true)
+			}
+		}
 	}()
-	_, err := pingPong(p, c, 1<<30)
-	if !errors.Is(err, talaris.ErrPoolClosed) && !errors.Is(err, talaris.ErrClosed) {
-		t.Fatalf("round %d: ping-pong ended with %v, want ErrPoolClosed or ErrClosed", i, err)
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// see returns the freezes so far, the time since the last wake-up
+// included (the caller may come straight out of a freeze, before any tick
+// ran after it); commit counts that time as seen.
+func (w *freezeWatch) see(commit bool) (total, worst time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now() // (a tick's own time is when it was due, not when we ran)
+	total, worst = w.total, w.worst
+	if gap := now.Sub(w.last) - freezeTick; gap >= freezeGap {
+		total += gap
+		worst = max(worst, gap)
 	}
-	<-closed
-	if err := c.SendBinary([]byte("late")); err == nil {
-		t.Fatalf("round %d: send after Close succeeded", i)
+	if commit {
+		w.total, w.worst, w.last = total, worst, now
 	}
-	if _, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrPoolClosed) {
-		t.Fatalf("round %d: pump after Close: %v", i, err)
+	return total, worst
+}
+
+// Stop ends the watch (idempotent).
+func (w *freezeWatch) Stop() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.stop)
 	}
+	w.mu.Unlock()
+	<-w.done
+}
+
+// Frozen returns the total and the longest freeze seen so far.
+func (w *freezeWatch) Frozen() (total, worst time.Duration) { return w.see(false) }
+
+// Running returns d less the freezes seen so far: how long the process
+// ran of a span d timed while the watch ran. Upper bounds on wall-clock
+// spans compare it, so that a stopped or starved process is not blamed on
+// the code under test (whose own timers go on meanwhile: a freeze never
+// makes a timeout fire late, only the test's clock read late).
+func (w *freezeWatch) Running(d time.Duration) time.Duration {
+	total, _ := w.see(false)
+	return d - total
+}
+
+// TestFreezeWatch: the watch sees no freeze over a plain sleep, and sees
+// one of the process's own: a child shell stops the whole process with
+// SIGSTOP and continues it with SIGCONT 400 ms later. The child sends both,
+// in that order, so the stop always ends. (When the test sent SIGSTOP
+// itself, racing a child's timed SIGCONT, a stop that came late - the
+// test goroutine not run for 400 ms on a loaded machine - was never
+// continued: the process stayed stopped, beyond any timeout. A SIGCONT
+// that lands while a multithreaded process is still stopping can even
+// leave it stopped later: seen with a child sending SIGCONT every 50 ms
+// around a self-sent SIGSTOP, in 4 of 6 go test runs.)
+func TestFreezeWatch(t *testing.T) {
+	w := watchFreezes(t)
+	time.Sleep(200 * time.Millisecond)
+	if _, worst := w.Frozen(); worst >= 400*time.Millisecond {
+		t.Logf("frozen %v over a 200 ms sleep (a loaded box)", worst)
+	}
+	pid := strconv.Itoa(os.Getpid())
+	t0 := time.Now()
+	if err := exec.Command("sh", "-c", "kill -STOP "+pid+"; sleep 0.4; kill -CONT "+pid).Run(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Since(t0)  // the child's whole run: the stop and a little more
+	time.Sleep(3 * freezeTick) // the watch's next tick
+	total, worst := w.Frozen()
+	t.Logf("stopped within %v: the watch saw %v (longest %v)", stopped, total, worst)
+	if worst < 300*time.Millisecond {
+		t.Errorf("the process was stopped for 400 ms; the watch's longest freeze is %v", worst)
+	}
+	if run := w.Running(stopped); run > stopped-300*time.Millisecond {
+		t.Errorf("the process was stopped for 400 ms of %v; the watch says it ran %v of it", stopped, run)
+	}
+	w.Stop()
+	w.Stop() // idempotent
+}
+
+// syncBuffer is a bytes.Buffer for a slog handler written from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) records(t *testing.T) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// findRecord returns the first record with msg, or nil.
+func findRecord(recs []map[string]any, msg string) map[string]any {
+	for _, r := range recs {
+		if r["msg"] == msg {
+			return r
+		}
+	}
+	return nil
+}
+
+// loopTids lists this process's threads named "talaris-loop" (the name the
+// C loop gives its thread, so tools and `talaris bench` can find it).
+func loopTids(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[int]bool{}
+	for _, e := range ents {
+		comm, err := os.ReadFile("/proc/self/task/" + e.Name() + "/comm")
+		if err != nil {
+			continue // the thread ended while we listed
+		}
+		if strings.TrimSpace(string(comm)) == "talaris-loop" {
+			tid, _ := strconv.Atoi(e.Name())
+			m[tid] = true
+		}
+	}
+	return m
+}
+
+// taskLive reports whether thread tid of this process still runs (its
+// /proc entry exists and is not a zombie or dead task).
+func taskLive(tid int) bool {
+	stat, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
 // cpuTime is the process's user+system CPU time.
