@@ -34,7 +34,7 @@ const (
 	cmdHdr = 16
 )
 
-// The header must be struct tl_cmd's size (see cgo_linux.go for the
+// The header must be struct tl_cmd's size (see talaris_linux.go for the
 // trick). The op and flag values mirror csrc/ring.h by number: the C side
 // keeps them stable as part of the ring's layout.
 type (

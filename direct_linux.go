@@ -147,7 +147,7 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 	return c.handoff(buf[off:n], held)
 }
 
-// ringBellOn notes a direct send for the pump's doorbell (evring_linux.go,
+// ringBellOn notes a direct send for the pump's doorbell (pump_linux.go,
 // sleepBell): its time (now, or the clock when 0), and the socket added to the doorbell's epoll set
 // when it is not there yet (once per socket: one epoll_ctl). We still
 // hold the socket, so fd is open and ours; its close removes it from the

@@ -187,7 +187,7 @@ func retryAfter(v string, now time.Time) time.Duration {
 }
 
 // The C core's error codes, mirrored here so the table below is plain Go;
-// cgo_linux.go fails to compile if one drifts from csrc/ring.h or
+// talaris_linux.go fails to compile if one drifts from csrc/ring.h or
 // csrc/http.h.
 const (
 	cErrNone         = 0  // TL_E_NONE

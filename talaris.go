@@ -3,7 +3,8 @@ package talaris
 // The exported API, the same on every platform: Pool and its dialing and
 // pumps, Conn and its methods, events and the callbacks that receive them.
 // Each method does the checks that need no platform and calls the
-// platform's half (talaris_linux.go and the files beside it, or talaris_stub.go).
+// platform's half (talaris_linux.go and the files beside it, or
+// talaris_stub.go).
 
 import (
 	"context"
@@ -20,7 +21,7 @@ import (
 // every loop's. Without linux and cgo every operation returns
 // ErrUnsupported.
 type Pool struct {
-	pool // the platform's half: pool_linux.go or talaris_stub.go
+	pool // the platform's half: talaris_linux.go or talaris_stub.go
 }
 
 // PoolStats are a Pool's counters.

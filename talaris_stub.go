@@ -5,8 +5,8 @@ package talaris
 import "context"
 
 // The platform half without linux and cgo: every operation that needs the
-// C core returns ErrUnsupported (the exported API and its docs are in the
-// untagged files).
+// C core returns ErrUnsupported (the exported API and its docs are in
+// talaris.go and the other untagged files).
 
 type pool struct{}
 

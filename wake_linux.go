@@ -2,17 +2,19 @@
 
 package talaris
 
+// Sleeping and waking across the rings without cgo: plain syscalls on a
+// futex word (the pump sleeps, the loop wakes it), on the loop's eventfd
+// (the loop sleeps, Go wakes it) and on the reply doorbell's epoll.
+// docs/ARCHITECTURE.md, "Rings and wake-ups", has the protocol.
+
 import (
+	"fmt"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// Sleeping and waking across the rings without cgo: plain syscalls on a
-// futex word (the pump sleeps, the loop wakes it) and on the loop's
-// eventfd (the loop sleeps, Go wakes it). docs/ARCHITECTURE.md, "Rings
-// and wake-ups", has the protocol.
 
 // linux/futex.h: FUTEX_WAIT=0, FUTEX_WAKE=1, FUTEX_PRIVATE_FLAG=128.
 const (
@@ -69,4 +71,39 @@ func (sh *shard) wakeLoop() {
 // (sched_yield).
 func osYield() {
 	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}
+
+// openBell creates the pump's doorbell (Config.ReplyDoorbell): an
+// epoll instance with an eventfd in it, edge-triggered (never read: each
+// write of a loop is an edge), whose number every loop's ring carries
+// (cons_efd) for the wake-ups it gives while the pump sleeps there.
+func (p *Pool) openBell() error {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("talaris: epoll_create1: %w", err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(ep)
+		return fmt.Errorf("talaris: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(efd)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &ev); err != nil {
+		unix.Close(efd)
+		unix.Close(ep)
+		return fmt.Errorf("talaris: epoll_ctl: %w", err)
+	}
+	p.bellEp, p.bellEfd = ep, efd
+	for _, sh := range p.shards {
+		atomic.StoreInt32(sh.consEfd, int32(efd))
+	}
+	return nil
+}
+
+// closeBell closes the doorbell once the loops are gone (release).
+func (p *Pool) closeBell() {
+	if p.bellEp >= 0 { // (the numbers stay: nothing reads them once the loops are freed)
+		unix.Close(p.bellEp)
+		unix.Close(p.bellEfd)
+	}
 }
