@@ -147,6 +147,7 @@
 // pump callback: calls racing it return ErrPoolClosed (Conn.State
 // StateClosed, Stats zero) and never read freed memory, the pump returns
 // ErrPoolClosed, ConnCount is 0 and every handle is StateClosed.
+//
 // # Heartbeat, read timeout and abort
 //
 // DialOptions.PingInterval makes the loop send a ping whenever nothing has
