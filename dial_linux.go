@@ -289,118 +289,166 @@ func (p *Pool) dial(ctx context.Context, rawURL string, opts *DialOptions) (Conn
 	if err := p.command(cmdDial, 0, 0, slot, gen, nil); err != nil {
 		return Conn{}, err
 	}
-	pb := p.pub[slot]
-	stp := (*uint32)(unsafe.Pointer(&pb.state))
-	var cancelled error
-	// When ctx ends, the dial is aborted unless it opened meanwhile (then
-	// the loop ignores the command and Dial returns the open connection:
-	// the caller must not miss a Conn whose events it will see). Either
-	// way the loop changes the state word, which wakes the wait below
-	// without a lost wake-up. Never after Dial returned: the command needs
-	// Dial's enter (and its slot reference).
-	var abortMu sync.Mutex
-	waiting, refused := true, false
-	stop := context.AfterFunc(ctx, func() {
-		abortMu.Lock()
-		if waiting {
+	w := &dialWait{p: p, ctx: ctx, rawURL: rawURL, c: c, pb: p.pub[slot], waiting: true}
+	w.stp = (*uint32)(unsafe.Pointer(&w.pb.state))
+	defer w.abortOnDone()()
+	// wss: log "TLS done" once the state passed the TLS handshake (the
+	// upgrade started; a later state may be all Dial sees).
+	w.tlsPending = p.cfg.Logger != nil && req.tls
+	return w.wait()
+}
+
+// dialWait is a synchronous Dial waiting for its connection to open or
+// fail, on the slot's public state word, while its context may abort it.
+type dialWait struct {
+	p      *Pool
+	ctx    context.Context
+	rawURL string
+	c      Conn
+	pb     *C.struct_tl_conn_pub
+	stp    *uint32 // &pb.state, the word the loop changes and wakes
+	// cancelled is the context's error once the wait saw it end.
+	cancelled  error
+	tlsPending bool // "TLS done" is still to be logged
+
+	abortMu sync.Mutex
+	waiting bool // Dial has not returned: the context may still abort
+	refused bool // the abort found an inline loop's ring full: the wait sends it
+}
+
+// abortOnDone arms the context's abort and returns its disarm, for Dial's
+// return. When ctx ends, the dial is aborted unless it opened meanwhile
+// (then the loop ignores the command and Dial returns the open
+// connection: the caller must not miss a Conn whose events it will see).
+// Either way the loop changes the state word, which wakes the wait
+// without a lost wake-up. Never after Dial returned: the command needs
+// Dial's enter (and its slot reference).
+func (w *dialWait) abortOnDone() (disarm func()) {
+	stop := context.AfterFunc(w.ctx, func() {
+		w.abortMu.Lock()
+		if w.waiting {
 			// Fails once the pool closes; and on an inline loop's full
 			// ring (this is never the loop's goroutine): a wait there
 			// would keep Dial past its context. Another goroutine's
-			// Dial then claims the connection (below), which aborts it
+			// Dial then claims the connection (wait), which aborts it
 			// at the latest when it would open; the loop's goroutine's
 			// Dial sends the abort itself.
-			refused = p.commandOr(cmdClose, cmdfIfDialing, 1000, slot, gen, nil, true) == errRingFull
+			w.refused = w.p.commandOr(cmdClose, cmdfIfDialing, 1000, w.c.slot, w.c.gen, nil, true) == errRingFull
 		}
-		abortMu.Unlock()
+		w.abortMu.Unlock()
 	})
-	defer func() {
+	return func() {
 		stop()
-		abortMu.Lock()
-		waiting = false
-		abortMu.Unlock()
-	}()
-	// wss: log "TLS done" once the state passed the TLS handshake (the
-	// upgrade started; a later state may be all Dial sees).
-	tlsPending := p.cfg.Logger != nil && req.tls
+		w.abortMu.Lock()
+		w.waiting = false
+		w.abortMu.Unlock()
+	}
+}
+
+// wait returns the Conn once it opened, or why it did not.
+func (w *dialWait) wait() (Conn, error) {
+	p := w.p
 	for {
-		s := atomic.LoadUint32(stp)
-		if tlsPending && (s == uint32(StateUpgrading) || s == uint32(StateOpen) ||
-			atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) != 0) {
-			tlsPending = false
-			logTLSDone(p.cfg.Logger, p.cfg.Name, c)
+		s := atomic.LoadUint32(w.stp)
+		if w.tlsPending && (s == uint32(StateUpgrading) || s == uint32(StateOpen) || w.opened()) {
+			w.tlsPending = false
+			logTLSDone(p.cfg.Logger, p.cfg.Name, w.c)
 		}
 		if s == uint32(StateOpen) || s >= uint32(StateClosing) {
-			// A connection that opened and then already ended (a short
-			// stream, a drop) is still a successful dial: its events,
-			// EventOpen first, are in the ring.
-			if s == uint32(StateOpen) || s == uint32(StateClosing) ||
-				atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.opened))) != 0 {
-				// The caller has the Conn now: none of its events is
-				// quiet (a pump without OnEvent does not clear it).
-				p.quiet[slot].CompareAndSwap(gen, 0)
-				return c, nil
-			}
-			if !p.closed.Load() {
-				p.reapFailed(slot, gen)
-			}
-			ferr := atomic.LoadInt32((*int32)(unsafe.Pointer(&pb.err)))
-			if cancelled == nil && ferr == cErrAborted {
-				cancelled = ctx.Err() // aborted by the context before Dial looked
-			}
-			// A refusal that waited for its body when the context ended
-			// is reported as the refusal (the loop ended the wait for
-			// the abort): its status and Retry-After are what happened.
-			if cancelled != nil && ferr != cErrHTTP {
-				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
-				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
-				return Conn{}, err
-			}
-			if p.closed.Load() {
-				return Conn{}, ErrPoolClosed
-			}
-			if err := p.connErr(slot, gen); err != nil {
-				return Conn{}, err
-			}
-			return Conn{}, ErrClosed // not reached: a failed dial records why
+			return w.outcome(s)
 		}
 		if p.closed.Load() {
 			return Conn{}, ErrPoolClosed
 		}
-		if cancelled == nil {
-			cancelled = ctx.Err() // the abort is on its way (above)
+		if w.cancelled == nil {
+			w.cancelled = w.ctx.Err() // the abort is on its way (abortOnDone)
 		}
 		if p.cfg.InlineLoop {
 			if p.runInline(C.TL_INLINE_ONCE) {
-				if cancelled != nil {
-					abortMu.Lock()
-					if refused {
-						refused = false
-						p.command(cmdClose, cmdfIfDialing, 1000, slot, gen, nil) // (it runs the loop for room)
-					}
-					abortMu.Unlock()
-				}
+				w.sendRefusedAbort()
 				continue
 			}
-			// Another goroutine's Dial on an inline pool: the loop runs
-			// only when the pool's goroutine drives it (which may be
-			// never, or only after a callback that waits for this Dial
-			// returned), so the abort may wait in the command ring
-			// while the upgrade completes. Dial returns at once and
-			// claims the connection as abandoned: the loop then aborts
-			// it where it would open (tl_pub_claim_open), so no event of
-			// a Conn its caller never got surfaces. The claim fails only
-			// when the loop opened it first: Dial returns it (the wait
-			// below sees the open), as with a loop thread.
-			if cancelled != nil && atomic.CompareAndSwapUint32((*uint32)(unsafe.Pointer(&pb.dial_claim)), C.TL_CLAIM_NONE, C.TL_CLAIM_ABANDONED) {
-				err := fmt.Errorf("%w: %w", ErrTimeout, cancelled)
-				logDialFailed(p.cfg.Logger, p.cfg.Name, rawURL, err)
-				return Conn{}, err
+			if w.abandon() {
+				return Conn{}, w.timedOut()
 			}
 		}
 		// Woken by the loop's state change (the handshake, the abort) or
 		// by Close; the timeout is only a defence.
-		futexWait(stp, s, 100*time.Millisecond)
+		futexWait(w.stp, s, 100*time.Millisecond)
 	}
+}
+
+func (w *dialWait) opened() bool {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&w.pb.opened))) != 0
+}
+
+// timedOut logs and returns Dial's error for a context that ended first.
+func (w *dialWait) timedOut() error {
+	err := fmt.Errorf("%w: %w", ErrTimeout, w.cancelled)
+	logDialFailed(w.p.cfg.Logger, w.p.cfg.Name, w.rawURL, err)
+	return err
+}
+
+// outcome is Dial's result once the state word reached s, StateOpen or
+// later.
+func (w *dialWait) outcome(s uint32) (Conn, error) {
+	p, slot, gen := w.p, w.c.slot, w.c.gen
+	// A connection that opened and then already ended (a short stream, a
+	// drop) is still a successful dial: its events, EventOpen first, are
+	// in the ring.
+	if s == uint32(StateOpen) || s == uint32(StateClosing) || w.opened() {
+		// The caller has the Conn now: none of its events is quiet (a
+		// pump without OnEvent does not clear it).
+		p.quiet[slot].CompareAndSwap(gen, 0)
+		return w.c, nil
+	}
+	if !p.closed.Load() {
+		p.reapFailed(slot, gen)
+	}
+	ferr := atomic.LoadInt32((*int32)(unsafe.Pointer(&w.pb.err)))
+	if w.cancelled == nil && ferr == cErrAborted {
+		w.cancelled = w.ctx.Err() // aborted by the context before Dial looked
+	}
+	// A refusal that waited for its body when the context ended is
+	// reported as the refusal (the loop ended the wait for the abort): its
+	// status and Retry-After are what happened.
+	if w.cancelled != nil && ferr != cErrHTTP {
+		return Conn{}, w.timedOut()
+	}
+	if p.closed.Load() {
+		return Conn{}, ErrPoolClosed
+	}
+	if err := p.connErr(slot, gen); err != nil {
+		return Conn{}, err
+	}
+	return Conn{}, ErrClosed // not reached: a failed dial records why
+}
+
+// sendRefusedAbort sends, from the inline loop's goroutine, the abort the
+// context's callback found no room for.
+func (w *dialWait) sendRefusedAbort() {
+	if w.cancelled == nil {
+		return
+	}
+	w.abortMu.Lock()
+	if w.refused {
+		w.refused = false
+		w.p.command(cmdClose, cmdfIfDialing, 1000, w.c.slot, w.c.gen, nil) // (it runs the loop for room)
+	}
+	w.abortMu.Unlock()
+}
+
+// abandon claims, for another goroutine's Dial on an inline pool whose
+// context ended, the connection as abandoned. The loop runs only when the
+// pool's goroutine drives it (which may be never, or only after a
+// callback that waits for this Dial returned), so the abort may wait in
+// the command ring while the upgrade completes. Dial returns at once: the
+// loop then aborts the connection where it would open
+// (tl_pub_claim_open), so no event of a Conn its caller never got
+// surfaces. The claim fails only when the loop opened it first: Dial
+// returns it (the wait sees the open), as with a loop thread.
+func (w *dialWait) abandon() bool {
+	return w.cancelled != nil && atomic.CompareAndSwapUint32((*uint32)(unsafe.Pointer(&w.pb.dial_claim)), C.TL_CLAIM_NONE, C.TL_CLAIM_ABANDONED)
 }
 
 func (p *Pool) dialAsync(rawURL string, opts *DialOptions) (Conn, error) {
