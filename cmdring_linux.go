@@ -22,6 +22,19 @@ import (
 	"unsafe"
 )
 
+// sendAdmission is the Pool's per-slot send admission, beside the command
+// ring it guards.
+type sendAdmission struct {
+	// Per slot: units accepted (updated under the slot's shard.sendMu),
+	// refused sends, and the generation Conn.Close ended.
+	txAcc       []atomic.Uint64
+	txFull      []atomic.Uint64
+	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
+	userClosed  []atomic.Uint32
+	direct      []directSlot // direct sends (direct_linux.go)
+	maxDirect   int          // largest direct message; -1 when Config.NoDirectSend
+}
+
 // Record flags and the header size (TL_CMDF_* and sizeof(struct tl_cmd)).
 const (
 	cmdfFin    = 0x10 // with cmdSend: the last fragment of a message

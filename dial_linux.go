@@ -25,6 +25,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// slotTable is who holds each connection slot: its generation and its
+// references (the dialer's and the loop's).
+type slotTable struct {
+	slotMu sync.Mutex
+	gens   []uint32
+	refs   []int32 // per slot: dialer + loop references; the slot is free at 0
+}
+
 // allocSlot takes a free connection slot with refs references and a new
 // generation.
 func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {

@@ -17,6 +17,15 @@ import (
 	"unsafe"
 )
 
+// poolMetrics is what Go keeps for Pool.Metrics beside the loops'
+// counters.
+type poolMetrics struct {
+	// rec folds the stamps of sampled messages into Metrics' histograms
+	// (nil when Config.SampleEvery is 0). Written only by the pumper.
+	rec   *metricsRecorder
+	start time.Time
+}
+
 func (p *Pool) connCount() int {
 	if p.closed.Load() {
 		return 0 // every connection ended with the loop; their events were dropped

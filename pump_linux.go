@@ -24,6 +24,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// pumpWait is the pumper's state between passes: how it last waited, its
+// scheduler pacing and the reply spin.
+type pumpWait struct {
+	// lastWait is how long the pump's previous wait for events lasted
+	// (WaitAdaptive spins only while it is short); owned by the pumper.
+	lastWait time.Duration
+	// sched paces the pump's passes through Go's scheduler (pumpsched.go);
+	// owned by the pumper.
+	sched pumpSched
+
+	// The reply spin (Config.ReplySpin; pump_linux.go, replySpinUntil):
+	// replySpin is ReplySpin in ns when either side waits adaptively (0:
+	// sends are not stamped). lastSend is the nanotime of the latest
+	// accepted send (any goroutine); answered is the lastSend the pump
+	// last delivered events after, replyLate that a pump's reply spin
+	// ended empty since an answer last came in time (both the pumper's).
+	replySpin  int64
+	pumpReply  bool // replySpin != 0 and the pump waits adaptively: it takes the spin
+	stampSends bool // noteSend on every accepted send: replySpin != 0 or Config.MinWait on
+	lastSend   atomic.Int64
+	answered   int64
+	replyLate  bool
+	replySpins atomic.Uint64 // PoolStats.ReplySpins
+	replyLates atomic.Uint64 // PoolStats.ReplyLate
+}
+
 // dispatch consumes the shard's events up to tail and wakes its loop if
 // it waits for the room just released.
 func (sh *shard) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc) int {

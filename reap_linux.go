@@ -20,6 +20,22 @@ import (
 	"unsafe"
 )
 
+// failedDials is the Pool's state for reaping failed synchronous Dials.
+type failedDials struct {
+	// quiet[slot] is the generation of a synchronous Dial's connection
+	// that has not opened: if it ends without opening, its final event
+	// is consumed without a callback (the caller never got the Conn; Dial
+	// returned the error). EventOpen clears it.
+	quiet []atomic.Uint32
+
+	// pumpWaiting: a pump call waits for a reaper's claim (enterPump);
+	// reapQuiet then takes no new claim and leaves the events to it.
+	pumpWaiting atomic.Bool
+	// reapLogs belongs to reapQuiet's claim (pumping 3): the lifecycle
+	// records it passed, logged once it gave the claim back.
+	reapLogs []reapLog
+}
+
 // quietEvent reports whether a non-data event belongs to a synchronous
 // Dial's connection that never opened: its final event frees the slot
 // without a callback, since Dial returned the error and the caller never

@@ -161,34 +161,33 @@ type pool struct {
 	// over them (Loops > 1): Config.MaxConnPendingEvents (dispatchAll).
 	passShare uint64
 
-	// per slot send admission (cmdring_linux.go): units accepted (updated
-	// under the slot's shard.sendMu), refused sends, and the generation Conn.Close ended
-	txAcc       []atomic.Uint64
-	txFull      []atomic.Uint64
-	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
-	userClosed  []atomic.Uint32
-	direct      []directSlot // direct sends (direct_linux.go)
-	maxDirect   int          // largest direct message; -1 when Config.NoDirectSend
-
 	// pub[s] is global slot s's public block in its shard's loop
 	pub []*C.struct_tl_conn_pub
 
-	slotMu sync.Mutex
-	gens   []uint32
-	refs   []int32 // per slot: dialer + loop references; the slot is free at 0
-
 	nconns  atomic.Int32
 	pumping atomic.Int32
-	// pumpWaiting: a pump call waits for a reaper's claim (enterPump);
-	// reapQuiet then takes no new claim and leaves the events to it.
-	pumpWaiting atomic.Bool
-	// reapLogs belongs to reapQuiet's claim (pumping 3): the lifecycle
-	// records it passed, logged once it gave the claim back.
-	reapLogs []reapLog
-	closed   atomic.Bool
-	stopped  atomic.Bool // every tl_loop_stop returned (set by Close)
-	freed    atomic.Bool
-	closeMu  sync.Mutex
+
+	// inlineAff is the CPU mask the thread of an inline loop had before
+	// NewPool pinned it to LoopCPU (nil: not pinned); the loop's own
+	// Close restores it before it unlocks the thread.
+	inlineAff *unix.CPUSet
+
+	sendAdmission // per-slot send admission (cmdring_linux.go)
+	slotTable     // slot generations and references (dial_linux.go)
+	failedDials   // failed synchronous Dials (reap_linux.go)
+	lifecycle     // Close safety (below)
+	poolMetrics   // sampled-message histograms (metrics_linux.go)
+	pumpWait      // the pumper's wait state (pump_linux.go)
+	doorbell      // the reply doorbell (wake_linux.go)
+}
+
+// lifecycle is the Pool's close state: Close's flags and the entry
+// count that keeps the loops' memory alive for the calls inside.
+type lifecycle struct {
+	closed  atomic.Bool
+	stopped atomic.Bool // every tl_loop_stop returned (set by Close)
+	freed   atomic.Bool
+	closeMu sync.Mutex
 
 	// Close safety. Every method that reads the loop's shared memory (the
 	// public blocks, the stats, the command ring) runs between enter and
@@ -198,60 +197,10 @@ type pool struct {
 	inflight  atomic.Int64
 	drained   chan struct{} // closed once inflight reaches closingBias
 	drainOnce sync.Once
-	// quiet[slot] is the generation of a synchronous Dial's connection
-	// that has not opened: if it ends without opening, its final event
-	// is consumed without a callback (the caller never got the Conn; Dial
-	// returned the error). EventOpen clears it.
-	quiet []atomic.Uint32
-
-	// rec folds the stamps of sampled messages into Metrics' histograms
-	// (nil when Config.SampleEvery is 0). Written only by the pumper.
-	rec   *metricsRecorder
-	start time.Time
 	// freeMu keeps tl_loop_free from running while a reader of the C
 	// counters (Stats, Metrics) is between its freed check and its loads;
 	// each shard's final holds its counters as they were when freed.
 	freeMu sync.RWMutex
-
-	// lastWait is how long the pump's previous wait for events lasted
-	// (WaitAdaptive spins only while it is short); owned by the pumper.
-	lastWait time.Duration
-	// sched paces the pump's passes through Go's scheduler (pumpsched.go);
-	// owned by the pumper.
-	sched pumpSched
-
-	// The reply spin (Config.ReplySpin; pump_linux.go, replySpinUntil):
-	// replySpin is ReplySpin in ns when either side waits adaptively (0:
-	// sends are not stamped). lastSend is the nanotime of the latest
-	// accepted send (any goroutine); answered is the lastSend the pump
-	// last delivered events after, replyLate that a pump's reply spin
-	// ended empty since an answer last came in time (both the pumper's).
-	replySpin  int64
-	pumpReply  bool // replySpin != 0 and the pump waits adaptively: it takes the spin
-	stampSends bool // noteSend on every accepted send: replySpin != 0 or Config.MinWait on
-	lastSend   atomic.Int64
-	answered   int64
-	replyLate  bool
-	replySpins atomic.Uint64 // PoolStats.ReplySpins
-	replyLates atomic.Uint64 // PoolStats.ReplyLate
-
-	// The pump's doorbell (Config.ReplyDoorbell; pump_linux.go,
-	// sleepBell): bellEp is an epoll instance holding bellEfd (the
-	// eventfd every loop writes instead of the futex while the pump
-	// sleeps there) and each socket a direct send wrote to (added once
-	// per socket by the sender, edge-triggered); -1 when off.
-	// lastDirect is the nanotime of the latest direct send; bellEvents
-	// is epoll_wait's buffer (the pumper's).
-	bellEp, bellEfd int
-	lastDirect      atomic.Int64
-	bellSleeps      atomic.Uint64 // PoolStats.BellSleeps
-	bellRings       atomic.Uint64 // PoolStats.BellRings
-	bellEvents      [8]unix.EpollEvent
-
-	// inlineAff is the CPU mask the thread of an inline loop had before
-	// NewPool pinned it to LoopCPU (nil: not pinned); the loop's own
-	// Close restores it before it unlocks the thread.
-	inlineAff *unix.CPUSet
 }
 
 // closingBias is added to inflight by Close: far above any real count.

@@ -16,6 +16,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// doorbell is the pump's reply doorbell (Config.ReplyDoorbell).
+type doorbell struct {
+	// The pump's doorbell (Config.ReplyDoorbell; pump_linux.go,
+	// sleepBell): bellEp is an epoll instance holding bellEfd (the
+	// eventfd every loop writes instead of the futex while the pump
+	// sleeps there) and each socket a direct send wrote to (added once
+	// per socket by the sender, edge-triggered); -1 when off.
+	// lastDirect is the nanotime of the latest direct send; bellEvents
+	// is epoll_wait's buffer (the pumper's).
+	bellEp, bellEfd int
+	lastDirect      atomic.Int64
+	bellSleeps      atomic.Uint64 // PoolStats.BellSleeps
+	bellRings       atomic.Uint64 // PoolStats.BellRings
+	bellEvents      [8]unix.EpollEvent
+}
+
 // linux/futex.h: FUTEX_WAIT=0, FUTEX_WAKE=1, FUTEX_PRIVATE_FLAG=128.
 const (
 	futexWaitPrivate = 0 | 128
