@@ -107,6 +107,11 @@ func (r *evConsumer) eventSampled(idx uint64, c Conn, ev Event, fe EventFunc) {
 // loadTail returns the events published so far (acquire).
 func (r *evConsumer) loadTail() uint64 { return atomic.LoadUint64(r.tail) }
 
+// releaseEvery is how many events of a batch consume passes before it
+// releases them (one store of head), a power of two: one store per this
+// many events, and a held connection waits for at most this many.
+const releaseEvery = 256
+
 // consume hands events [pos, tail) to fd (data messages only) or fe (every
 // event), then releases them all with one store of head (a batch longer
 // than releaseEvery also every releaseEvery events). It returns the

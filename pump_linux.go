@@ -96,11 +96,6 @@ func (p *Pool) idle() bool {
 	return true
 }
 
-// releaseEvery is how many events of a batch consume passes before it
-// releases them (one store of head), a power of two: one store per this
-// many events, and a held connection waits for at most this many.
-const releaseEvery = 256
-
 // wakeForSpace wakes the loop when it sleeps waiting for the room just
 // released (loop_wants_space: a stalled or held connection).
 func (sh *shard) wakeForSpace() {
