@@ -42,7 +42,7 @@ var talVariants = []talVariant{
 	// The loop blocks; the pump spins 5us before it sleeps, so a flood's next
 	// batch usually finds it awake (no futex wake-up per batch).
 	{name: "block+pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock, spinTime: 5 * time.Microsecond},
-	// Variants measured while choosing the default (issue 9).
+	// Variants measured while choosing the default wait strategy.
 	{name: "adaptive50", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 50 * time.Microsecond},
 	{name: "adaptive35", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 35 * time.Microsecond},
 	{name: "adaptive100", loop: talaris.WaitAdaptive, cons: talaris.WaitAdaptive, spinTime: 100 * time.Microsecond},
@@ -66,37 +66,37 @@ var talVariants = []talVariant{
 	{name: "fair2k", connEvents: 2048},
 	{name: "fair4k", connEvents: 4096},
 	{name: "fair-off", connEvents: 1 << 30},
-	// The default with every send going through the loop (issue 9 item 4:
-	// what the direct send path buys).
+	// The default with every send going through the loop (what
+	// the direct send path buys).
 	{name: "nodirect", noDirect: true},
-	// The default with the pump's reply doorbell (issue 9 item 4: after
+	// The default with the pump's reply doorbell (after
 	// a direct send the reply's data wakes the pump with the loop).
 	{name: "bell", bell: true},
 	// The default with its connections sharded over 2, 3 or 4 loop
-	// threads (Config.Loops; issue 13 item 3).
+	// threads (Config.Loops).
 	{name: "loops2", loops: 2},
 	{name: "loops3", loops: 3},
 	{name: "loops4", loops: 4},
-	// The default without recv bundles (Config.NoRecvBundle; issue 13 item 2).
+	// The default without recv bundles (Config.NoRecvBundle).
 	{name: "nobundle", noBundle: true},
 	// The default with every TLS record opened by the library's SSL_read
-	// (Config.NoTLSRecordLayer; issue 13 item 1).
+	// (Config.NoTLSRecordLayer).
 	{name: "notlsrec", noTLSRec: true},
 	// The record layer with the TLS library's AES-GCM instead of talaris'
 	// own VAES code (Config.TLSLibraryGCM).
 	{name: "libgcm", libGCM: true},
 	// The default without the reply spin, or with another length
-	// (Config.ReplySpin; issue 9 item 4).
+	// (Config.ReplySpin).
 	{name: "noreplyspin", replySpin: -1},
 	{name: "replyspin100", replySpin: 100 * time.Microsecond},
 	{name: "replyspin1m", replySpin: time.Millisecond},
 	// The default with no loop thread: the pump goroutine runs the loop
-	// (Config.InlineLoop; issue 9 item 4).
+	// (Config.InlineLoop).
 	{name: "inline", inline: true},
 	{name: "inline-noreplyspin", inline: true, replySpin: -1},
 	// The default with the loop's minimum-wait batching off, or on with
 	// another wait or completion count (Config.MinWait,
-	// Config.MinWaitCompletions; issue 13 item 2).
+	// Config.MinWaitCompletions).
 	{name: "nominwait", minWait: -1},
 	{name: "minwait20", minWait: 20 * time.Microsecond},
 	{name: "minwait50", minWait: 50 * time.Microsecond},
@@ -105,7 +105,7 @@ var talVariants = []talVariant{
 	{name: "minwait50-n64", minWait: 50 * time.Microsecond, minWaitN: 64},
 	{name: "minwait100-n64", minWait: 100 * time.Microsecond, minWaitN: 64},
 	// Provided receive buffers: fewer or smaller, so what the kernel copied
-	// is still in cache when the loop parses it (issue 13 item 3).
+	// is still in cache when the loop parses it.
 	{name: "bufs256", bufCount: 256},
 	{name: "buf4k", bufSize: 4096, bufCount: 1024},
 	{name: "buf64k-128", bufSize: 65536, bufCount: 128},

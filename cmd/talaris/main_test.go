@@ -155,7 +155,7 @@ func TestBenchHarness(t *testing.T) {
 	r, err := b.talIngress(variant("spin-then-block"), flood, 2, nil, 0)
 	r.Workload = "ingress"
 	check("talaris ingress", r, err)
-	// Per-thread CPU (issue 13 item 5): both the loop and the pump worked,
+	// Per-thread CPU: both the loop and the pump worked,
 	// and the threads account for no more than the process did.
 	r.finish()
 	if r.LoopCPUSecs <= 0 || r.PumpCPUSecs <= 0 || r.CeilingFPS <= 0 {
@@ -176,7 +176,7 @@ func TestBenchHarness(t *testing.T) {
 	check("talaris rtt", r, err)
 	r, err = b.peerLatency("rtt", goPeers[2], "ws://"+addr+"/echo")
 	check("gws rtt", r, err)
-	// orders and idle (issue 9): the accounting, on the in-process feed.
+	// orders and idle: the accounting, on the in-process feed.
 	b.feed = &feedProc{WS: addr}
 	b.ordersDur, b.idleDur, b.stallBytes = 200*time.Millisecond, 200*time.Millisecond, 1<<20
 	r, err = b.talOrders(variant("default"))

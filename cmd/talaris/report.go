@@ -211,7 +211,9 @@ func isTalarisUnsampled(r Result) bool { return isTalaris(r) && !strings.Contain
 func isRust(r Result) bool             { return strings.HasPrefix(r.Client, "rust-talaris") }
 func isGoPeer(r Result) bool           { return !isTalaris(r) && !isRust(r) && r.Client != "floor" }
 
-// targets checks the ratios of issue 5 on this run's numbers.
+// targets checks the performance targets on this run's numbers: decode
+// cost, latency against the best Go peer and the Rust client, idle CPU,
+// then the throughput and sampling rows.
 func (b *bench) targets() string {
 	var s strings.Builder
 	s.WriteString("| target | this run | met |\n|---|---|:-:|\n")
@@ -302,7 +304,7 @@ func (b *bench) findResult(w, client, tr string, conns int) *Result {
 	return nil
 }
 
-// throughputTargets adds issue 13's rows: the default configuration's
+// throughputTargets adds the throughput rows: the default configuration's
 // ingress rate and client CPU per frame against gobwas and the best Go
 // peer, and the decode cost of the Pool and of the Decoder.
 func (b *bench) throughputTargets(row func(target, value string, ok, have bool), isDefault func(Result) bool) {
@@ -337,7 +339,7 @@ func (b *bench) throughputTargets(row func(target, value string, ok, have bool),
 	}
 }
 
-// samplingTargets adds issue 12's sampling-cost rows: the difference
+// samplingTargets adds the sampling-cost rows: the difference
 // between a +sampleN row and its unsampled twin, in ns per message (decode:
 // wall time; ingress: client CPU per frame, steadier on a shared machine).
 func (b *bench) samplingTargets(row func(target, value string, ok, have bool)) {
@@ -392,7 +394,7 @@ func (b *bench) markdownReport(mdPath string, plots []string) string {
 	}
 	s.WriteString("\n")
 	s.WriteString(b.markdownTables())
-	s.WriteString("### targets (issues 5, 9 and 13), computed from the tables above\n\n")
+	s.WriteString("### targets, computed from the tables above\n\n")
 	s.WriteString(b.targets())
 	s.WriteString("\n")
 	if len(plots) > 0 {

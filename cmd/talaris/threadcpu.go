@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Per-thread CPU accounting for the ingress rows (issue 13 item 5): the
+// Per-thread CPU accounting for the ingress rows: the
 // whole-process figure says what a frame costs, the per-thread figures say
 // which thread would bound throughput on a machine with cores to spare.
 
