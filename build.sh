@@ -133,7 +133,7 @@ go_fuzz() {
 }
 
 # The go command caches cgo builds by the package directory's files only;
-# csrc/*.c arrive by #include, so their fingerprint lives in csrc_hash.go.
+# the csrc/ sources arrive by #include, so their fingerprint lives in csrc_hash.go.
 go run ./internal/cgohash/gen
 
 # lane2 is the test lane that runs beside the default pass, the C tests

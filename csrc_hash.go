@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd78fb93ed23daf81
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6c35acff7956286b
 import "C"
 
-const csrcHash = "d78fb93ed23daf81"
+const csrcHash = "6c35acff7956286b"

@@ -10,7 +10,7 @@ package talaris
 /*
 #include <errno.h>
 #include "csrc/talaris.h"
-#include "csrc/gcm.h"
+#include "csrc/crypto/gcm.h"
 */
 import "C"
 

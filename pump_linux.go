@@ -9,7 +9,7 @@ package talaris
 /*
 #include <errno.h>
 #include "csrc/talaris.h"
-#include "csrc/gcm.h"
+#include "csrc/crypto/gcm.h"
 #include <stdlib.h>
 */
 import "C"

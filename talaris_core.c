@@ -1,26 +1,29 @@
 //go:build linux && cgo
 
 /* talaris_core.c lets cgo compile the C core in csrc/ with the package's
- * flags: one translation unit per file would need a prebuilt archive. */
+ * flags: one translation unit per file would need a prebuilt archive.
+ * Its #include lines are the one list of the core's sources: cgo.mk
+ * reads them too, and compiles each file on its own. Lower layers first:
+ * base, codec, crypto, ws, transport, loop (each folder's README.md). */
 #define _GNU_SOURCE
-#include "csrc/utf8.c"
-#include "csrc/ws.c"
-#include "csrc/http.c"
-#include "csrc/bufring.c"
-#include "csrc/slots.c"
-#include "csrc/evq.c"
-#include "csrc/timer.c"
-#include "csrc/pub.c"
-#include "csrc/rx.c"
-#include "csrc/tx.c"
-#include "csrc/life.c"
-#include "csrc/tick.c"
-#include "csrc/loop.c"
-#include "csrc/cmdq.c"
-#include "csrc/decoder.c"
-#include "csrc/conn.c"
-#include "csrc/plain.c"
-#include "csrc/tls_verify.c"
-#include "csrc/gcm.c"
-#include "csrc/tlsrec.c"
-#include "csrc/tls.c"
+#include "csrc/base/bufring.c"
+#include "csrc/base/slots.c"
+#include "csrc/base/evq.c"
+#include "csrc/base/timer.c"
+#include "csrc/base/pub.c"
+#include "csrc/codec/utf8.c"
+#include "csrc/codec/ws.c"
+#include "csrc/codec/http.c"
+#include "csrc/crypto/gcm.c"
+#include "csrc/ws/conn.c"
+#include "csrc/transport/plain.c"
+#include "csrc/transport/tls_verify.c"
+#include "csrc/transport/tlsrec.c"
+#include "csrc/transport/tls.c"
+#include "csrc/loop/rx.c"
+#include "csrc/loop/tx.c"
+#include "csrc/loop/life.c"
+#include "csrc/loop/tick.c"
+#include "csrc/loop/loop.c"
+#include "csrc/loop/cmdq.c"
+#include "csrc/loop/decoder.c"

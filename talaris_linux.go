@@ -8,7 +8,7 @@ package talaris
 // and the Pool's life: its struct, NewPool's loops and Close.
 
 /*
-#cgo CFLAGS: -O2 -std=gnu11 -Wall
+#cgo CFLAGS: -O2 -std=gnu11 -Wall -I${SRCDIR}/csrc
 #cgo amd64,!talaris_openssl CFLAGS: -I/usr/include/android
 #cgo amd64,!talaris_openssl LDFLAGS: -L/usr/lib/x86_64-linux-gnu/android -Wl,-rpath,/usr/lib/x86_64-linux-gnu/android -lssl -lcrypto
 #cgo arm64,!talaris_openssl CFLAGS: -I/usr/include/android
@@ -18,7 +18,7 @@ package talaris
 #include <stdlib.h>
 #include <string.h>
 #include "csrc/talaris.h"
-#include "csrc/http.h"
+#include "csrc/codec/http.h"
 */
 import "C"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../loop.h"
+#include "loop/loop.h"
 
 #define NMSG 100000
 

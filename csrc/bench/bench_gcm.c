@@ -24,7 +24,7 @@
 
 #include <openssl/evp.h>
 
-#include "../gcm.h"
+#include "crypto/gcm.h"
 
 #define REC 16385
 #define NREC 16

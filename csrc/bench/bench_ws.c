@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../http.h"
-#include "../utf8.h"
-#include "../ws.h"
+#include "codec/http.h"
+#include "codec/utf8.h"
+#include "codec/ws.h"
 
 static double now_ns(void)
 {

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../loop.h"
+#include "loop/loop.h"
 
 static struct tl_loop *L;
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../http.h"
+#include "codec/http.h"
 
 static const char key[] = "dGhlIHNhbXBsZSBub25jZQ==";
 static const char *const offers[] = {"", "chat", "chat, superchat", " a ,b,, c "};

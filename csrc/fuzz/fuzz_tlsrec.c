@@ -25,7 +25,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "../tlsrec.h"
+#include "transport/tlsrec.h"
 
 /* SHA-256 suite secret of the keylog line the layer starts from. */
 static const char line[] = "SERVER_TRAFFIC_SECRET_0 00 "

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../utf8.h"
+#include "codec/utf8.h"
 
 enum { REF_INVALID = 0, REF_VALID = 1, REF_TRUNCATED = 2 };
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ws.h"
+#include "codec/ws.h"
 
 /* ref_parse: the rules in the order ws.ParseHeader (Go) checks them. */
 static int ref_parse(const uint8_t *p, size_t n, tl_ws_hdr *h)

@@ -2,7 +2,7 @@
 #ifndef TALARIS_TEST_CONFIG_H
 #define TALARIS_TEST_CONFIG_H
 
-#include "../talaris.h"
+#include "talaris.h"
 
 /* test_config returns a small configuration for tl_loop_new_detached:
  * max_conns connections, 64 receive buffers of 4 KiB, an event ring of

@@ -14,9 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../bufring.h"
-#include "../slots.h"
-#include "../uring.h"
+#include "base/bufring.h"
+#include "base/slots.h"
+#include "loop/uring.h"
 #include "check.h"
 
 /* ring_ids checks that the positions the kernel may still hand out

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../loop.h"
+#include "loop/loop.h"
 #include "check.h"
 #include "frames.h"
 

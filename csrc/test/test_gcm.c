@@ -22,7 +22,7 @@
 
 #include <openssl/evp.h>
 
-#include "../gcm.h"
+#include "crypto/gcm.h"
 #include "check.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../http.h"
+#include "codec/http.h"
 #include "check.h"
 
 /* RFC 6455 section 1.3. (The section's accept value is

@@ -14,12 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../http.h"
-#include "../loop.h" /* test_dial_during_stop puts the loop in its shutdown state */
-#include "../rx.h"    /* test_lost_recv loses a recv */
-#include "../uring.h"
-#include "../talaris.h"
-#include "../ws.h"
+#include "codec/http.h"
+#include "loop/loop.h" /* test_dial_during_stop puts the loop in its shutdown state */
+#include "loop/rx.h"    /* test_lost_recv loses a recv */
+#include "loop/uring.h"
+#include "talaris.h"
+#include "codec/ws.h"
 #include "check.h"
 #include "frames.h"
 

@@ -10,8 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../loop.h"
-#include "../ws.h"
+#include "loop/loop.h"
+#include "codec/ws.h"
 #include "check.h"
 
 static struct tl_loop *new_loop(void)

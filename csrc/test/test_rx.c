@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../loop.h"
-#include "../rx.h"
+#include "loop/loop.h"
+#include "loop/rx.h"
 #include "check.h"
 #include "config.h"
 

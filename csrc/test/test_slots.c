@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../life.h"
-#include "../loop.h"
-#include "../ws.h"
+#include "loop/life.h"
+#include "loop/loop.h"
+#include "codec/ws.h"
 #include "check.h"
 #include "config.h"
 

@@ -30,7 +30,7 @@
 
 #include <openssl/evp.h>
 
-#include "../tlsrec.h"
+#include "transport/tlsrec.h"
 #include "check.h"
 
 /* {server} derive secret "tls13 s ap traffic": expanded (32 octets), as

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../utf8.h"
+#include "codec/utf8.h"
 #include "check.h"
 
 struct vec {

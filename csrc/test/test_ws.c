@@ -2,7 +2,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../ws.h"
+#include "codec/ws.h"
 #include "check.h"
 
 struct hcase {

@@ -1,6 +1,6 @@
 // Package cgohash fingerprints the C core. The go command caches cgo builds
-// by the files in the package directory only, and csrc/*.c reach cgo
-// through #include from talaris_core.c, so an edit there would leave a
+// by the files in the package directory only, and the csrc/ sources reach
+// cgo through #include from talaris_core.c, so an edit there would leave a
 // stale binary in the build cache. The fingerprint goes into a #cgo CFLAGS
 // line of csrc_hash.go, which changes the cache key whenever the C changes.
 package cgohash
@@ -8,26 +8,53 @@ package cgohash
 import (
 	"crypto/sha256"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 )
 
-// Sum hashes every .c and .h file directly in dir/csrc.
+// notCore are the csrc/ folders cgo never compiles (cgo.mk's C tests,
+// fuzzers and benchmarks): editing them must not change the key.
+var notCore = map[string]bool{"test": true, "fuzz": true, "bench": true}
+
+// Sum hashes every .c and .h file under dir/csrc, its layer folders
+// included, by path relative to csrc (a file moved between folders changes
+// the sum), except under the folders in notCore.
 func Sum(dir string) (string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "csrc", "*.[ch]"))
+	root := filepath.Join(dir, "csrc")
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && filepath.Dir(p) == root && notCore[d.Name()] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if ext := filepath.Ext(p); ext == ".c" || ext == ".h" {
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
 	if err != nil {
 		return "", err
 	}
 	sort.Strings(files)
 	h := sha256.New()
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
+		fmt.Fprintf(h, "%s %d\n", f, len(b))
 		h.Write(b)
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))[:16], nil

@@ -1,0 +1,47 @@
+/* crypto/gcm.h - AES-GCM decryption (NIST SP 800-38D) on 256-bit vectors: VAES
+ * for the counter mode, VPCLMULQDQ for GHASH, sixteen blocks per step with
+ * one reduction. The record layer (tlsrec.c) opens TLS 1.3 records with it
+ * where the CPU has both (x86-64 with AVX2: AMD Zen 3 on, Intel Ice Lake
+ * on); the libraries Debian ships run AES-GCM on 128-bit vectors only,
+ * about twice the cycles per byte. Streaming: a record's ciphertext may
+ * come in pieces of any size (it straddles receive slots). Decryption
+ * only: the write side stays the library's. Calls nothing of talaris. */
+#ifndef TALARIS_GCM_H
+#define TALARIS_GCM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tl_gcm;
+
+/* tl_gcm_supported says whether this CPU (and the kernel's saving of its
+ * vector registers) can run tl_gcm: 1 or 0. Always 0 off x86-64. */
+int tl_gcm_supported(void);
+
+/* tl_gcm_new allocates an unkeyed state (32-byte aligned). Returns NULL
+ * when out of memory or !tl_gcm_supported(). Free with tl_gcm_free. */
+struct tl_gcm *tl_gcm_new(void);
+
+/* tl_gcm_free wipes g's key schedule, hash key and state and frees it.
+ * Safe on NULL. */
+void tl_gcm_free(struct tl_gcm *g);
+
+/* tl_gcm_setkey keys g with an AES key of len bytes (16 or 32). Returns 0,
+ * or -1 for another length (g is then unkeyed, the previous key wiped). */
+int tl_gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t len);
+
+/* tl_gcm_begin starts a message under a 96-bit nonce with aad_len bytes of
+ * additional data. Any message under way is dropped. */
+void tl_gcm_begin(struct tl_gcm *g, const uint8_t nonce[12], const uint8_t *aad, size_t aad_len);
+
+/* tl_gcm_decrypt decrypts the next n bytes of the message's ciphertext
+ * from in to out (the same pointer, or not overlapping). The plaintext is
+ * not authentic until tl_gcm_finish says so: the caller must not act on
+ * it before. */
+void tl_gcm_decrypt(struct tl_gcm *g, const uint8_t *in, uint8_t *out, size_t n);
+
+/* tl_gcm_finish ends the message and compares its tag with tag (16 bytes,
+ * in constant time). Returns 0 when they match, -1 when not. */
+int tl_gcm_finish(struct tl_gcm *g, const uint8_t tag[16]);
+
+#endif
