@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6c35acff7956286b
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x501d700e921714ff
 import "C"
 
-const csrcHash = "6c35acff7956286b"
+const csrcHash = "501d700e921714ff"

@@ -14,8 +14,8 @@
  * index and reloads it only when the cached value says "full" or "empty".
  * Wake-ups happen only when the other side announced it sleeps (flag then
  * recheck on both sides, seq_cst, Dekker style). Go reads and writes these
- * fields with sync/atomic, so layout changes must be mirrored in
- * talaris_linux.go. */
+ * fields with sync/atomic, so layout changes must be mirrored on the Go
+ * side of the cgo binding (talaris_linux.go). */
 #ifndef TALARIS_RING_H
 #define TALARIS_RING_H
 
@@ -41,8 +41,9 @@ enum {
 	TL_EV_RECONNECTING = 8,
 };
 
-/* Error causes carried in tl_event.err and tl_conn_pub.err; mapped to Go
- * sentinels in talaris_linux.go. aux refines some of them. */
+/* Error causes carried in tl_event.err and tl_conn_pub.err; the cgo binding
+ * (talaris_linux.go) maps them to the error sentinels of the exported API
+ * (talaris.go). aux refines some of them. */
 enum {
 	TL_E_NONE = 0,
 	TL_E_DIAL = 1,          /* aux = errno of connect/socket */

@@ -1,7 +1,8 @@
-/* transport/tls_verify.h - per-connection TLS policy (issue 11): SAN-only host check
- * and trust anchors, client certificate, version and cipher choice, public
- * key pins, and the loop's client session cache. tls.c calls these at a
- * few points; everything else about TLS stays in tls.c.
+/* transport/tls_verify.h - per-connection TLS policy (the C side of
+ * TLSOptions): SAN-only host check and trust anchors, client certificate,
+ * version and cipher choice, public key pins, and the loop's client
+ * session cache. tls.c calls these at a few points; everything else about
+ * TLS stays in tls.c.
  *
  * The library types are named by their struct tags (struct ssl_st is SSL,
  * struct ssl_ctx_st is SSL_CTX in BoringSSL and OpenSSL alike) so loop.c
