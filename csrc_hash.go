@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x501d700e921714ff
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6720e81e2964e5a7
 import "C"
 
-const csrcHash = "501d700e921714ff"
+const csrcHash = "6720e81e2964e5a7"

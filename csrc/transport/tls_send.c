@@ -1,0 +1,104 @@
+/* transport/tls_send.c - the TLS write side: framed plaintext sealed into
+ * records, our close_notify, and a failure's alert sent at once. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "transport/internal.h"
+#include "base/pub.h"
+
+#include <openssl/err.h>
+#include <sys/socket.h>
+
+/* tl_tls_send_alert_now hands the alert the library just queued (unknown_ca,
+ * no_renegotiation, ...) to the socket at once, so the server learns why
+ * we leave: teardown shuts the socket down without waiting for a send.
+ * Failure path only; skipped when a send is in flight (order matters). */
+void tl_tls_send_alert_now(struct tl_conn *c)
+{
+	struct tl_outbuf *ob = &c->out[c->cur];
+	if (c->fd < 0 || c->send_inflight || ob->len == 0)
+		return;
+	if (send(c->fd, ob->p, ob->len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		/* nothing to do: we are leaving anyway */
+	}
+	ob->len = 0;
+}
+
+void tl_tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char *what)
+{
+	char buf[88];
+	unsigned long e = ERR_peek_last_error();
+	if (e && !what) {
+		ERR_error_string_n(e, buf, sizeof(buf));
+		what = buf;
+	}
+	ERR_clear_error();
+	tl_tls_send_alert_now(c);
+	tl_conn_fail(l, c, TL_E_TLS, cause, c->state == TL_ST_OPEN ? 1006 : 0, what ? what : "TLS failure");
+}
+
+void tl_tls_close_notify(struct tl_conn *c)
+{
+	struct tl_tls *t = c->tls;
+	if (!t || !t->handshake_done || t->shutdown_sent)
+		return;
+	/* The frames framed before it (the close frame) go first. */
+	if (tl_tls_seal(t->l, c) < 0)
+		return;
+	t->shutdown_sent = 1;
+	/* Our KeyUpdate, queued for a burst of the server's requests, goes
+	 * first (the empty write sends it): OpenSSL would not shut down with
+	 * it pending. */
+	if (key_update_queued(t->ssl))
+		SSL_write(t->ssl, "", 0);
+	/* Writes close_notify through the slot BIO into the out buffer; 0
+	 * (the peer's is still to come) is the expected result. */
+	SSL_shutdown(t->ssl);
+	ERR_clear_error();
+}
+
+/* pt_drop empties c's plaintext buffer, retiring the send units of its
+ * frames (they will never be written). */
+static void pt_drop(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_outbuf *pt = &c->tx_pt;
+	uint64_t units = pt->units;
+
+	pt->len = 0;
+	pt->units = 0;
+	pt->replies = 0;
+	tl_pub_tx_retire(l, c, units);
+}
+
+int tl_tls_seal(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_tls *t = c->tls;
+	struct tl_outbuf *pt = &c->tx_pt, *ob;
+	const uint8_t *p = pt->p;
+	size_t n = pt->len;
+
+	if (!n)
+		return 0;
+	if (!t || !t->handshake_done) {
+		/* Not reached: frames are framed only once c is open (after the
+		 * handshake). Nothing could encrypt them: drop, not send. */
+		pt_drop(l, c);
+		return 0;
+	}
+	while (n > 0) {
+		int chunk = n > (1u << 30) ? (1 << 30) : (int)n;
+		int w = SSL_write(t->ssl, p, chunk);
+		if (w <= 0) {
+			tl_tls_fail(l, c, TL_TLS_GENERIC, NULL);
+			pt_drop(l, c);
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	ob = &c->out[c->cur]; /* where the BIO appended the records */
+	ob->units += pt->units;
+	ob->replies += pt->replies;
+	tl_outbuf_reset(pt);
+	return 0;
+}

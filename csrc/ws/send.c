@@ -1,0 +1,299 @@
+/* ws/send.c - what a connection sends: frames masked with CSPRNG keys
+ * into its collecting buffer (tl_conn_wbuf), the send queue of data
+ * frames that wait for room there, the close frame, and failing a
+ * connection - here, not in ws/close.c, because failing sends the close
+ * frame and framing fails the connection when memory runs out: one
+ * cycle of calls, kept in one file. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "ws/internal.h"
+#include "base/pub.h"
+#include "base/timer.h"
+#include "loop/state.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+uint8_t *tl_outbuf_reserve(struct tl_outbuf *ob, size_t n)
+{
+	if (ob->len + n > ob->cap) {
+		size_t cap = ob->cap ? ob->cap : 4096;
+		uint8_t *p;
+		while (cap < ob->len + n)
+			cap *= 2;
+		p = realloc(ob->p, cap);
+		if (!p)
+			return NULL;
+		ob->p = p;
+		ob->cap = cap;
+	}
+	ob->len += n;
+	return ob->p + ob->len - n;
+}
+
+int tl_conn_out_append(struct tl_conn *c, const uint8_t *p, size_t n)
+{
+	uint8_t *d = tl_outbuf_reserve(&c->out[c->cur], n);
+	if (!d)
+		return -1;
+	memcpy(d, p, n);
+	return 0;
+}
+
+static void mask_key(struct tl_loop *l, uint8_t key[4])
+{
+	/* rnd_off == 0 only before the first fill (it is >= 4 after every
+	 * use): the loop starts with rnd zeroed, and without this check the
+	 * first 1024 frames would go out with all-zero mask keys. */
+	if (l->cs.rnd_off == 0 || l->cs.rnd_off + 4 > sizeof(l->cs.rnd)) {
+		size_t got = 0;
+		while (got < sizeof(l->cs.rnd)) {
+			ssize_t r = getrandom(l->cs.rnd + got, sizeof(l->cs.rnd) - got, 0);
+			if (r < 0) {
+				if (errno == EINTR)
+					continue;
+				abort(); /* no CSPRNG: refuse to send predictable masks */
+			}
+			got += (size_t)r;
+		}
+		l->cs.rnd_off = 0;
+	}
+	memcpy(key, l->cs.rnd + l->cs.rnd_off, 4);
+	l->cs.rnd_off += 4;
+}
+
+/* tl_conn_send_frame frames, masks and queues one frame in tl_conn_wbuf:
+ * wire bytes for ws://, plaintext tl_tls_seal encrypts for wss:// (one
+ * copy either way: the masked frame is written once, in place). Returns 0
+ * or -1 on allocation failure (the connection is then failed). */
+int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n)
+{
+	struct tl_outbuf *ob = tl_conn_wbuf(c);
+	uint8_t key[4];
+	uint8_t *d;
+	size_t hl;
+
+	if (c->fd < 0)
+		return 0; /* a memory connection has no peer: pongs and closes go nowhere */
+	mask_key(l, key);
+	d = tl_outbuf_reserve(ob, TL_WS_MAX_HDR + n);
+	if (!d) {
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+		return -1;
+	}
+	hl = tl_ws_write_hdr(d, fin, opcode, n, key);
+	tl_ws_mask(d + hl, p, n, key, 0);
+	ob->len -= TL_WS_MAX_HDR - hl;
+	return 0;
+}
+
+static inline size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* tl_sendq_reserve makes room for n more bytes at q's tail and returns where
+ * they go, or NULL on no memory. The consumed prefix is reclaimed by
+ * moving the live records down only when it is at least as large as they
+ * are (so every byte is moved O(1) times on average; a queue kept full by
+ * a steady sender would otherwise be moved whole for every frame
+ * appended), else the buffer doubles (keeping only the live records). */
+uint8_t *tl_sendq_reserve(struct tl_sendq *q, size_t n)
+{
+	if (q->len + n > q->cap) {
+		size_t live = q->len - q->head;
+		if (q->head >= live && live + n <= q->cap) {
+			memmove(q->p, q->p + q->head, live);
+		} else {
+			size_t cap = q->cap ? q->cap * 2 : 65536;
+			uint8_t *np;
+			while (cap < live + n)
+				cap *= 2;
+			np = malloc(cap);
+			if (!np)
+				return NULL;
+			if (live)
+				memcpy(np, q->p + q->head, live);
+			free(q->p);
+			q->p = np;
+			q->cap = cap;
+		}
+		q->len = live;
+		q->head = 0;
+	}
+	q->len += n;
+	return q->p + q->len - n;
+}
+
+/* sq_push frames and masks one data frame at q's tail. Returns 0 or -1 on
+ * no memory. */
+static int sq_push(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
+		   uint32_t units)
+{
+	size_t max = sizeof(struct tl_sqrec) + align8(TL_WS_MAX_HDR + n), hl;
+	uint8_t *d = tl_sendq_reserve(&c->sq, max), key[4];
+	struct tl_sqrec r = {.units = units, .fin = (uint8_t)!!fin};
+
+	if (!d)
+		return -1;
+	mask_key(l, key);
+	hl = tl_ws_write_hdr(d + sizeof(r), fin, opcode, n, key);
+	tl_ws_mask(d + sizeof(r) + hl, p, n, key, 0);
+	r.len = (uint32_t)(hl + n);
+	memcpy(d, &r, sizeof(r));
+	c->sq.len -= max - (sizeof(r) + align8(hl + n));
+	return 0;
+}
+
+/* sq_move moves the frame at the send queue's head into tl_conn_wbuf.
+ * Returns 0, or -1 after failing c. */
+static int sq_move(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_sendq *q = &c->sq;
+	struct tl_outbuf *ob = tl_conn_wbuf(c);
+	struct tl_sqrec r;
+	const uint8_t *f = q->p + q->head + sizeof(r);
+	uint8_t *d;
+
+	memcpy(&r, q->p + q->head, sizeof(r));
+	d = tl_outbuf_reserve(ob, r.len);
+	if (!d) {
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+		return -1;
+	}
+	memcpy(d, f, r.len);
+	ob->units += r.units;
+	c->tx_msg_open = !r.fin;
+	q->head += sizeof(r) + align8(r.len);
+	if (sq_empty(q))
+		sq_reset(q);
+	return 0;
+}
+
+int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
+		      uint32_t units)
+{
+	if (c->fd < 0) { /* a memory connection: nobody to send to */
+		tl_pub_tx_retire(l, c, units);
+		return 0;
+	}
+	if (c->state == TL_ST_OPEN && sq_empty(&c->sq) && tl_conn_collecting(c) < TL_TX_CHUNK) {
+		if (tl_conn_send_frame(l, c, opcode, fin, p, n) < 0)
+			return -1;
+		tl_conn_wbuf(c)->units += units;
+		c->tx_msg_open = !fin;
+		return 0;
+	}
+	if (sq_push(l, c, opcode, fin, p, n, units) < 0) {
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+		return -1;
+	}
+	return 0;
+}
+
+int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->state != TL_ST_OPEN && c->state != TL_ST_CLOSING)
+		return 0; /* sends made before the upgrade completed wait for it */
+	while (!sq_empty(&c->sq) && tl_conn_collecting(c) < TL_TX_CHUNK)
+		if (sq_move(l, c) < 0)
+			return -1;
+	return 0;
+}
+
+/* sq_drop empties the send queue, retiring the units of its frames. */
+static void sq_drop(struct tl_loop *l, struct tl_conn *c)
+{
+	struct tl_sendq *q = &c->sq;
+	uint64_t units = 0;
+
+	while (!sq_empty(q)) {
+		struct tl_sqrec r;
+		memcpy(&r, q->p + q->head, sizeof(r));
+		units += r.units;
+		q->head += sizeof(r) + align8(r.len);
+	}
+	sq_reset(q);
+	if (units)
+		tl_pub_tx_retire(l, c, units);
+}
+
+void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c)
+{
+	while (c->tx_msg_open && !sq_empty(&c->sq))
+		if (sq_move(l, c) < 0)
+			return;
+	sq_drop(l, c);
+}
+
+void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
+{
+	uint64_t units = 0;
+
+	for (int i = 0; i < 2; i++) {
+		struct tl_outbuf *ob = &c->out[i];
+		if (c->send_inflight && i == (c->cur ^ 1))
+			continue; /* the kernel still reads it; on_send retires it */
+		units += ob->units;
+		ob->units = 0;
+		ob->len = 0;
+		ob->replies = 0;
+	}
+	units += c->tx_pt.units; /* wss plaintext not yet encrypted */
+	c->tx_pt.units = 0;
+	c->tx_pt.len = 0;
+	c->tx_pt.replies = 0;
+	if (!c->send_inflight)
+		c->sent_off = 0;
+	if (units)
+		tl_pub_tx_retire(l, c, units);
+	sq_drop(l, c);
+}
+
+int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen)
+{
+	uint8_t pl[125];
+	size_t n = 0;
+
+	if (c->close_sent)
+		return 0;
+	c->close_sent = 1;
+	/* The close jumps the queue: only a message already started goes
+	 * before it. */
+	tl_conn_tx_cut(l, c);
+	if (tl_conn_ending(c))
+		return -1;
+	if (code && code != 1005) {
+		if (rlen > 123)
+			rlen = 123;
+		pl[0] = (uint8_t)(code >> 8);
+		pl[1] = (uint8_t)code;
+		if (rlen)
+			memcpy(pl + 2, reason, rlen);
+		n = 2 + rlen;
+	}
+	return send_reply(l, c, TL_OP_CLOSE, pl, n);
+}
+
+void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail)
+{
+	if (!c->fail_err) {
+		c->fail_err = err;
+		c->fail_aux = aux;
+		c->fail_code = code;
+		if (detail)
+			tl_pub_detail(l, c, detail);
+	}
+	c->discard = 1;
+	c->msg_ready = 0;
+	c->ctrl_ready = 0;
+	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && !c->send_errno && c->fd >= 0) {
+		tl_conn_send_close(l, c, code, NULL, 0);
+		tl_pub_set_state(l, c, TL_ST_CLOSING);
+		c->todo |= TL_DO_FLUSH;
+		/* Give the peer a moment to read our close; then we go. */
+		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns < 1000000000ull ? l->cfg.close_timeout_ns : 1000000000ull);
+		return;
+	}
+	c->todo |= TL_DO_TEARDOWN;
+}
