@@ -54,9 +54,10 @@ FUZZ_BINS  = $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_NAMES))
 .PHONY: layers test test-build fuzz fuzz-build bench clean
 .DELETE_ON_ERROR:
 
-# layers: the call graph between csrc modules has no cycle and nothing
-# below the loop includes loop.h (csrc/layers.py; -v prints the graph
-# docs/ARCHITECTURE.md draws).
+# layers: the call graph between csrc modules (files) has no cycle, no
+# folder calls a folder ranked at or above its own, and nothing outside
+# loop/ includes loop/loop.h (csrc/layers.py; -v prints the folder graph
+# docs/ARCHITECTURE.md draws, then the module graph).
 layers:
 	@python3 csrc/layers.py
 
