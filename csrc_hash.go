@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6720e81e2964e5a7
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6070d39a860762fb
 import "C"
 
-const csrcHash = "6720e81e2964e5a7"
+const csrcHash = "6070d39a860762fb"

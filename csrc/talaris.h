@@ -78,7 +78,7 @@ struct tl_config {
 	/* Config.MinWait (0: off): while a flood streams in, the loop's wait
 	 * asks the kernel (IORING_FEAT_MIN_TIMEOUT, 6.12+) to wait up to this
 	 * long for min_wait_nr completions before it takes what came
-	 * (loop.c, wait_batched). */
+	 * (loop/wait.c, wait_batched). */
 	uint64_t min_wait_ns;
 };
 
@@ -99,9 +99,9 @@ struct tl_pool_stats {
 	uint64_t sendq_full;   /* reads held back because a connection's own replies (pongs, close) passed max_send_queue */
 	uint64_t fair_holds;   /* connections held at their conn_max_events / conn_max_bytes (also counted in stalls) */
 	uint64_t tls_records;  /* TLS application-data records opened by our record layer (tlsrec.h), not SSL_read */
-	uint64_t min_waits;    /* the loop's waits that were batched (cfg.min_wait_ns; loop.c, wait_batched) */
+	uint64_t min_waits;    /* the loop's waits that were batched (cfg.min_wait_ns; loop/wait.c, wait_batched) */
 	uint64_t tls_records_gcm; /* those of tls_records opened with our AES-GCM (gcm.h), not the library's */
-	uint64_t recv_revived; /* armed recvs the kernel left silent on a ready socket, cancelled and re-armed (loop.c, probe_recvs) */
+	uint64_t recv_revived; /* armed recvs the kernel left silent on a ready socket, cancelled and re-armed (loop/probe.c, tl_loop_probe_recvs) */
 };
 
 struct tl_loop;

@@ -259,7 +259,7 @@ static inline __attribute__((always_inline)) int tl_evq_append(struct tl_evq *q,
  * pointer would otherwise make the compiler reload every field after
  * each store), and commits them with one update of the queue (tail,
  * arena, owner counts, early publish) at tl_evq_run_end. For the parser's
- * burst of small whole frames (conn.c, feed_burst): per event it costs the
+ * burst of small whole frames (ws/frames.c, feed_burst): per event it costs the
  * record, its arena_end and, in copy mode, the payload copy. Nothing
  * appended is visible to the rest of the queue until tl_evq_run_end, so
  * nothing else may append to q in between. */

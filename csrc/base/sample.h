@@ -1,8 +1,8 @@
 /* base/sample.h - stage stamps of sampled completions (Config.SampleEvery):
  * inlines over the connection's sample fields and the event queue's stamp
  * table. Called by the loop (a completion), the transports (bytes reach
- * the parser) and conn.c (a message is published); calls only evq.h and
- * timer.h. */
+ * the parser) and ws/frames.c (a message is published); calls only
+ * base/evq.h and base/timer.h. */
 #ifndef TALARIS_SAMPLE_H
 #define TALARIS_SAMPLE_H
 

@@ -2,7 +2,7 @@
  * and clearing a connection's lifecycle deadline and heartbeat, and the
  * loop-wide lower bound the wait sleeps to (see "Timers" in state.h).
  * Arming only: the scan that fires due timers, and what firing does
- * (fail, teardown, ping), is the loop's (loop.c). Calls nothing above it. */
+ * (fail, teardown, ping), is the loop's (loop/tick.c). Calls nothing above it. */
 #ifndef TALARIS_TIMER_H
 #define TALARIS_TIMER_H
 

@@ -1,6 +1,6 @@
 /* codec/ws.h - RFC 6455 frame codec: header parse and encode, masking, close code
  * rules. Pure functions over caller buffers; the per-connection state
- * machine that uses them lives in conn.c. */
+ * machine that uses them lives in ws/. */
 #ifndef TALARIS_WS_H
 #define TALARIS_WS_H
 

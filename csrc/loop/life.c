@@ -3,8 +3,8 @@
  * acting on what the layers below request (tl_life_after), stalls,
  * failure, teardown (cancel every operation, then close), the final
  * event, and the reconnect policy's next attempt. Calls rx.c, tx.c, the
- * transports (plain.c, tls.c), conn.c and the layers below; never loop.c,
- * cmdq.c or tick.c. */
+ * transports (transport/), ws/ and the layers below; never the loop's
+ * core (setup, wait, dispatch, run...), cmdq.c or tick.c. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

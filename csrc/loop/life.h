@@ -32,8 +32,8 @@ void tl_life_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
  * (tl_conn_on_eof), then a flush of the replies. No-op when c is dying. */
 void tl_life_drive(struct tl_loop *l, struct tl_conn *c);
 
-/* tl_life_after acts on the requests (TL_DO_*, conn.h) a call into conn.c,
- * plain.c, tls.c or tx.c left in c->todo, and clears them: teardown alone,
+/* tl_life_after acts on the requests (TL_DO_*, ws/conn.h) a call into ws/,
+ * the transports or tx.c left in c->todo, and clears them: teardown alone,
  * else regroup, end of the sending side, flush (and again for what a
  * failed flush requested). Every caller of those layers above them calls
  * it before it looks at c again. */
@@ -91,7 +91,7 @@ void tl_life_free_dial(struct tl_dial *d);
  * the arena, and for control and final events code, err, aux and flags.
  * Returns 0, or -1 when the ring or arena is full (nothing was written).
  * The lifecycle's own events (open of a memory connection, reconnecting,
- * final); conn.c appends its events to the evq directly. */
+ * final); ws/ appends its events to the evq directly. */
 static inline int tl_life_emit(struct tl_loop *l, struct tl_conn *c, int kind, const uint8_t *p, size_t n,
 			       uint16_t code, int err, int aux, int flags)
 {

@@ -1,8 +1,8 @@
-/* loop/loop.h - the io_uring loop (loop.c): thread, setup, the wait, CQE
- * dispatch, stalls, re-arms and the sweep, shutdown, and the C API in
- * talaris.h. Includes the headers of every layer below it for the files
+/* loop/loop.h - the io_uring loop (setup.c, wait.c, dispatch.c, probe.c,
+ * stall.c, run.c, api.c): thread, setup, the wait, CQE dispatch, stalls,
+ * re-arms and the sweep, shutdown, and the C API in talaris.h. Includes the headers of every layer below it for the files
  * at the top (cmdq.c, decoder.c) and the C tests, fuzzers and benchmarks.
- * The layers below the loop include state.h, never this header.
+ * The layers below the loop include loop/state.h, never this header.
  * Internal: Go sees talaris.h and ring.h only. */
 #ifndef TALARIS_LOOP_H
 #define TALARIS_LOOP_H

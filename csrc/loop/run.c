@@ -25,7 +25,7 @@ static void publish_before_resume(struct tl_loop *l)
 static void shutdown_all(struct tl_loop *l)
 {
 	/* Stalled connections go on (their events are dropped from now on,
-	 * see ring_full in conn.c) so their close handshakes can be read. */
+	 * see ring_full in ws/frames.c) so their close handshakes can be read. */
 	if (l->stalled)
 		l->stall_kick = 1; /* (cleared by tl_loop_run_stalled, which runs only when one is) */
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {

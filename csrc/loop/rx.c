@@ -88,13 +88,13 @@ static uint32_t rx_share(const struct tl_loop *l)
  *   OFF       --LOST-->     WANT: the sweep found a live connection with no
  *                           recv (never expected: TL_DEBUG builds abort first)
  *   ARMED     --REVIVE-->   REARMING: the probe found the socket ready and the
- *                           recv silent twice in a row (loop.c, probe_recvs)
+ *                           recv silent twice in a row (loop/probe.c, tl_loop_probe_recvs)
  *   REARMING  --GONE-->     WANT, or OFF when dying: the probe's cancel (or a
  *   (or any state in      teardown's) found nothing in the kernel (-ENOENT),
  *   the kernel)             so no END will come; the recv epoch moves on
  *   in the kernel --STUCK--> OFF: a cancel found the recv (res 0) but its
  *                         END did not follow for TL_PROBE_STUCK probes
- *                         (loop.c); the epoch moves on and the recv ends here,
+ *                         (loop/probe.c); the epoch moves on and the recv ends here,
  *                         with -EIO (c->eof: the connection fails) unless
  *                         dying
  *
@@ -109,7 +109,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 			return;
 		sqe = tl_uring_sqe(l);
 		if (!sqe) {
-			rx_set(l, c, TL_RX_WANT); /* run_rearms tries again */
+			rx_set(l, c, TL_RX_WANT); /* tl_loop_run_rearms tries again */
 			return;
 		}
 		c->rx_hs = c->state < TL_ST_OPEN;

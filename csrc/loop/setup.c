@@ -142,7 +142,7 @@ static struct tl_loop *loop_alloc(const struct tl_config *cfg, int *err, char *e
 	if (!l->cfg.conn_max_bytes)
 		l->cfg.conn_max_bytes = UINT64_MAX;
 	/* A quarter of the ring (or arena) pending: every share applies,
-	 * floods among themselves too (conn.c, fair_pressed). */
+	 * floods among themselves too (ws/frames.c, fair_pressed). */
 	l->fair_epoch = 2;
 	l->fair_press_events = cfg->event_ring_size / 4;
 	l->fair_press_bytes = cfg->arena_size / 4;

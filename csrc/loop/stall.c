@@ -24,8 +24,8 @@ void tl_loop_release_deferred(struct tl_loop *l)
 }
 
 /* tl_loop_fair_tick keeps l->fair_light (the connections with a socket that are
- * light, see conn_held_slow in conn.c) up to date: recounted when an
- * epoch ends or a connection comes or goes, decremented by conn.c when
+ * light, see conn_held_slow in ws/frames.c) up to date: recounted when an
+ * epoch ends or a connection comes or goes, decremented by ws/frames.c when
  * one turns heavy. One clock read per iteration while counting is on; the
  * scan runs once per epoch. Held connections are looked at again when none
  * is light any more (they may go on). */

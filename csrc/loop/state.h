@@ -1,8 +1,8 @@
 /* loop/state.h - struct tl_loop: the state of one loop, each layer's part in
  * its own member (slots, evq, cmdq, cs, ts) or field group. Data only: it
- * declares no function, so a file that includes it (conn.c, plain.c,
- * tls.c, pub.c, timer.c) can reach the loop's lower layers through it but
- * cannot call loop.c (loop.h declares those). Internal: Go sees talaris.h
+ * declares no function, so a file below the loop that includes it (ws/,
+ * transport/, base/pub.c, base/timer.c) can reach the loop's lower layers
+ * through it but cannot call the loop (loop/loop.h declares that). Internal: Go sees talaris.h
  * and ring.h only. */
 #ifndef TALARIS_STATE_H
 #define TALARIS_STATE_H
@@ -31,7 +31,7 @@ struct tl_loop {
 
 	struct tl_cmdq cmdq;    /* command ring consumer */
 
-	/* loop.c (wake-ups, thread, sweep), life.c (connections, stalls,
+	/* the loop's core (wake-ups, thread, sweep), life.c (connections, stalls,
 	 * reconnect), timer.c (timers) */
 	int efd;
 	uint64_t efd_val;
@@ -47,7 +47,7 @@ struct tl_loop {
 	uint32_t rx_want;       /* connections in TL_RX_WANT */
 	int stall_kick;         /* a send completed: stalled conns may go on */
 	uint64_t last_sweep_ns; /* last look at parked connections without a wake-up */
-	uint64_t last_probe_ns; /* last look at the sockets of silent recvs (loop.c, probe_recvs) */
+	uint64_t last_probe_ns; /* last look at the sockets of silent recvs (loop/probe.c, tl_loop_probe_recvs) */
 	uint32_t rc_waits;      /* connections waiting out a reconnect backoff (no socket) */
 	uint64_t rc_seed;       /* reconnect jitter generator state */
 
@@ -68,34 +68,34 @@ struct tl_loop {
 	uint32_t driving;
 	int inline_busy;        /* the last iteration did work: the next one looks without waiting */
 
-	struct tl_conn_shared cs; /* conn.c's state shared by all connections */
-	struct tl_tls_shared ts;  /* tls.c's state shared by all connections */
+	struct tl_conn_shared cs; /* ws/'s state shared by all connections */
+	struct tl_tls_shared ts;  /* the TLS transport's state shared by all connections */
 
 	uint32_t sample_left;     /* completions until the next sampled one (cfg.sample_every) */
 	/* timers (see "Timers" below) */
 	uint32_t hb_timed;      /* connections with a heartbeat check (tl_conn.hb_ns) */
 	uint64_t now_ns;        /* clock cached once per loop iteration while hb_timed */
-	/* loop.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
+	/* loop/wait.c: the adaptive wait (TL_WAIT_ADAPTIVE) */
 	uint64_t pub_ns;          /* when events were last published; 0 once a command followed */
 	uint64_t reply_gap_ns;    /* publish -> next command, last seen (UINT64_MAX: none in time) */
-	/* loop.c: the reply spin (cfg.reply_spin_ns) */
+	/* loop/wait.c: the reply spin (cfg.reply_spin_ns) */
 	uint64_t answered_ns;     /* the tl_cmdring.sent_ns the last publish answered */
 	uint32_t reply_late;      /* a reply spin ended empty and no answer came in time since */
 	uint32_t send_follows;    /* the last send came within TL_PRESEND(cfg) of the publish before it */
 	uint64_t last_pub_ns;     /* the last publish to an awake pump (0: it slept) */
-	/* loop.c: minimum-wait batching (cfg.min_wait_ns; wait_batched) */
+	/* loop/wait.c: minimum-wait batching (cfg.min_wait_ns; wait_batched) */
 	int ring_reg;             /* io_uring_register_ring_fd succeeded: enter by the registered index */
 	uint32_t mw_ok;           /* cfg.min_wait_ns and the kernel has IORING_FEAT_MIN_TIMEOUT */
 	uint32_t mw_streak;       /* blocking waits in a row that each followed >= one slot of received bytes */
 	uint64_t mw_wire;         /* stats->wire_bytes at the last blocking wait (nothing is counted while it sleeps) */
 	uint64_t mw_sent;         /* tl_cmdring.sent_ns when the streak was last reset */
 	uint64_t mw_iter;         /* stats->wire_bytes at the last busy look (busy_batch) */
-	/* tx.c: a send found no free SQE (tl_tx_submit): run_rearms flushes
+	/* tx.c: a send found no free SQE (tl_tx_submit): tl_loop_run_rearms flushes
 	 * the connections again next iteration (the wait is 1 ms meanwhile) */
 	uint32_t tx_retry;
 	/* tx.c: direct sends (tl_conn_pub.tx_own) */
 	uint32_t tx_deferred;     /* connections with tx_defer set */
-	/* Receive fairness (conn_held in conn.c, fair_tick in loop.c): a
+	/* Receive fairness (conn_held in ws/frames.c, tl_loop_fair_tick in loop/stall.c): a
 	 * connection at its share of the event ring is held only while
 	 * another connection is light (not itself at its share in this or
 	 * the previous epoch of TL_FAIR_EPOCH_NS: its next message would wait

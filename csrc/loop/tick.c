@@ -2,7 +2,7 @@
  * the earliest timer is due (see Timers in state.h), a lifecycle
  * deadline's consequence (handshake or close timeout, the end of a
  * reconnect backoff) and the heartbeat (read timeout, pings). Calls
- * life.c, conn.c and the layers below. */
+ * life.c, ws/ and the layers below. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -19,7 +19,7 @@
  * read timeout, send a ping when nothing arrived (and no ping left) for
  * the ping interval, then re-arm for the next check. The read timeout
  * measures the silence up to seen, the loop's last look at its
- * completions (run_timers, loop.c), not up to now: if the loop thread did
+ * completions (run_timers, loop/run.c), not up to now: if the loop thread did
  * not run (a saturated machine, a stop), the peer's data may be waiting
  * in the kernel, and the check is left to the next iteration, which looks
  * first. A peer silent for the read timeout before that look is silent. */

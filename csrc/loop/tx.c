@@ -1,8 +1,8 @@
 /* loop/tx.c - the send side of a connection: one send in the kernel at a time
  * (bytes stay in order), the collecting out buffer topped up from the
  * send queue and, for wss, sealed by the TLS transport first; the end of
- * the sending side after a close handshake. Calls conn.c (refill, drop),
- * tls.c (seal, close_notify) and uring.h; never the lifecycle: a failure
+ * the sending side after a close handshake. Calls ws/ (refill, drop),
+ * the TLS transport (seal, close_notify) and uring.h; never the lifecycle: a failure
  * is left in c->todo for the caller (tl_life_flush acts on it). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -25,7 +25,7 @@ int tl_tx_submit(struct tl_loop *l, struct tl_conn *c, struct tl_outbuf *ob)
 {
 	struct io_uring_sqe *sqe = tl_uring_sqe(l);
 	if (!sqe) {
-		l->tx_retry = 1; /* the loop flushes again (run_rearms) */
+		l->tx_retry = 1; /* the loop flushes again (tl_loop_run_rearms) */
 		return -1;
 	}
 	io_uring_prep_send(sqe, c->fd, ob->p + c->sent_off, ob->len - c->sent_off, MSG_NOSIGNAL);
@@ -214,7 +214,7 @@ void tl_tx_flush(struct tl_loop *l, struct tl_conn *c)
 			tl_tx_submit(l, c, ob);
 		return;
 	}
-	/* Top up from the send queue; wss: encrypt what conn.c framed. */
+	/* Top up from the send queue; wss: encrypt what ws/ framed. */
 	if (tl_conn_tx_refill(l, c) < 0 || (c->is_tls && tl_tls_seal(l, c) < 0) || tl_conn_ending(c))
 		return;
 	ob = &c->out[c->cur];

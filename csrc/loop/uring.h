@@ -17,7 +17,7 @@
 #define IORING_FEAT_RECVSEND_BUNDLE (1U << 14)
 #endif
 /* Minimum-wait batching (kernel 6.12+): struct io_uring_getevents_arg's
- * pad is min_wait_usec there (loop.c, wait_batched). */
+ * pad is min_wait_usec there (loop/wait.c, wait_batched). */
 #ifndef IORING_FEAT_MIN_TIMEOUT
 #define IORING_FEAT_MIN_TIMEOUT (1U << 15)
 #endif

@@ -994,7 +994,7 @@ static void close_gated(struct harness *h, struct server *s, int gate[2], pthrea
 }
 
 /* test_lost_recv: a multishot recv whose end the loop never sees (the
- * kernel's, in the field: probe_recvs in loop.c) while the peer sends a
+ * kernel's, in the field: tl_loop_probe_recvs in loop/probe.c) while the peer sends a
  * stream and closes. The test cancels the open connection's recv and
  * swallows its -ECANCELED (TL_DEBUG), which leaves the connection ARMED
  * with nothing in the kernel; then the server sends. The probe finds the

@@ -1,6 +1,6 @@
 /* transport/plain.c - the plain (ws://) transport: received slots go to the frame
  * parser in place (no copy: a whole frame inside a main-group slot is
- * published pointing into it). Calls conn.c, slots and sample.h only. */
+ * published pointing into it). Calls ws/, base/slots and base/sample.h only. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

@@ -1,7 +1,7 @@
 /* transport/plain.h - the plain (ws://) transport (plain.c): the frame parser reads
  * the connection's received slots in place. The same shape as the TLS
  * transport (tls.h): the loop calls tl_plain_drive or tl_tls_drive, which
- * read the slot queue (tl_rxq) and feed conn.c, and acts on the result. */
+ * read the slot queue (tl_rxq) and feed ws/frames.c, and acts on the result. */
 #ifndef TALARIS_PLAIN_H
 #define TALARIS_PLAIN_H
 

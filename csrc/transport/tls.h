@@ -1,7 +1,7 @@
-/* transport/tls.h - the TLS (wss://) transport (tls.c), the same shape as the plain
+/* transport/tls.h - the TLS (wss://) transport (tls*.c), the same shape as the plain
  * one (plain.h): a custom BIO reads ciphertext from the connection's slot
  * queue (tl_rxq) and writes into its out buffer; plaintext goes to
- * tl_conn_feed; frames conn.c put in the plaintext buffer are encrypted
+ * tl_conn_feed; frames ws/ put in the plaintext buffer are encrypted
  * by tl_tls_seal when the loop flushes. BoringSSL or OpenSSL 3. */
 #ifndef TALARIS_TLS_H
 #define TALARIS_TLS_H
@@ -12,7 +12,7 @@
 struct tl_loop;
 struct tl_conn;
 
-/* tl_tls_shared is tls.c's state shared by every connection of a loop. */
+/* tl_tls_shared is the TLS transport's state shared by every connection of a loop. */
 struct tl_tls_shared {
 	void *ctx_default;      /* SSL_CTX for the system store, made on first use */
 	void *sess_cache;       /* tls_verify.c: client TLS sessions, made on first use */

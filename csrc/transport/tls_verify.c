@@ -1,5 +1,5 @@
 /* transport/tls_verify.c - per-connection TLS policy (the C side of
- * TLSOptions), kept out of tls.c:
+ * TLSOptions), kept out of the rest of the TLS transport:
  *
  *  - host names are checked against subjectAltName only (DNS and IP
  *    entries), never the subject CN (RFC 9525), on both libraries;

@@ -1,11 +1,11 @@
 /* transport/tls_verify.h - per-connection TLS policy (the C side of
  * TLSOptions): SAN-only host check and trust anchors, client certificate,
  * version and cipher choice, public key pins, and the loop's client
- * session cache. tls.c calls these at a few points; everything else about
- * TLS stays in tls.c.
+ * session cache. The TLS transport (tls.c, tls_read.c) calls these at a
+ * few points; everything else about TLS stays in those files.
  *
  * The library types are named by their struct tags (struct ssl_st is SSL,
- * struct ssl_ctx_st is SSL_CTX in BoringSSL and OpenSSL alike) so loop.c
+ * struct ssl_ctx_st is SSL_CTX in BoringSSL and OpenSSL alike) so loop/api.c
  * can include this header for the dial copy without the TLS headers. */
 #ifndef TALARIS_TLS_VERIFY_H
 #define TALARIS_TLS_VERIFY_H

@@ -95,7 +95,7 @@ void tl_conn_reset_keep(struct tl_conn *c)
 	uint8_t stop = c->rc_stop, listed = c->on_stall_list, epoch = c->rx_epoch;
 
 	tl_conn_reset(c);
-	/* Still linked on loop->stalled: run_stalled unlinks it. */
+	/* Still linked on loop->stalled: tl_loop_run_stalled unlinks it. */
 	c->stall_next = stall_next;
 	c->on_stall_list = listed;
 	c->gen = gen;

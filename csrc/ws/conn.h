@@ -1,10 +1,10 @@
 /* ws/conn.h - one WebSocket client connection: its state (struct tl_conn),
- * the outcomes conn.c reports (TL_FEED_* results, TL_DO_* requests), and
- * what conn.c exports: the upgrade exchange, the streaming frame parser,
+ * the outcomes ws/ reports (TL_FEED_* results, TL_DO_* requests), and
+ * what ws/ exports: the upgrade exchange, the streaming frame parser,
  * the close handshake, failure, and outgoing framing into the
- * connection's buffers. conn.c is the WebSocket state machine: the
- * transports (plain.c, tls.c) feed it bytes, it appends events (evq.c),
- * publishes state (pub.c) and arms timers (timer.c), and it calls nothing
+ * connection's buffers. ws/ is the WebSocket state machine: the
+ * transports (transport/) feed it bytes, it appends events (base/evq.c),
+ * publishes state (base/pub.c) and arms timers (base/timer.c), and it calls nothing
  * above it: what only the loop can do (io_uring operations) it leaves in
  * c->todo for its caller (tl_life_after). */
 #ifndef TALARIS_CONN_H
@@ -33,7 +33,7 @@ enum {
 	TL_FEED_DEAD = -2,  /* the connection failed or is closing: drop the rest */
 };
 
-/* Requests conn.c (and the transports) leave in tl_conn.todo for the loop,
+/* Requests ws/ (and the transports) leave in tl_conn.todo for the loop,
  * which acts on them in tl_life_after once the call returns, in this
  * order: TL_DO_TEARDOWN alone (the others are moot), else the rest. */
 enum {
@@ -147,13 +147,13 @@ struct tl_conn {
 	uint8_t rx;           /* TL_RX_*: the receive side, changed only by tl_rx_step (rx.c) */
 	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
 	uint8_t rx_cap;       /* the recv in the kernel carries the bundle cap (sqe->len): its -EINVAL is the kernel refusing the cap */
-	uint8_t rx_suspect;   /* the last recv probe found the socket ready and this recv silent (loop.c, probe_recvs) */
+	uint8_t rx_suspect;   /* the last recv probe found the socket ready and this recv silent (loop/probe.c, tl_loop_probe_recvs) */
 	uint8_t rx_revived;   /* the probe cancelled this recv: a cancel that finds nothing ends it here (rx.c) */
 	uint8_t rx_epoch;     /* recv epoch (0..TL_OPK_EPOCHS-1), in its user_data's op byte (uring.h); kept across reconnects */
 	uint8_t debug_lose_end; /* TL_DEBUG tests: swallow the recv's next -ECANCELED end, as a kernel that lost it */
 	uint8_t rx_cancel_hit; /* a cancel found this recv (res 0): its END is due */
 	uint32_t rx_cancel_ticks; /* rx_ticks when the last cancel of a recv was sent */
-	uint8_t rx_stuck;     /* probes in a row that found that END not come (loop.c, probe_recvs) */
+	uint8_t rx_stuck;     /* probes in a row that found that END not come (loop/probe.c, tl_loop_probe_recvs) */
 	uint32_t rx_ticks;    /* recv arms and completions: the probe's sign of life */
 	uint32_t rx_mark;     /* rx_ticks at the last probe */
 	uint8_t send_inflight;
@@ -178,8 +178,8 @@ struct tl_conn {
 	char key[TL_WS_KEY_LEN + 1];
 	char *hs;             /* response head bytes so far (TL_HTTP_MAX_HEAD) */
 	size_t hs_len;
-	/* A refused upgrade waiting for its body's first bytes (conn.c,
-	 * refusal_feed): the head is in hs, the failure is reported once the
+	/* A refused upgrade waiting for its body's first bytes (ws/upgrade.c,
+	 * refusal_wait): the head is in hs, the failure is reported once the
 	 * body is in, at EOF or at the deadline (TL_REFUSAL_BODY_WAIT_NS). */
 	uint8_t refusing;
 	uint8_t refuse_chunked;
@@ -250,11 +250,11 @@ struct tl_conn {
 	uint64_t opens;        /* successful opens of this handle */
 	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
 	uint64_t rc_delay_ns;  /* the wait EventReconnecting announced */
-	/* layering: conn.c's requests to the loop, and wss output that waits
+	/* layering: ws/'s requests to the loop, and wss output that waits
 	 * for the TLS transport */
 	uint8_t todo;          /* TL_DO_*: acted on (and cleared) by tl_life_after */
 	struct tl_outbuf tx_pt; /* wss: framed plaintext, encrypted into out[cur] by tl_tls_seal */
-	/* receive fairness (conn_held in conn.c): stalled because it had its
+	/* receive fairness (conn_held in ws/frames.c): stalled because it had its
 	 * share of the event ring pending, not because the ring was full */
 	uint8_t fair_held;
 	/* the loop's fair_epoch when c was last found at its share (0:
@@ -264,7 +264,7 @@ struct tl_conn {
 	/* heavy, nobody to protect: no share check while the ring's tail is
 	 * below fair_skip and the arena's write position below fair_skip_w
 	 * (where the ring would come under pressure, conn_held_slow), or
-	 * until fair_tick recounts the light connections (it clears both) */
+	 * until tl_loop_fair_tick recounts the light connections (it clears both) */
 	uint64_t fair_skip, fair_skip_w;
 	/* Set by a transport that can keep its run contiguous (TLS
 	 * plaintext slots) for one tl_conn_feed: a whole data frame of at most
@@ -308,7 +308,7 @@ static inline size_t tl_conn_collecting(const struct tl_conn *c) { return c->out
  * Returns 0, or -1 after failing c. */
 int tl_conn_send_subscribe(struct tl_loop *l, struct tl_conn *c);
 
-/* tl_conn_shared is conn.c's state shared by every connection of a loop
+/* tl_conn_shared is ws/'s state shared by every connection of a loop
  * (the loop thread is its only user). */
 struct tl_conn_shared {
 	uint8_t rnd[4096];      /* CSPRNG bytes for mask keys, refilled by getrandom */

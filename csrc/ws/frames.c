@@ -62,7 +62,7 @@ static inline int fair_pressed(const struct tl_loop *l)
  * false), from the share check (conn_held, feed_burst) until the ring
  * could come under pressure - the pressure bounds from the head as last
  * read: the head only moves on, so that is early, never late - or until
- * fair_tick recounts the light connections: the only ways fair_pressed
+ * tl_loop_fair_tick recounts the light connections: the only ways fair_pressed
  * can turn true (fair_light grows only in that recount, which clears
  * every skip). Without it a flood past its share would take conn_held_slow,
  * and end its burst, per message; a quarter share of events at a time (as
@@ -129,7 +129,7 @@ int tl_conn_fair_still_held(const struct tl_loop *l, const struct tl_conn *c)
 /* conn_room is how much c may publish before conn_held_slow has to
  * decide whether it waits: events and payload bytes (UINT64_MAX: no
  * bound), and skip_w, the arena write position its fair skip ends at
- * (UINT64_MAX: none). No bound while counting is off (c is alone: loop.c
+ * (UINT64_MAX: none). No bound while counting is off (c is alone: loop/run.c
  * turns it on from two connections with a socket, and nobody's message
  * can wait behind it); up to fair_skip while c is heavy with nobody to
  * protect (fair_skip_set); else what is left of its share on the cached
@@ -173,7 +173,7 @@ static inline __attribute__((always_inline)) int conn_room(const struct tl_loop 
  * and another connection is light or the ring under pressure
  * (conn_held_slow). The caller then stops parsing as for a full ring
  * (TL_FEED_STALL: c goes on the stalled list, its recv is paused once it
- * holds its share of slots), and the loop resumes it (run_stalled,
+ * holds its share of slots), and the loop resumes it (tl_loop_run_stalled,
  * tl_conn_fair_still_held) once the pump has passed at least half of its share.
  * So a flood queues at most that much ahead of a light connection's
  * message, whatever the ring's size.
