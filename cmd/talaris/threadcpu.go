@@ -16,7 +16,7 @@ import (
 // which thread would bound throughput on a machine with cores to spare.
 
 // loopThreadName is the name the C loop gives its thread (name_loop_thread
-// in csrc/loop.c), as /proc/self/task/<tid>/comm shows it.
+// in csrc/loop/setup.c), as /proc/self/task/<tid>/comm shows it.
 const loopThreadName = "talaris-loop"
 
 // taskCPU is one thread's CPU time (user + system) at a point in time, or
