@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6070d39a860762fb
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x3f5fb939ea47fdc3
 import "C"
 
-const csrcHash = "6070d39a860762fb"
+const csrcHash = "3f5fb939ea47fdc3"
