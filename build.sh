@@ -7,6 +7,7 @@
 #   ./build.sh bench    the side-by-side benchmark; rewrites docs/BENCH.md and the plots
 #   ./build.sh fuzz     the C fuzzers for FUZZ_SECONDS each (default 600)
 #   ./build.sh build    go build ./... of every module and the CLI into build/talaris
+#   ./build.sh vectors  fetch the pinned AES-GCM test vectors (cached; the C tests need them)
 #
 # Go modules: the library (.) requires only golang.org/x/sys; the test peers
 # (internal/wstest), the CLI (cmd/talaris) and the test suite (tests) are
@@ -132,9 +133,65 @@ go_fuzz() {
 	done
 }
 
+# Published AES-GCM vectors for csrc/test/test_gcm_vectors.c, pinned:
+# NIST's CAVS decryption files as the PyPI package cryptography-vectors
+# ships them, and Wycheproof's aes_gcm_test.json from the Go module proxy.
+VECTORS_PYPI=cryptography-vectors==44.0.0
+VECTORS_PYPI_SHA256=458ed682dbfa7144da156039c764ac707eb48b80e1d17ffe99e1de2edc91d5d7
+VECTORS_WYCHEPROOF=github.com/google/wycheproof@v0.0.0-20191219022705-2196000605e4
+VECTORS_FILES=(gcmDecrypt128.rsp gcmDecrypt256.rsp aes_gcm_test.json)
+
+# fetch_vectors puts the pinned vectors in TL_VECTORS_DIR (default
+# $XDG_CACHE_HOME/talaris/vectors, else build/vectors). Once there (the
+# stamp names the pins) it is a no-op and needs no network. Not committed.
+fetch_vectors() {
+	local d=${TL_VECTORS_DIR:-${XDG_CACHE_HOME:+$XDG_CACHE_HOME/talaris/vectors}}
+	d=${d:-build/vectors}
+	local stamp="$VECTORS_PYPI $VECTORS_WYCHEPROOF" f ok=1 tmp whl dir
+	for f in "${VECTORS_FILES[@]}"; do [ -s "$d/$f" ] || ok=0; done
+	if [ $ok = 1 ] && [ "$(cat "$d/.pins" 2>/dev/null)" = "$stamp" ]; then
+		return 0
+	fi
+	echo "== fetch_vectors: $VECTORS_PYPI, $VECTORS_WYCHEPROOF into $d"
+	mkdir -p "$d"
+	tmp=$(mktemp -d)
+	if ! python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$VECTORS_PYPI" >"$tmp/log" 2>&1; then
+		cat "$tmp/log" >&2
+		echo "fetch_vectors: cannot download $VECTORS_PYPI from PyPI (offline?); put ${VECTORS_FILES[*]} in $d by hand" >&2
+		rm -rf "$tmp"
+		return 1
+	fi
+	whl=$(ls "$tmp"/cryptography_vectors-*.whl)
+	if [ "$(sha256sum "$whl" | cut -d' ' -f1)" != "$VECTORS_PYPI_SHA256" ]; then
+		echo "fetch_vectors: $whl does not have the pinned sha256 $VECTORS_PYPI_SHA256" >&2
+		rm -rf "$tmp"
+		return 1
+	fi
+	python3 - "$whl" "$d" <<'PY'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+for n in ("gcmDecrypt128.rsp", "gcmDecrypt256.rsp"):
+    open(sys.argv[2] + "/" + n, "wb").write(z.read("cryptography_vectors/ciphers/AES/GCM/" + n))
+PY
+	# Outside any module (the go.mod here stays as it is); the go command
+	# checks the module against the checksum database.
+	if ! dir=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$VECTORS_WYCHEPROOF" 2>"$tmp/log" |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'); then
+		cat "$tmp/log" >&2
+		echo "fetch_vectors: cannot download $VECTORS_WYCHEPROOF from the Go module proxy (offline?)" >&2
+		rm -rf "$tmp"
+		return 1
+	fi
+	cp "$dir/testvectors/aes_gcm_test.json" "$d/aes_gcm_test.json"
+	chmod u+w "$d/aes_gcm_test.json"
+	echo "$stamp" >"$d/.pins"
+	rm -rf "$tmp"
+}
+
 # The go command caches cgo builds by the package directory's files only;
 # the csrc/ sources arrive by #include, so their fingerprint lives in csrc_hash.go.
-go run ./internal/cgohash/gen
+# (Not for vectors: cgo.mk's test calls that, and it builds no Go.)
+[ "${1:-}" = vectors ] || go run ./internal/cgohash/gen
 
 # lane2 is the test lane that runs beside the default pass, the C tests
 # and the fuzz smoke: the second TLS backend, then the race detector.
@@ -202,6 +259,7 @@ test)
 	# so a second lane runs beside it and prints its log when done.
 	lane_start build/lane2.log lane2
 	each_module test -count=1 -timeout 30m ./...
+	step fetch_vectors
 	step make -s -f cgo.mk test
 	step make -s -f cgo.mk test TLS=openssl BUILD=build/openssl
 	step make -s -f cgo.mk fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-12}"
@@ -285,12 +343,15 @@ readme = readme[:i] + "\n" + head + "\n\n" + "\n".join(out) + "\n\n" + plots + r
 open("README.md", "w").write(readme)
 PY
 	;;
+vectors)
+	fetch_vectors
+	;;
 fuzz)
 	install_packages
 	make -f cgo.mk fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-600}"
 	;;
 *)
-	echo "usage: $0 {build|demo|test|bench|fuzz}" >&2
+	echo "usage: $0 {build|demo|test|bench|fuzz|vectors}" >&2
 	exit 2
 	;;
 esac

@@ -63,7 +63,8 @@ layers:
 
 test: layers $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t; done; \
-	echo "all $(words $(TEST_BINS)) C test programs passed"
+	echo "all $(words $(TEST_BINS)) C test programs passed"; \
+	if [ -s $(TEST_SUMMARY) ]; then cat $(TEST_SUMMARY); fi
 
 test-build: $(TEST_BINS)
 
@@ -121,3 +122,60 @@ $(BUILD)/bench/%: csrc/bench/%.c $(CORE_SRCS) $(CORE_HDRS) talaris_core.c
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- AES-GCM verification (gcm.c): emulated build, published vectors, ----
+# ---- differential fuzzer, self-test. ----
+#
+# gcm.c is compiled a second time with its 256-bit VAES/VPCLMULQDQ
+# operations as pairs of 128-bit AES-NI/PCLMULQDQ ones (csrc/test/gcm_emul.h,
+# -DTL_GCM_EMUL: the CPU check then asks for AVX2 only) and its functions
+# renamed tl_gcm_emul_*, so the shipped code runs on CPUs without VAES
+# (AMD Zen 2) and a program can hold both builds. test_gcm_emul is
+# test_gcm.c against it; test_gcm_vectors runs the published vectors
+# (fetched by ./build.sh vectors into VECTORS_DIR, not committed) through
+# both builds and the library; fuzz_gcm_diff compares both with the
+# library. The gcm programs write which builds ran to TEST_SUMMARY, printed
+# at the end of `test`.
+GCM_SRC      = $(filter %/gcm.c,$(CORE_SRCS))
+GCM_EMUL_H   = csrc/test/gcm_emul.h
+GCM_EMUL_DEF = -DTL_GCM_EMUL -include $(GCM_EMUL_H)
+GCM_EMUL_TEST_OBJ = $(BUILD)/obj/test/gcm_emul.o
+GCM_EMUL_FUZZ_OBJ = $(BUILD)/obj/fuzz/gcm_emul.o
+VECTORS_DIR ?= $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/talaris/vectors,build/vectors)
+TEST_SUMMARY = $(BUILD)/test/summary.txt
+export TL_VECTORS_DIR = $(VECTORS_DIR)
+export TL_TEST_SUMMARY = $(TEST_SUMMARY)
+
+TEST_BINS += $(BUILD)/test/test_gcm_emul
+
+.PHONY: vectors test-summary-reset
+test: test-summary-reset vectors $(BUILD)/test/test_gcm_emul
+
+# Idempotent: a no-op once the pinned files are in VECTORS_DIR.
+vectors:
+	@TL_VECTORS_DIR=$(VECTORS_DIR) ./build.sh vectors
+
+test-summary-reset:
+	@mkdir -p $(BUILD)/test; : >$(TEST_SUMMARY)
+
+$(GCM_EMUL_TEST_OBJ): $(GCM_SRC) $(GCM_EMUL_H) $(CORE_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(GCM_EMUL_DEF) -c -o $@ $<
+
+$(GCM_EMUL_FUZZ_OBJ): $(GCM_SRC) $(GCM_EMUL_H) $(CORE_HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(GCM_EMUL_DEF) -c -o $@ $<
+
+GCM_TEST_DEPS = $(TEST_OBJS) $(GCM_EMUL_TEST_OBJ) $(CORE_HDRS) $(GCM_EMUL_H) csrc/test/check.h
+
+$(BUILD)/test/test_gcm_emul: csrc/test/test_gcm.c $(GCM_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(GCM_EMUL_DEF) -o $@ $< $(TEST_OBJS) $(GCM_EMUL_TEST_OBJ) $(LDLIBS)
+
+$(BUILD)/test/test_gcm_vectors $(BUILD)/test/test_gcm_selftest: $(BUILD)/test/%: csrc/test/%.c $(GCM_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(TEST_OBJS) $(GCM_EMUL_TEST_OBJ) $(LDLIBS)
+
+$(BUILD)/fuzz/fuzz_gcm_diff: csrc/fuzz/fuzz_gcm_diff.c $(FUZZ_OBJS) $(GCM_EMUL_FUZZ_OBJ) $(CORE_HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_OBJS) $(GCM_EMUL_FUZZ_OBJ) $(LDLIBS)

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x3f5fb939ea47fdc3
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x7111235da686320f
 import "C"
 
-const csrcHash = "3f5fb939ea47fdc3"
+const csrcHash = "7111235da686320f"

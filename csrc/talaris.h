@@ -106,6 +106,10 @@ struct tl_pool_stats {
 
 struct tl_loop;
 
+/* tl_gcm_selftest_failed (gcm.h): 1 when the own AES-GCM's power-on
+ * self-test failed and the library's AES-GCM opens every record. */
+int tl_gcm_selftest_failed(void);
+
 /* tl_loop_new creates the io_uring loop and its thread, waiting until the
  * thread has set the ring up. On failure returns NULL with a negative errno
  * in *err and a message in errbuf (errcap bytes). The loop owns every

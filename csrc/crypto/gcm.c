@@ -25,7 +25,12 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <openssl/evp.h>
+
+/* A test build may bring its own (csrc/test/gcm_emul.h). */
+#ifndef GCM_TARGET
 #define GCM_TARGET __attribute__((target("avx2,aes,pclmul,vaes,vpclmulqdq,ssse3,sse4.1")))
+#endif
 
 struct tl_gcm {
 	_Alignas(32) uint8_t rk[15][32]; /* round keys, each in both 128-bit lanes */
@@ -58,12 +63,20 @@ static int gcm_probe(void)
 		return 0;
 	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
 		return 0;
+#ifdef TL_GCM_EMUL
+	/* The test build that runs VAES and VPCLMULQDQ as 128-bit halves
+	 * (csrc/test/gcm_emul.h) needs neither. */
+	return !!(b & bit_AVX2);
+#else
 	return (b & bit_AVX2) && (c & (1u << 9)) && (c & (1u << 10)); /* VAES, VPCLMULQDQ */
+#endif
 }
 
 /* The probe's answer, once: CPUID traps to the hypervisor in a VM. Racing
  * first callers store the same value. */
 static int gcm_cpu = -1;
+
+static int gcm_selftest_ok(void);
 
 int tl_gcm_supported(void)
 {
@@ -73,7 +86,7 @@ int tl_gcm_supported(void)
 		v = gcm_probe();
 		__atomic_store_n(&gcm_cpu, v, __ATOMIC_RELAXED);
 	}
-	return v;
+	return v && gcm_selftest_ok();
 }
 
 GCM_TARGET static inline __m128i gcm_rev(__m128i v)
@@ -456,16 +469,164 @@ GCM_TARGET int tl_gcm_finish(struct tl_gcm *g, const uint8_t tag[16])
 	return diff ? -1 : 0;
 }
 
-struct tl_gcm *tl_gcm_new(void)
+static struct tl_gcm *gcm_alloc(void)
 {
-	struct tl_gcm *g;
+	struct tl_gcm *g = aligned_alloc(32, sizeof(struct tl_gcm));
 
-	if (!tl_gcm_supported())
-		return NULL;
-	g = aligned_alloc(32, sizeof(*g));
 	if (g)
 		memset(g, 0, sizeof(*g));
 	return g;
+}
+
+/* Power-on self-test: before the first state is handed out, messages the
+ * library seals (its EVP AES-GCM, an independent implementation, linked
+ * anyway) must open here to the same plaintext, whole and in the pieces
+ * receive slots cut a record into, and tampered ones must be refused.
+ * Both key sizes; lengths around a block, a 256-byte step and a full TLS
+ * record's inner plaintext; AAD of 0, 5 (a TLS 1.3 record header) and 13
+ * bytes. Key, nonce, AAD and plaintext come from a fixed pattern. A
+ * mismatch turns the own GCM off for the process: tl_gcm_supported says 0,
+ * tl_gcm_new gives NULL and the record layer opens with the library.
+ * gcm_kat: -1 not run, 1 passed, 0 failed; racing first callers store the
+ * same answer. */
+static int gcm_kat = -1;
+#ifdef TL_DEBUG
+static int gcm_kat_spoil = -1; /* tl_gcm_selftest_hook: the row whose expected tag is spoiled */
+#endif
+
+#define GCM_KAT_MAX 16385
+
+static void kat_fill(uint8_t *p, size_t n, uint32_t *x)
+{
+	for (size_t i = 0; i < n; i++) {
+		*x = *x * 1103515245u + 12345u;
+		p[i] = (uint8_t)(*x >> 16);
+	}
+}
+
+static int kat_seal(const uint8_t *key, size_t klen, const uint8_t nonce[12], const uint8_t *aad, size_t alen,
+		    const uint8_t *pt, size_t n, uint8_t *ct, uint8_t tag[16])
+{
+	EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+	int outl = 0, ok;
+
+	if (!ctx)
+		return -1;
+	ok = EVP_EncryptInit_ex(ctx, klen == 16 ? EVP_aes_128_gcm() : EVP_aes_256_gcm(), NULL, key, nonce) == 1 &&
+	     (!alen || EVP_EncryptUpdate(ctx, NULL, &outl, aad, (int)alen) == 1) &&
+	     (!n || (EVP_EncryptUpdate(ctx, ct, &outl, pt, (int)n) == 1 && (size_t)outl == n)) &&
+	     EVP_EncryptFinal_ex(ctx, ct + n, &outl) == 1 &&
+	     EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag) == 1;
+	EVP_CIPHER_CTX_free(ctx);
+	return ok ? 0 : -1;
+}
+
+/* kat_open opens ct in the pieces cuts[0..ncut) make (ascending, each at
+ * most n; a repeated cut is an empty piece) and says whether the verdict
+ * and plaintext are what they must be. */
+static int kat_open(struct tl_gcm *g, const uint8_t nonce[12], const uint8_t *aad, size_t alen, const uint8_t *ct,
+		    uint8_t *out, size_t n, const uint8_t tag[16], const size_t *cuts, int ncut, const uint8_t *pt)
+{
+	size_t at = 0;
+
+	tl_gcm_begin(g, nonce, aad, alen);
+	for (int i = 0; i <= ncut; i++) {
+		size_t end = i < ncut ? cuts[i] : n;
+		tl_gcm_decrypt(g, ct + at, out + at, end - at);
+		at = end;
+	}
+	if (tl_gcm_finish(g, tag) != 0)
+		return !pt; /* refused: right when it had to be */
+	return pt && memcmp(out, pt, n) == 0;
+}
+
+static int gcm_selftest(void)
+{
+	static const size_t lens[] = {0, 1, 15, 16, 17, 255, 256, 257, GCM_KAT_MAX};
+	static const size_t alens[] = {0, 5, 13};
+	uint8_t key[32], nonce[12], aad[13], tag[16];
+	uint8_t *buf = malloc(3 * GCM_KAT_MAX), *pt = buf, *ct = buf + GCM_KAT_MAX, *out = buf + 2 * GCM_KAT_MAX;
+	struct tl_gcm *g = gcm_alloc();
+	uint32_t x = 0x7a6c5e01u;
+	int ok = buf && g, row = 0;
+
+	for (size_t klen = 16; ok && klen <= 32; klen += 16) {
+		kat_fill(key, klen, &x);
+		ok = tl_gcm_setkey(g, key, klen) == 0;
+		for (size_t li = 0; ok && li < sizeof(lens) / sizeof(lens[0]); li++) {
+			for (size_t ai = 0; ok && ai < sizeof(alens) / sizeof(alens[0]); ai++, row++) {
+				size_t n = lens[li], alen = alens[ai];
+				/* Cut as slots cut a record: a byte, mid-block, a block
+				 * short of the end, an empty piece. */
+				size_t cuts[4] = {n ? 1 : 0, n / 2 + 7 < n ? n / 2 + 7 : n, n > 16 ? n - 16 : n, 0};
+
+				if (cuts[2] < cuts[1])
+					cuts[2] = cuts[1];
+				cuts[3] = cuts[2];
+
+				kat_fill(nonce, sizeof(nonce), &x);
+				kat_fill(aad, alen, &x);
+				kat_fill(pt, n, &x);
+				ok = kat_seal(key, klen, nonce, aad, alen, pt, n, ct, tag) == 0;
+#ifdef TL_DEBUG
+				if (row == gcm_kat_spoil)
+					tag[row % 16] ^= 0x10;
+#endif
+				ok = ok && kat_open(g, nonce, aad, alen, ct, out, n, tag, NULL, 0, pt);
+				memcpy(out, ct, n); /* in place */
+				ok = ok && kat_open(g, nonce, aad, alen, out, out, n, tag, cuts, 4, pt);
+				/* Refused: a flipped tag bit, ciphertext bit, AAD bit. */
+				tag[row % 16] ^= 0x01;
+				ok = ok && kat_open(g, nonce, aad, alen, ct, out, n, tag, cuts, 2, NULL);
+				tag[row % 16] ^= 0x01;
+				if (n) {
+					ct[(size_t)row % n] ^= 0x80;
+					ok = ok && kat_open(g, nonce, aad, alen, ct, out, n, tag, cuts, 4, NULL);
+					ct[(size_t)row % n] ^= 0x80;
+				}
+				if (alen) {
+					aad[alen - 1] ^= 0x02;
+					ok = ok && kat_open(g, nonce, aad, alen, ct, out, n, tag, NULL, 0, NULL);
+				}
+			}
+		}
+	}
+	tl_gcm_free(g);
+	if (buf)
+		memset(buf, 0, 3 * GCM_KAT_MAX);
+	free(buf);
+	return ok ? 1 : 0;
+}
+
+static int gcm_selftest_ok(void)
+{
+	int v = __atomic_load_n(&gcm_kat, __ATOMIC_ACQUIRE);
+
+	if (v < 0) {
+		v = gcm_selftest();
+		__atomic_store_n(&gcm_kat, v, __ATOMIC_RELEASE);
+	}
+	return v;
+}
+
+int tl_gcm_selftest_failed(void)
+{
+	return __atomic_load_n(&gcm_kat, __ATOMIC_ACQUIRE) == 0;
+}
+
+#ifdef TL_DEBUG
+void tl_gcm_selftest_hook(int spoil_row)
+{
+	gcm_kat_spoil = spoil_row;
+	__atomic_store_n(&gcm_kat, -1, __ATOMIC_RELEASE);
+}
+#endif
+
+struct tl_gcm *tl_gcm_new(void)
+{
+	if (!tl_gcm_supported())
+		return NULL;
+	return gcm_alloc();
 }
 
 void tl_gcm_free(struct tl_gcm *g)
@@ -480,6 +641,7 @@ void tl_gcm_free(struct tl_gcm *g)
 /* talaris_core.c includes every source in one unit: these go no further. */
 #undef KEY128
 #undef KEY256
+#undef GCM_KAT_MAX
 #undef GCM_TARGET
 
 #else /* not x86-64: the record layer keeps the library's AES-GCM */
@@ -489,6 +651,10 @@ struct tl_gcm {
 };
 
 int tl_gcm_supported(void) { return 0; }
+int tl_gcm_selftest_failed(void) { return 0; }
+#ifdef TL_DEBUG
+void tl_gcm_selftest_hook(int spoil_row) { (void)spoil_row; }
+#endif
 struct tl_gcm *tl_gcm_new(void) { return NULL; }
 void tl_gcm_free(struct tl_gcm *g) { free(g); }
 int tl_gcm_setkey(struct tl_gcm *g, const uint8_t *key, size_t len)

@@ -15,8 +15,21 @@
 struct tl_gcm;
 
 /* tl_gcm_supported says whether this CPU (and the kernel's saving of its
- * vector registers) can run tl_gcm: 1 or 0. Always 0 off x86-64. */
+ * vector registers) can run tl_gcm and its power-on self-test passed:
+ * 1 or 0. Always 0 off x86-64. */
 int tl_gcm_supported(void);
+
+/* tl_gcm_selftest_failed says whether the power-on self-test (run once,
+ * by the first tl_gcm_supported or tl_gcm_new where the CPU runs tl_gcm)
+ * found a message that did not open as the library's AES-GCM sealed it:
+ * 1, and tl_gcm is then off for the process (tl_gcm_supported 0), else 0. */
+int tl_gcm_selftest_failed(void);
+
+#ifdef TL_DEBUG
+/* tl_gcm_selftest_hook (test builds) forgets the self-test's answer and
+ * spoils the expected tag of row spoil_row (-1: none) in the next run. */
+void tl_gcm_selftest_hook(int spoil_row);
+#endif
 
 /* tl_gcm_new allocates an unkeyed state (32-byte aligned). Returns NULL
  * when out of memory or !tl_gcm_supported(). Free with tl_gcm_free. */
