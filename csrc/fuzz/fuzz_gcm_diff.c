@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static uint8_t ct[MAXN + 16], want[MAXN], got[MAXN + 1];
 	uint8_t key[32] = {0}, nonce[12] = {0}, aad[40] = {0}, tag[16] = {0};
-	size_t klen, alen, n, cuts[8], at = 0;
+	size_t klen, alen, n, cuts[8];
 	int mode, ncut, lv;
 
 	if (size < 4)
@@ -87,7 +87,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	lv = gcm_lib_open(lib, key, klen, nonce, aad, alen, ct, want, n, tag, NULL, 0);
 	if (lv == -2 || (mode == 0 && (lv != 0 || memcmp(want, data, n) != 0)) || ((mode == 1 || mode == 2) && lv != -1))
 		abort();
-	(void)at;
 	for (int w = 0; w < 2; w++) {
 		const struct gcm_impl *im = w ? &gcm_native : &gcm_emul;
 		int inplace = (int)(n & 1), v;
