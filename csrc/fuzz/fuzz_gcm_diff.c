@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../test/gcm_impls.h"
+#include "test/gcm_impls.h"
 
 enum { MAXN = 17 * 1024 };
 

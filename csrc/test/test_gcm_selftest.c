@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../tlsrec.h"
+#include "transport/tlsrec.h"
 #include "check.h"
 #include "gcm_impls.h"
 
