@@ -140,7 +140,7 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 		if i != tail {
 			// A long batch gives its first part back early: an awake
 			// loop can resume a connection held at its share of the ring
-			// (Config.MaxConnPendingEvents) while the rest is still being
+			// (testhook.Knobs.MaxConnPendingEvents) while the rest is still being
 			// handed out, so loop and pump keep working at once. (A
 			// sleeping loop is woken once, when the batch ends.)
 			atomic.StoreUint64(r.head, i)

@@ -35,21 +35,21 @@ type PoolStats struct {
 	LoopWakes  uint64 // times Go woke a sleeping loop
 	PumpSleeps uint64 // times Pump slept waiting for events
 	Reconnects uint64 // successful re-opens by reconnect policies, all connections
-	FairHolds  uint64 // times a connection was held at its share of the ring (Config.MaxConnPendingEvents/Bytes; also counted in Stalls)
-	TLSRecords uint64 // TLS application-data records opened by talaris' own record layer, not the library's SSL_read (Config.NoTLSRecordLayer)
+	FairHolds  uint64 // times a connection was held at its share of the ring (testhook.Knobs.MaxConnPendingEvents/Bytes; also counted in Stalls)
+	TLSRecords uint64 // TLS application-data records opened by talaris' own record layer, not the library's SSL_read (Config.Tuning.NoTLSRecordLayer)
 	// TLSRecordsOwnGCM counts those of TLSRecords decrypted with talaris'
 	// own AES-GCM (on CPUs with VAES and VPCLMULQDQ, unless
-	// Config.TLSLibraryGCM), not the TLS library's.
+	// Config.Tuning.NoOwnGCM), not the TLS library's.
 	TLSRecordsOwnGCM uint64
 	// BellSleeps counts the pump's sleeps on its reply doorbell (also
 	// counted in PumpSleeps); BellRings the wake-ups from them that a
-	// socket's data gave before the loop's publish (Config.ReplyDoorbell).
+	// socket's data gave before the loop's publish (testhook.Knobs.ReplyDoorbell).
 	BellSleeps, BellRings uint64
 	// ReplySpins counts the pump's spins for the answer to a send
-	// (Config.ReplySpin); ReplyLate those that ended without one (each
+	// (Config.Tuning.ReplySpin); ReplyLate those that ended without one (each
 	// turns the reply spin off until an answer again comes in time).
 	ReplySpins, ReplyLate uint64
-	// MinWaits counts the loop's waits that were batched (Config.MinWait:
+	// MinWaits counts the loop's waits that were batched (Config.Tuning.MinWait:
 	// the kernel waited up to MinWait for more completions).
 	MinWaits uint64
 	// RecvRevived counts receives the kernel left silent on a socket
@@ -256,7 +256,7 @@ type ConnStats struct {
 	SendQueueFull uint64
 	Reconnects    uint64 // successful re-opens under a ReconnectPolicy
 	// DirectSends counts the messages (of MsgsOut) the sending goroutine
-	// wrote to the socket itself (Config.NoDirectSend); DirectHandoffs
+	// wrote to the socket itself (Config.Tuning.NoDirectSend); DirectHandoffs
 	// those of them the socket took only part of, whose rest the loop
 	// wrote.
 	DirectSends, DirectHandoffs uint64
@@ -303,13 +303,13 @@ func (c Conn) Pool() *Pool { return c.p }
 // ErrPoolClosed. A message sent
 // before the connection is open (right after DialAsync) waits in the
 // queue and goes out once the upgrade completes; it is dropped if the
-// dial fails. Messages larger than a quarter of Config.CmdRingSize are
+// dial fails. Messages larger than a quarter of testhook.Knobs.CmdRingSize are
 // sent as several fragments of one message. Under a ReconnectPolicy,
 // from EventReconnecting to the next open it returns an error matching
 // ErrWouldBlock (not counted in SendQueueFull) and queues nothing; a
 // message that raced the drop is dropped, never sent on the next
 // connection (DialOptions.Subscribe is what every new connection gets).
-// With Config.InlineLoop, from a goroutine other than the Pool's, it also
+// With Config.Tuning.InlineLoop, from a goroutine other than the Pool's, it also
 // returns ErrWouldBlock (counted) when the command ring is full until
 // that goroutine runs the loop again.
 func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }

@@ -65,7 +65,7 @@ func churnPeer(rc *wstest.RawConn) {
 	rc.Close()
 }
 
-// loopMode names a subtest by Config.InlineLoop.
+// loopMode names a subtest by Config.Tuning.InlineLoop.
 func loopMode(inline bool) string {
 	if inline {
 		return "inline"
@@ -91,7 +91,7 @@ func TestChurnConnections(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, useTLS bool) {
 				srv := wstest.NewRaw(churnPeer)
 				opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
-				p := newTestPool(t, talaris.Config{MaxConns: 4, CloseTimeout: 200 * time.Millisecond, InlineLoop: inline}, hangGuard)
+				p := newTestPool(t, talaris.Config{MaxConns: 4, CloseTimeout: 200 * time.Millisecond, Tuning: talaris.Tuning{InlineLoop: inline}}, hangGuard)
 				base := -1
 				next := 0
 				for r := range rounds {
@@ -222,7 +222,7 @@ func TestChurnPools(t *testing.T) {
 			var baseVM, baseRSS, poolVM int64
 			for i := range cycles {
 				vm0 := procStatusKB(t, "VmSize")
-				p, err := talaris.NewPool(talaris.Config{MaxConns: 4, InlineLoop: inline})
+				p, err := talaris.NewPool(talaris.Config{MaxConns: 4, Tuning: talaris.Tuning{InlineLoop: inline}})
 				if err != nil {
 					t.Fatal(err)
 				}

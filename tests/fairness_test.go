@@ -12,17 +12,18 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Receive fairness (Config.MaxConnPendingEvents/Bytes): one event ring
+// Receive fairness (testhook.Knobs.MaxConnPendingEvents/Bytes): one event ring
 // carries every connection's messages in arrival order, so a flood must
 // not be able to queue more than its share ahead of another connection's
 // message, nor keep that message out of the ring. These tests pin
 // Loops: 1: the holds they check are per loop (a connection alone on its
 // loop is never held); TestLoopsFairAcrossLoops covers several loops.
 
-// defaultConnPendingEvents is Config.MaxConnPendingEvents's documented
+// defaultConnPendingEvents is testhook.Knobs.MaxConnPendingEvents's documented
 // default.
 const defaultConnPendingEvents = 256
 
@@ -44,7 +45,7 @@ func TestFairShareFloodBesideEcho(t *testing.T) {
 
 func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: share, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 1}, testhook.Knobs{MaxConnPendingEvents: share}), hangGuard)
 	limit := uint64(share)
 	if share == 0 {
 		limit = defaultConnPendingEvents
@@ -167,7 +168,7 @@ func echoRounds(t *testing.T, p *talaris.Pool, o talaris.Conn, rounds int, fn ta
 // its share and is never held.
 func TestFairShareLoneConn(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: 64, EventRingSize: 4096, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 1}, testhook.Knobs{MaxConnPendingEvents: 64, EventRingSize: 4096}), hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	f, err := p.Dial(ctx, srv.URL+"/stream?n=100000&size=64", nil)
@@ -209,7 +210,7 @@ func TestFairShareCloseRace(t *testing.T) {
 
 func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: 32, CloseTimeout: 500 * time.Millisecond, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{CloseTimeout: 500 * time.Millisecond, Loops: 1}, testhook.Knobs{MaxConnPendingEvents: 32}), hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
@@ -303,7 +304,7 @@ func TestFairShareBytes(t *testing.T) {
 func fairBytes(t *testing.T, useTLS bool, size int) {
 	const share = 256 << 10
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingBytes: share, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 1}, testhook.Knobs{MaxConnPendingBytes: share}), hangGuard)
 	n := 64
 	if testing.Short() {
 		// Still 4 shares (64 KiB) or 16 messages larger than a share (1
@@ -373,7 +374,7 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 	const share, ring = 64, 4096
 	const press = ring / 4
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: share, EventRingSize: ring}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{MaxConnPendingEvents: share, EventRingSize: ring}), hangGuard)
 	n := scaled(100000)
 	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
 	inRing := func() uint64 { return floods[0].Stats().MsgsIn + floods[1].Stats().MsgsIn }
@@ -452,7 +453,7 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 // completes (its 101 needs a buffer slot to be read).
 func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p, err := talaris.NewPool(talaris.Config{EventRingSize: 256, BufSize: 4096, BufCount: 64})
+	p, err := talaris.NewPool(testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 64}, testhook.Knobs{EventRingSize: 256}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -38,7 +39,7 @@ func TestHostileAPIRaces(t *testing.T) {
 		cfg  talaris.Config
 	}{
 		{"default", talaris.Config{}},
-		{"nodirect-fair", talaris.Config{NoDirectSend: true, MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096}},
+		{"nodirect-fair", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, testhook.Knobs{MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096})},
 	}
 	iters := 2
 	if testing.Short() { // (the race run: every iteration costs several times more)
@@ -169,7 +170,7 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 			if st.DirectHandoffs > st.DirectSends || st.DirectSends > st.MsgsOut {
 				report("ConnStats: %d handoffs, %d direct sends, %d messages out", st.DirectHandoffs, st.DirectSends, st.MsgsOut)
 			}
-			if (useTLS || cfg.NoDirectSend) && st.DirectSends != 0 {
+			if (useTLS || cfg.Tuning.NoDirectSend) && st.DirectSends != 0 {
 				report("ConnStats: %d direct sends on a connection that takes none", st.DirectSends)
 			}
 			ps := p.Stats()

@@ -279,14 +279,14 @@ func TestLoopsConfig(t *testing.T) {
 // TestLoopsFairAcrossLoops: a flood alone on its loop is never held there
 // (the loop's holds count only its own connections), so unpumped it fills
 // far past its share; an order echoed on another loop still waits behind
-// at most one share of it (Config.MaxConnPendingEvents), because the pump
+// at most one share of it (testhook.Knobs.MaxConnPendingEvents), because the pump
 // takes at most a share from each loop per pass. The flood ends complete
 // and in order.
 func TestLoopsFairAcrossLoops(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
 		const share = 64
 		srv, opts := fairServer(t, useTLS)
-		p := newTestPool(t, talaris.Config{Loops: 2, MaxConnPendingEvents: share}, hangGuard)
+		p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 2}, testhook.Knobs{MaxConnPendingEvents: share}), hangGuard)
 		n := scaled(100000)
 		ctx, cancel := dialCtx(t)
 		defer cancel()
@@ -363,7 +363,7 @@ func TestLoopsPinning(t *testing.T) {
 	}{
 		{talaris.Config{Loops: 3, LoopCPUs: []int{1, 0}}, []string{"[0]", "[1]", "all"}},
 		{talaris.Config{Loops: 3, LoopCPUs: []int{-1, 1}}, []string{"[1]", "all", "all"}},
-		{talaris.Config{Loops: 2, LoopCPU: 1, LoopCPUSet: true}, []string{"[1]", "all"}},
+		{talaris.Config{Loops: 2, LoopCPUs: []int{1}}, []string{"[1]", "all"}},
 		{talaris.Config{Loops: 2}, []string{"all", "all"}},
 	} {
 		before := loopTids(t)
@@ -395,8 +395,8 @@ func TestLoopsPinning(t *testing.T) {
 		p.Close()
 		slices.Sort(got)
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("Loops %d LoopCPUs %v LoopCPU %d/%v: new loop threads pinned %v, want %v",
-				tc.cfg.Loops, tc.cfg.LoopCPUs, tc.cfg.LoopCPU, tc.cfg.LoopCPUSet, got, tc.want)
+			t.Errorf("Loops %d LoopCPUs %v: new loop threads pinned %v, want %v",
+				tc.cfg.Loops, tc.cfg.LoopCPUs, got, tc.want)
 		}
 	}
 }

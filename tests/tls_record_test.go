@@ -31,7 +31,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// talaris' own TLS 1.3 record layer (csrc/tlsrec.c, Config.NoTLSRecordLayer):
+// talaris' own TLS 1.3 record layer (csrc/tlsrec.c, Config.Tuning.NoTLSRecordLayer):
 // once the library has read the first application data (the 101, after the
 // server's session tickets), the loop opens the server's AES-GCM records
 // itself, from the receive slots into the plaintext slots.
@@ -83,13 +83,13 @@ func TestTLSRecordLayer(t *testing.T) {
 	rows := []row{
 		{"aes128", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{}, true},
 		{"aes256", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{}, true},
-		{"aes128-1slot", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{NoRecvBundle: true, BufSize: 4096}, true},
-		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{NoRecvBundle: true, BufSize: 4096}, true},
-		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{TLSLibraryGCM: true}, true},
-		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{TLSLibraryGCM: true, NoRecvBundle: true, BufSize: 4096}, true},
+		{"aes128-1slot", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096}, testhook.Knobs{NoRecvBundle: true}), true},
+		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096}, testhook.Knobs{NoRecvBundle: true}), true},
+		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{Tuning: talaris.Tuning{NoOwnGCM: true}}, true},
+		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096, Tuning: talaris.Tuning{NoOwnGCM: true}}, testhook.Knobs{NoRecvBundle: true}), true},
 		{"chacha20", tls.TLS_CHACHA20_POLY1305_SHA256, tls.VersionTLS13, talaris.Config{}, true},
 		{"tls12", 0, tls.VersionTLS12, talaris.Config{}, false},
-		{"off", 0, tls.VersionTLS13, talaris.Config{NoTLSRecordLayer: true}, false},
+		{"off", 0, tls.VersionTLS13, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: true}}, false},
 	}
 	for _, r := range rows {
 		for _, chunk := range []int{0, 16000, 1000, 97} {
@@ -132,13 +132,13 @@ func TestTLSRecordLayer(t *testing.T) {
 					t.Errorf("PoolStats.TLSRecords = %d, want %d", got, want)
 				}
 				// Which AES-GCM opened them: ours where the CPU runs it,
-				// unless TLSLibraryGCM; every record or none.
-				if own := p.Stats().TLSRecordsOwnGCM; testhook.OwnGCM() && !r.cfg.TLSLibraryGCM {
+				// unless NoOwnGCM; every record or none.
+				if own := p.Stats().TLSRecordsOwnGCM; testhook.OwnGCM() && !r.cfg.Tuning.NoOwnGCM {
 					if own != got {
 						t.Errorf("PoolStats.TLSRecordsOwnGCM = %d of %d records", own, got)
 					}
 				} else if own != 0 {
-					t.Errorf("PoolStats.TLSRecordsOwnGCM = %d with TLSLibraryGCM %v, own GCM %v", own, r.cfg.TLSLibraryGCM, testhook.OwnGCM())
+					t.Errorf("PoolStats.TLSRecordsOwnGCM = %d with NoOwnGCM %v, own GCM %v", own, r.cfg.Tuning.NoOwnGCM, testhook.OwnGCM())
 				}
 			})
 		}
@@ -340,7 +340,7 @@ func TestTLSRecordCorrupt(t *testing.T) {
 			s := ipStream{msgs: uniform(scaled(2000)+nth*per, size, 1), chunk: per * (size + 4)}
 			url := recServer(t, s, tls.VersionTLS13, nil)
 			addr := corruptProxy(t, strings.TrimPrefix(url, "wss://"), per*(size+4)+1+16, nth)
-			p := newTestPool(t, talaris.Config{NoTLSRecordLayer: off}, hangGuard)
+			p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: off}}, hangGuard)
 			c, err := p.DialAsync("wss://"+addr, tlsOpts)
 			if err != nil {
 				t.Fatal(err)
@@ -597,7 +597,7 @@ func craftClean(t *testing.T, cfg talaris.Config, url string, recs <-chan int, w
 	t.Helper()
 	got, f, crecs, ours := craftRun(t, cfg, url, recs, 64)
 	wantOurs := uint64(want)
-	if cfg.NoTLSRecordLayer {
+	if cfg.Tuning.NoTLSRecordLayer {
 		wantOurs = 0
 	}
 	if got != want || ours != wantOurs {
@@ -645,7 +645,7 @@ func TestTLSRecordUserCanceled(t *testing.T) {
 				b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 				w.Write(b)
 			})
-			craftClean(t, talaris.Config{NoTLSRecordLayer: off}, url, recs, 2)
+			craftClean(t, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: off}}, url, recs, 2)
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -101,7 +102,7 @@ func TestTLSIntegrity(t *testing.T) {
 			},
 		},
 		{
-			name: "nobundle-tinybufs", cfg: talaris.Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4},
+			name: "nobundle-tinybufs", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}),
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
 			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
@@ -112,7 +113,7 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			// 512-byte slots: every 16 KiB record spans 32+ slots, and
 			// 4 slots cannot hold one record.
-			name: "nobundle-splitrecords", cfg: talaris.Config{NoRecvBundle: true, BufSize: 512, BufCount: 4},
+			name: "nobundle-splitrecords", cfg: testhook.WithKnobs(talaris.Config{BufSize: 512, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}),
 			specs: splitSpecs,
 			check: func(t *testing.T, s talaris.PoolStats) {
 				if s.NoBufs == 0 {
@@ -122,7 +123,7 @@ func TestTLSIntegrity(t *testing.T) {
 		},
 		{
 			name:  "slowconsumer",
-			cfg:   talaris.Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			cfg:   testhook.WithKnobs(talaris.Config{ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{EventRingSize: 64}),
 			specs: []streamSpec{{n: scaled(20000), size: 16}, {n: 20, size: 1 << 20}, {n: 500, size: 65536, text: true}, {n: 2000, size: 100, frag: 3, ping: true}},
 			slow:  time.Millisecond,
 			check: func(t *testing.T, s talaris.PoolStats) {
@@ -822,7 +823,7 @@ func TestTLSCloseNotifyLater(t *testing.T) {
 						case <-time.After(5 * time.Second):
 						}
 					})
-					p := newTestPool(t, talaris.Config{NoTLSRecordLayer: lib, CloseTimeout: 2 * time.Second}, hangGuard)
+					p := newTestPool(t, talaris.Config{CloseTimeout: 2 * time.Second, Tuning: talaris.Tuning{NoTLSRecordLayer: lib}}, hangGuard)
 					ctx, cancel := dialCtx(t)
 					c, err := p.Dial(ctx, url, tlsOpts)
 					cancel()

@@ -14,10 +14,11 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Minimum-wait batching (Config.MinWait; docs/ARCHITECTURE.md,
+// Minimum-wait batching (Config.Tuning.MinWait; docs/ARCHITECTURE.md,
 // "Minimum-wait batching"): while a flood streams in, the loop's wait asks
 // the kernel to wait up to MinWait for more completions. Real servers on
 // loopback: floods over ws and wss (the batched wait is taken, every
@@ -105,9 +106,9 @@ func TestMinWaitFlood(t *testing.T) {
 		cfg  talaris.Config
 		on   bool
 	}{
-		{"on", talaris.Config{MinWait: testMinWait}, true},
-		{"on-n64-200us", talaris.Config{MinWait: 200 * time.Microsecond, MinWaitCompletions: 64}, true},
-		{"off", talaris.Config{MinWait: -1}, false},
+		{"on", talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}, true},
+		{"on-n64-200us", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{MinWait: 200 * time.Microsecond}}, testhook.Knobs{MinWaitCompletions: 64}), true},
+		{"off", talaris.Config{Tuning: talaris.Tuning{MinWait: -1}}, false},
 		{"default", talaris.Config{}, false},
 	} {
 		for _, tr := range mwTransports(plain, secure) {
@@ -171,7 +172,7 @@ func pacedFeed(t *testing.T, n int, gap time.Duration) string {
 // a paced message never finds a socket that filled a receive slot while
 // the loop was busy, and every send ends a streak of heavy waits.
 func TestMinWaitNotTakenAtLowRates(t *testing.T) {
-	cfg := talaris.Config{MinWait: testMinWait}
+	cfg := talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}
 	t.Run("paced-20k", func(t *testing.T) {
 		const n = 2000
 		p, c := dialOpts(t, cfg, pacedFeed(t, n, 50*time.Microsecond), nil)
@@ -257,7 +258,7 @@ func TestMinWaitCloseRace(t *testing.T) {
 	for _, tr := range mwTransports(plain, secure) {
 		for it := range 6 {
 			t.Run(fmt.Sprint(tr.name, "/", it), func(t *testing.T) {
-				p := newTestPool(t, talaris.Config{MinWait: 200 * time.Microsecond}, hangGuard)
+				p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{MinWait: 200 * time.Microsecond}}, hangGuard)
 				var conns []talaris.Conn
 				sts := map[talaris.Conn]*streamState{}
 				for range 3 {
@@ -304,7 +305,7 @@ func TestMinWaitFloodReset(t *testing.T) {
 	for _, tr := range mwTransports(plain, secure) {
 		for _, rst := range []bool{false, true} {
 			t.Run(fmt.Sprint(tr.name, "/rst=", rst), func(t *testing.T) {
-				p := newTestPool(t, talaris.Config{MinWait: testMinWait}, hangGuard)
+				p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}, hangGuard)
 				path := "/drop" + strings.TrimPrefix(spec.path(), "/stream")
 				if rst && tr.opts != nil {
 					path += "&trunc=1&rst=1" // the TCP reset under the TLS session
@@ -335,16 +336,16 @@ func TestMinWaitFloodReset(t *testing.T) {
 // ErrInvalidConfig.
 func TestMinWaitConfig(t *testing.T) {
 	for _, cfg := range []talaris.Config{
-		{MinWait: 500 * time.Nanosecond},
-		{MinWait: 2 * time.Second},
-		{MinWait: testMinWait, MinWaitCompletions: 1},
-		{MinWaitCompletions: -3},
+		{Tuning: talaris.Tuning{MinWait: 500 * time.Nanosecond}},
+		{Tuning: talaris.Tuning{MinWait: 2 * time.Second}},
+		testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}, testhook.Knobs{MinWaitCompletions: 1}),
+		testhook.WithKnobs(talaris.Config{}, testhook.Knobs{MinWaitCompletions: -3}),
 	} {
 		if p, err := talaris.NewPool(cfg); !errors.Is(err, talaris.ErrInvalidConfig) {
 			if p != nil {
 				p.Close()
 			}
-			t.Errorf("NewPool(MinWait %v, MinWaitCompletions %d): %v, want ErrInvalidConfig", cfg.MinWait, cfg.MinWaitCompletions, err)
+			t.Errorf("NewPool(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
 }

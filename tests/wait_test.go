@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// The pump's reply doorbell (Config.ReplyDoorbell; docs/ARCHITECTURE.md,
+// The pump's reply doorbell (testhook.Knobs.ReplyDoorbell; docs/ARCHITECTURE.md,
 // "Wait strategies"): after a direct send the pump sleeps in epoll on the
 // socket and the loop's eventfd. These tests run a real gorilla server whose
 // echo comes 1 ms late, so the pump has given up spinning and sleeps on the
@@ -35,12 +36,12 @@ func TestReplyDoorbell(t *testing.T) {
 		opts     *talaris.DialOptions
 		wantBell bool
 	}{
-		{"bell/ws", talaris.Config{ReplyDoorbell: true}, url, nil, true},
+		{"bell/ws", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), url, nil, true},
 		{"default/ws", talaris.Config{}, url, nil, false},
-		{"bell-nodirect/ws", talaris.Config{ReplyDoorbell: true, NoDirectSend: true}, url, nil, false},
-		{"bell-block/ws", talaris.Config{ReplyDoorbell: true, LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, url, nil, false},
+		{"bell-nodirect/ws", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, testhook.Knobs{ReplyDoorbell: true}), url, nil, false},
+		{"bell-block/ws", testhook.WithKnobs(talaris.Config{Wait: talaris.WaitBlock}, testhook.Knobs{ReplyDoorbell: true}), url, nil, false},
 		// wss sends go through the loop: no direct send, no doorbell.
-		{"bell/wss", talaris.Config{ReplyDoorbell: true}, secure, tlsOpts, false},
+		{"bell/wss", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), secure, tlsOpts, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c := dialOpts(t, tc.cfg, tc.url, tc.opts)
@@ -67,7 +68,7 @@ func TestReplyDoorbell(t *testing.T) {
 func TestReplyDoorbellCloseRace(t *testing.T) {
 	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
 	for i := 0; i < 16; i++ {
-		p := newTestPool(t, talaris.Config{ReplyDoorbell: true}, hangGuard)
+		p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), hangGuard)
 		ctx, cancel := dialCtx(t)
 		c, err := p.Dial(ctx, url, nil)
 		cancel()
@@ -87,7 +88,7 @@ func TestReplyDoorbellCloseRace(t *testing.T) {
 func TestReplyDoorbellPeerEnds(t *testing.T) {
 	t.Run("reset", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellReset, 20)
-		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true}, url)
+		p, c := bellDial(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), url)
 		seen, err := pingPong(p, c, 1<<30)
 		// The answer to echo 20 meets the reset (ErrClosed) or goes out
 		// before it; either way the pump then takes the final event.
@@ -106,7 +107,7 @@ func TestReplyDoorbellPeerEnds(t *testing.T) {
 	})
 	t.Run("stop-reading", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellStopRead, 20)
-		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true, CloseTimeout: 200 * time.Millisecond}, url) // the silent peer never answers our close
+		p, c := bellDial(t, testhook.WithKnobs(talaris.Config{CloseTimeout: 200 * time.Millisecond}, testhook.Knobs{ReplyDoorbell: true}), url) // the silent peer never answers our close
 		go func() {
 			// Ping-pong until the peer goes silent, then close once the
 			// pump has been asleep a while.
@@ -137,7 +138,7 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
 	var base float64
 	for _, bell := range []bool{false, true} {
-		p, c := bellDial(t, talaris.Config{ReplyDoorbell: bell}, url)
+		p, c := bellDial(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: bell}), url)
 		msg := make([]byte, 64)
 		got := false
 		fn := func(talaris.Conn, talaris.Opcode, []byte) { got = true }
@@ -170,7 +171,7 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 	}
 }
 
-// The reply spin (Config.ReplySpin; docs/ARCHITECTURE.md, "The reply
+// The reply spin (Config.Tuning.ReplySpin; docs/ARCHITECTURE.md, "The reply
 // spin"): after a send, the pump and the loop spin for the answer instead
 // of sleeping, while the send is unanswered and answers have been coming
 // within ReplySpin. Real gorilla servers on loopback: a fast echo (the
@@ -206,9 +207,9 @@ func TestReplySpin(t *testing.T) {
 	}{
 		{"default/ws", talaris.Config{}, fast, nil, spun, "ReplySpins > 0"},
 		{"default/wss", talaris.Config{}, secure, tlsOpts, spun, "ReplySpins > 0"},
-		{"nodirect/ws", talaris.Config{NoDirectSend: true}, fast, nil, spun, "ReplySpins > 0"},
-		{"off/ws", talaris.Config{ReplySpin: -1}, fast, nil, never, "no reply spin"},
-		{"block/ws", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, fast, nil, never, "no reply spin"},
+		{"nodirect/ws", talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, fast, nil, spun, "ReplySpins > 0"},
+		{"off/ws", talaris.Config{Tuning: talaris.Tuning{ReplySpin: -1}}, fast, nil, never, "no reply spin"},
+		{"block/ws", talaris.Config{Wait: talaris.WaitBlock}, fast, nil, never, "no reply spin"},
 		{"late/ws", talaris.Config{}, late, nil, latched, "at most the first of 50 sends spins"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,7 +239,7 @@ func TestReplySpinCloseRace(t *testing.T) {
 	for _, after := range []int{0, 5} {
 		url := delayedEcho(t, 0, bellStopRead, after)
 		for i := 0; i < 12; i++ {
-			p, c := bellDial(t, talaris.Config{ReplySpin: 10 * time.Millisecond, CloseTimeout: 100 * time.Millisecond}, url)
+			p, c := bellDial(t, talaris.Config{CloseTimeout: 100 * time.Millisecond, Tuning: talaris.Tuning{ReplySpin: 10 * time.Millisecond}}, url)
 			// 0..2.2 ms: inside the 10 ms spin, at its start or later.
 			pingPongCloseRace(t, p, c, i, time.Duration(i)*200*time.Microsecond)
 		}
@@ -259,7 +260,7 @@ func TestReplySpinSilentPeerCPU(t *testing.T) {
 	run := func(spin time.Duration) (used, wall time.Duration, st talaris.PoolStats) {
 		// Sends through the loop: each wakes it, so it reaches its reply
 		// spin on every send (a direct send leaves a sleeping loop asleep).
-		p, c := bellDial(t, talaris.Config{ReplySpin: spin, NoDirectSend: true}, srv.URL+"/collect")
+		p, c := bellDial(t, talaris.Config{Tuning: talaris.Tuning{ReplySpin: spin, NoDirectSend: true}}, srv.URL+"/collect")
 		done := make(chan error, 1)
 		go func() {
 			for {
@@ -306,16 +307,16 @@ func TestRingFlagsAndWaits(t *testing.T) {
 		cfg  talaris.Config
 	}{
 		{"default", talaris.Config{}},
-		{"no-flags", talaris.Config{RingFlags: talaris.RingFlagsNone}},
-		{"coop-taskrun", talaris.Config{RingFlags: talaris.RingCoopTaskrun | talaris.RingTaskrunFlag}},
-		{"single-issuer", talaris.Config{RingFlags: talaris.RingSingleIssuer}},
-		{"sqpoll", talaris.Config{RingFlags: talaris.RingSQPoll, SQPollIdle: 2 * time.Millisecond}},
-		{"sqpoll-aff", talaris.Config{RingFlags: talaris.RingSQPoll | talaris.RingSQAff, SQPollCPU: 0}},
-		{"wait-block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
-		{"wait-spin", talaris.Config{LoopWait: talaris.WaitSpin, ConsumerWait: talaris.WaitSpin}},
-		{"wait-spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
-		{"wait-adaptive", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive}},
-		{"pinned-loop", talaris.Config{LoopCPU: 0, LoopCPUSet: true}},
+		{"no-flags", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingFlagsNone})},
+		{"coop-taskrun", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingCoopTaskrun | testhook.RingTaskrunFlag})},
+		{"single-issuer", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingSingleIssuer})},
+		{"sqpoll", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingSQPoll, SQPollIdle: 2 * time.Millisecond})},
+		{"sqpoll-aff", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingSQPoll | testhook.RingSQAff, SQPollCPU: 0})},
+		{"wait-block", talaris.Config{Wait: talaris.WaitBlock}},
+		{"wait-spin", talaris.Config{Wait: talaris.WaitSpin}},
+		{"wait-spin-then-block", talaris.Config{Wait: talaris.WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
+		{"wait-adaptive", talaris.Config{Wait: talaris.WaitAdaptive}},
+		{"pinned-loop", talaris.Config{LoopCPUs: []int{0}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -372,22 +373,22 @@ var waitConfigs = []struct {
 }{
 	{"default", talaris.Config{}},
 	// The default with the reply doorbell (the pump sleeps in epoll on the socket after a direct send).
-	{"bell", talaris.Config{ReplyDoorbell: true}},
+	{"bell", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true})},
 	// The default without the reply spin, and with one long enough to
-	// stay on for the whole test (Config.ReplySpin).
-	{"noreplyspin", talaris.Config{ReplySpin: -1}},
-	{"replyspin-10ms", talaris.Config{ReplySpin: 10 * time.Millisecond}},
-	// The default with the loop's minimum-wait batching on (Config.MinWait:
+	// stay on for the whole test (Config.Tuning.ReplySpin).
+	{"noreplyspin", talaris.Config{Tuning: talaris.Tuning{ReplySpin: -1}}},
+	{"replyspin-10ms", talaris.Config{Tuning: talaris.Tuning{ReplySpin: 10 * time.Millisecond}}},
+	// The default with the loop's minimum-wait batching on (Config.Tuning.MinWait:
 	// a ping-pong never takes it, TestMinWaitNotTakenAtLowRates).
-	{"minwait", talaris.Config{MinWait: 50 * time.Microsecond}},
-	{"adaptive", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive}},
+	{"minwait", talaris.Config{Tuning: talaris.Tuning{MinWait: 50 * time.Microsecond}}},
+	{"adaptive", talaris.Config{Wait: talaris.WaitAdaptive}},
 	// A long SpinTime keeps both adaptive spins on for the whole test.
-	{"adaptive-1ms", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive, SpinTime: time.Millisecond}},
+	{"adaptive-1ms", talaris.Config{Wait: talaris.WaitAdaptive, SpinTime: time.Millisecond}},
 	// Replies never come in time: the spins switch off and stay off.
-	{"adaptive-1us", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive, SpinTime: time.Microsecond}},
-	{"adaptive-loop-only", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitBlock}},
-	{"block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
-	{"spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock}},
+	{"adaptive-1us", talaris.Config{Wait: talaris.WaitAdaptive, SpinTime: time.Microsecond}},
+	{"adaptive-loop-only", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{LoopWait: int(talaris.WaitAdaptive) + 1, ConsumerWait: int(talaris.WaitBlock) + 1})},
+	{"block", talaris.Config{Wait: talaris.WaitBlock}},
+	{"spin-then-block", talaris.Config{Wait: talaris.WaitSpinThenBlock}},
 }
 
 func TestWaitEchoFromCallback(t *testing.T) {
@@ -436,7 +437,7 @@ func TestWaitCloseRace(t *testing.T) {
 	}{{"ws", plain.URL, nil}, {"wss", secure.URL, tlsOpts}} {
 		t.Run(tr.name, func(t *testing.T) {
 			for i := 0; i < 20; i++ {
-				p, err := talaris.NewPool(talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive})
+				p, err := talaris.NewPool(talaris.Config{Wait: talaris.WaitAdaptive})
 				if err != nil {
 					t.Fatal(err)
 				}

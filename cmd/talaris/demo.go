@@ -55,7 +55,7 @@ func demoMain(args []string) error {
 
 	cfg := talaris.Config{SampleEvery: uint32(*sample), Name: "demo"}
 	if *loopCPU >= 0 {
-		cfg.LoopCPU, cfg.LoopCPUSet = *loopCPU, true
+		cfg.LoopCPUs = []int{*loopCPU}
 	}
 	pool, err := talaris.NewPool(cfg)
 	if err != nil {

@@ -155,7 +155,7 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 		r.Note = fmt.Sprintf("flood %.2f M frames/s on F; S accepted %.1f MiB (%.1f MiB while measured), ErrWouldBlock %d times",
 			float64(fFrames-frames0)/r.Secs/1e6, float64(sent.Load())/(1<<20), (float64(sent.Load())-f0)/(1<<20), wouldBlock.Load())
 		// Per order: how often F was held at its share of the ring
-		// (Config.MaxConnPendingEvents), and the wake-ups each side took.
+		// (testhook.Knobs.MaxConnPendingEvents), and the wake-ups each side took.
 		st, n := p.Stats(), float64(max(h.TotalCount(), 1))
 		r.Note += fmt.Sprintf("; per order: %.1f fair holds, %.1f loop wakes, %.1f pump sleeps",
 			float64(st.FairHolds-st0.FairHolds)/n, float64(st.LoopWakes-st0.LoopWakes)/n, float64(st.PumpSleeps-st0.PumpSleeps)/n)
