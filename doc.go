@@ -224,9 +224,9 @@
 // loop opens the server's records itself, straight from the receive
 // slots into the memory events point at, with no copies through the
 // library (KeyUpdate, NewSessionTicket and alerts handled as RFC 8446
-// says; PoolStats.TLSRecords counts the records). It decrypts them with
+// says; Metrics.TLSRecords counts the records). It decrypts them with
 // talaris' own AES-GCM on 256-bit vectors where the CPU has VAES and
-// VPCLMULQDQ (PoolStats.TLSRecordsOwnGCM; Config.Tuning.NoOwnGCM keeps the
+// VPCLMULQDQ (Metrics.TLSRecordsOwnGCM; Config.Tuning.NoOwnGCM keeps the
 // library's), else with the library's. Config.Tuning.NoTLSRecordLayer keeps the
 // library's SSL_read throughout; TLS 1.2 and ChaCha20-Poly1305 always use
 // it.

@@ -375,6 +375,7 @@ type (
 
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
+	testhook.Stats = func(p any) testhook.PoolStats { return p.(*Pool).poolStats() }
 	testhook.OwnGCM = func() bool { return C.tl_gcm_supported() != 0 }
 	testhook.ConnLoop = func(p any, slot int) int {
 		pool := p.(*Pool)

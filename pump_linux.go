@@ -46,8 +46,8 @@ type pumpWait struct {
 	lastSend   atomic.Int64
 	answered   int64
 	replyLate  bool
-	replySpins atomic.Uint64 // PoolStats.ReplySpins
-	replyLates atomic.Uint64 // PoolStats.ReplyLate
+	replySpins atomic.Uint64 // testhook.PoolStats.ReplySpins
+	replyLates atomic.Uint64 // testhook.PoolStats.ReplyLate
 }
 
 // dispatch consumes the shard's events up to tail and wakes its loop if

@@ -27,8 +27,8 @@ type doorbell struct {
 	// is epoll_wait's buffer (the pumper's).
 	bellEp, bellEfd int
 	lastDirect      atomic.Int64
-	bellSleeps      atomic.Uint64 // PoolStats.BellSleeps
-	bellRings       atomic.Uint64 // PoolStats.BellRings
+	bellSleeps      atomic.Uint64 // testhook.PoolStats.BellSleeps
+	bellRings       atomic.Uint64 // testhook.PoolStats.BellRings
 	bellEvents      [8]unix.EpollEvent
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -106,7 +107,7 @@ func TestChurnConnections(t *testing.T) {
 					}
 				}
 				waitFDs(t, base)
-				st := p.Stats()
+				st := testhook.Stats(p)
 				t.Logf("%d connections over 4 slots; %d descriptors at the end (baseline %d); stats %+v", next, procFDs(t), base, st)
 			})
 		})

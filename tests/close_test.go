@@ -861,7 +861,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *talaris.DialOptio
 				case 4:
 					err = c.SendText([]byte("racing"))
 				case 5:
-					p.Stats()
+					testhook.Stats(p)
 					p.ConnCount()
 				case 6:
 					if i%16 == 6 {
@@ -932,9 +932,9 @@ func TestPoolCloseWithFullRing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := 0; p.Stats().Stalls == 0 && p.Stats().NoBufs == 0; i++ {
+	for i := 0; testhook.Stats(p).Stalls == 0 && testhook.Stats(p).NoBufs == 0; i++ {
 		if i > 3000 {
-			t.Fatalf("never stalled: %+v", p.Stats())
+			t.Fatalf("never stalled: %+v", testhook.Stats(p))
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -53,11 +53,11 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 	n := scaled(200000)
 	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
 	state := func() string {
-		return fmt.Sprintf("echo %+v, floods %+v %+v, pool %+v", o.Stats(), floods[0].Stats(), floods[1].Stats(), p.Stats())
+		return fmt.Sprintf("echo %+v, floods %+v %+v, pool %+v", o.Stats(), floods[0].Stats(), floods[1].Stats(), testhook.Stats(p))
 	}
 	// Unpumped: each flood fills its share and is held there.
 	waitFor(t, "floods held at their share", func() bool {
-		return p.Stats().FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
+		return testhook.Stats(p).FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
 	}, state)
 	time.Sleep(20 * time.Millisecond) // give an unfair loop time to overfill
 	for _, f := range floods {
@@ -109,7 +109,7 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 			t.Fatalf("flood got %d of %d messages", chk[f].Count(), n)
 		}
 	}
-	if p.Stats().FairHolds == 0 {
+	if testhook.Stats(p).FairHolds == 0 {
 		t.Fatalf("no fair holds counted (%s)", state())
 	}
 	t.Logf("most flood messages ahead of an echo: %d (share %d); %s", aheadMax, limit, state())
@@ -175,11 +175,11 @@ func TestFairShareLoneConn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := func() string { return fmt.Sprintf("flood %+v, pool %+v", f.Stats(), p.Stats()) }
+	state := func() string { return fmt.Sprintf("flood %+v, pool %+v", f.Stats(), testhook.Stats(p)) }
 	// (Far past its share; how far depends on how many messages each
 	// receive slot, held by its in-place payloads, happens to carry.)
 	waitFor(t, "a lone flood passes its share", func() bool { return f.Stats().MsgsIn >= 8*64 }, state)
-	if h := p.Stats().FairHolds; h != 0 {
+	if h := testhook.Stats(p).FairHolds; h != 0 {
 		t.Fatalf("a lone connection was held %d times (%s)", h, state())
 	}
 	chk := wstest.NewChecker(64)
@@ -225,8 +225,8 @@ func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 		}
 		floods = append(floods, f)
 	}
-	waitFor(t, "floods held", func() bool { return p.Stats().FairHolds >= 2 },
-		func() string { return fmt.Sprintf("%+v", p.Stats()) })
+	waitFor(t, "floods held", func() bool { return testhook.Stats(p).FairHolds >= 2 },
+		func() string { return fmt.Sprintf("%+v", testhook.Stats(p)) })
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
 	if pumping {
@@ -322,8 +322,10 @@ func fairBytes(t *testing.T, useTLS bool, size int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := func() string { return fmt.Sprintf("echo %+v, flood %+v, pool %+v", o.Stats(), f.Stats(), p.Stats()) }
-	waitFor(t, "flood held at its byte share", func() bool { return p.Stats().FairHolds >= 1 }, state)
+	state := func() string {
+		return fmt.Sprintf("echo %+v, flood %+v, pool %+v", o.Stats(), f.Stats(), testhook.Stats(p))
+	}
+	waitFor(t, "flood held at its byte share", func() bool { return testhook.Stats(p).FairHolds >= 1 }, state)
 	time.Sleep(20 * time.Millisecond) // give an unfair loop time to overfill
 	want := uint64(share)
 	if size > share {
@@ -379,10 +381,10 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
 	inRing := func() uint64 { return floods[0].Stats().MsgsIn + floods[1].Stats().MsgsIn }
 	state := func() string {
-		return fmt.Sprintf("floods %+v %+v, pool %+v", floods[0].Stats(), floods[1].Stats(), p.Stats())
+		return fmt.Sprintf("floods %+v %+v, pool %+v", floods[0].Stats(), floods[1].Stats(), testhook.Stats(p))
 	}
 	waitFor(t, "floods held at their share beside the echo connection", func() bool {
-		return p.Stats().FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
+		return testhook.Stats(p).FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
 	}, state)
 	time.Sleep(20 * time.Millisecond)
 	if got := inRing(); got > 2*share {
@@ -472,7 +474,7 @@ func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 	// (nobody pumps, and the server has 2,000,000 messages to send).
 	last, still := uint64(0), 0
 	for i := 0; ; i++ {
-		st := p.Stats()
+		st := testhook.Stats(p)
 		if st.Stalls != 0 || st.NoBufs != 0 || (st.Events > 0 && still >= 100) {
 			break
 		}
@@ -489,7 +491,7 @@ func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let it take every slot it can
 	second, err := p.Dial(ctx, srv.URL+"/echo", &talaris.DialOptions{HandshakeTimeout: 10 * time.Second})
 	if err != nil {
-		t.Fatalf("second dial behind a stalled flood: %v (stats %+v)", err, p.Stats())
+		t.Fatalf("second dial behind a stalled flood: %v (stats %+v)", err, testhook.Stats(p))
 	}
 	if second.State() != talaris.StateOpen || flood.State() != talaris.StateOpen {
 		t.Fatalf("states: flood %v second %v", flood.State(), second.State())

@@ -140,7 +140,7 @@ func runFaultJobs(t *testing.T, p *talaris.Pool, jobs []faultJob, slow bool, pre
 					open = append(open, fmt.Sprintf("%s: state %v, %d msgs", d.label, d.c.State(), d.st.chk.Count()))
 				}
 			}
-			t.Fatalf("Pump: %v; unfinished: %v; pool %+v", err, open, p.Stats())
+			t.Fatalf("Pump: %v; unfinished: %v; pool %+v", err, open, testhook.Stats(p))
 		}
 	}
 	for _, d := range pre {
@@ -193,7 +193,7 @@ func newFaultPool(t *testing.T, fc faultCfg) *talaris.Pool {
 // checkFaultStats checks that the tiny buffer ring did run dry.
 func checkFaultStats(t *testing.T, fc faultCfg, p *talaris.Pool) {
 	t.Helper()
-	st := p.Stats()
+	st := testhook.Stats(p)
 	if fc.noBufs && st.NoBufs == 0 {
 		t.Errorf("%s: no -ENOBUFS with a tiny buffer ring (stats %+v)", fc.name, st)
 	}

@@ -176,7 +176,7 @@ func newTestPool(t testing.TB, cfg talaris.Config, d time.Duration) *talaris.Poo
 		t.Fatalf("NewPool(%+v): %v", cfg, err)
 	}
 	tm := time.AfterFunc(d, func() {
-		t.Errorf("hang guard: test still running after %v; closing the pool (stats %+v)", d, p.Stats())
+		t.Errorf("hang guard: test still running after %v; closing the pool (stats %+v)", d, testhook.Stats(p))
 		p.Close()
 	})
 	t.Cleanup(func() {

@@ -669,7 +669,7 @@ func TestInlineMethodsRaceClose(t *testing.T) {
 				check("Pong", c.Pong(nil))
 				_ = c.Stats()
 				_ = c.State()
-				_ = p.Stats()
+				_ = testhook.Stats(p)
 				_ = p.Metrics()
 				if j%8 == 7 {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

@@ -150,7 +150,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *talaris.DialOpt
 	}
 
 	m := p.Metrics()
-	s := p.Stats()
+	s := testhook.Stats(p)
 	t.Logf("stats %+v; metrics messages %d samples %d", s, m.Messages, m.Sampled)
 	if m.Messages != wantMsgs {
 		t.Errorf("Metrics.Messages %d, want %d (every loop's)", m.Messages, wantMsgs)
@@ -302,7 +302,9 @@ func TestLoopsFairAcrossLoops(t *testing.T) {
 		if lf, lo := testhook.ConnLoop(p, f.Slot()), testhook.ConnLoop(p, o.Slot()); lf == lo {
 			t.Fatalf("flood and echo both on loop %d", lf)
 		}
-		state := func() string { return fmt.Sprintf("flood %+v, echo %+v, pool %+v", f.Stats(), o.Stats(), p.Stats()) }
+		state := func() string {
+			return fmt.Sprintf("flood %+v, echo %+v, pool %+v", f.Stats(), o.Stats(), testhook.Stats(p))
+		}
 		waitFor(t, "a flood alone on its loop passes its share", func() bool { return f.Stats().MsgsIn >= 8*share }, state)
 		chk := wstest.NewChecker(64)
 		order := make([]byte, 16)

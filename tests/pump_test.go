@@ -65,7 +65,7 @@ func TestHandoffCgoCalls(t *testing.T) {
 				st.verify(t, fmt.Sprintf("stream on slot %d", c.Slot()))
 				msgs += int64(st.chk.Count())
 			}
-			st := p.Stats()
+			st := testhook.Stats(p)
 			t.Logf("%d messages, %d cgo calls (%.1f messages per call), stats %+v", msgs, calls,
 				float64(msgs)/float64(max(calls, 1)), st)
 			if cfg.Tuning.InlineLoop {

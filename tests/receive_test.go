@@ -82,7 +82,7 @@ func TestRecvBundleFloodSlowPump(t *testing.T) {
 		}
 		pumpStreams(t, p, sts, fmt.Sprintf("round %d ", round), func() { time.Sleep(200 * time.Microsecond) })
 	}
-	st := p.Stats()
+	st := testhook.Stats(p)
 	t.Logf("stats %+v", st)
 	if st.Rearms == 0 || st.Stalls == 0 {
 		t.Errorf("Rearms=%d Stalls=%d, want both > 0 (bundles emptying 16 slots, a slow pump)", st.Rearms, st.Stalls)
@@ -98,7 +98,7 @@ func TestIntegrity(t *testing.T) {
 		cfg   talaris.Config
 		specs []streamSpec
 		slow  time.Duration // consumer sleep per batch
-		check func(t *testing.T, s talaris.PoolStats)
+		check func(t *testing.T, s testhook.PoolStats)
 	}
 	cases := []poolCase{
 		{name: "default", cfg: talaris.Config{}, specs: allSpecs(true)},
@@ -106,7 +106,7 @@ func TestIntegrity(t *testing.T) {
 			// 4 slots of 4 KiB: a bundle empties the ring and ends, and
 			// the recv must be re-armed.
 			name: "tinybufs", cfg: talaris.Config{BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Rearms == 0 {
 					t.Errorf("tiny buffer ring with bundles: Rearms=0, want > 0")
 				}
@@ -116,7 +116,7 @@ func TestIntegrity(t *testing.T) {
 			// A CQ of 8 entries overflows as soon as the kernel has more
 			// than 8 completions for the loop.
 			name: "tinycq", cfg: testhook.WithKnobs(talaris.Config{}, testhook.Knobs{SQEntries: 4, CQEntries: 8}), specs: allSpecs(true),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				// With plenty of buffers, a multishot recv ends with data
 				// and without -ENOBUFS only when the CQ overflowed.
 				if s.Rearms <= s.NoBufs {
@@ -127,7 +127,7 @@ func TestIntegrity(t *testing.T) {
 		{
 			name: "tinyall", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{SQEntries: 4, CQEntries: 8, EventRingSize: 64}),
 			specs: allSpecs(false),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("Stalls=0, want > 0")
 				}
@@ -141,7 +141,7 @@ func TestIntegrity(t *testing.T) {
 		{name: "nobundle", cfg: testhook.WithKnobs(talaris.Config{}, testhook.Knobs{NoRecvBundle: true}), specs: allSpecs(true)},
 		{
 			name: "nobundle-tinybufs", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}), specs: allSpecs(true),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
 					t.Errorf("tiny buffer ring without bundles: NoBufs=%d Rearms=%d, want both > 0", s.NoBufs, s.Rearms)
 				}
@@ -150,7 +150,7 @@ func TestIntegrity(t *testing.T) {
 		{
 			name: "nobundle-tinyall", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{NoRecvBundle: true, SQEntries: 4, CQEntries: 8, EventRingSize: 64}),
 			specs: allSpecs(false),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 || s.Stalls == 0 {
 					t.Errorf("NoBufs=%d Stalls=%d, want both > 0", s.NoBufs, s.Stalls)
 				}
@@ -169,7 +169,7 @@ func TestIntegrity(t *testing.T) {
 				{n: scaled(2000), size: 100, frag: 3, ping: true},
 			},
 			slow: time.Millisecond,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("slow consumer: Stalls=0, want > 0")
 				}
@@ -187,11 +187,11 @@ func TestIntegrity(t *testing.T) {
 				for _, spec := range pc.specs {
 					runStream(t, p, srv, spec, after)
 					if t.Failed() {
-						t.Logf("stats %+v", p.Stats())
+						t.Logf("stats %+v", testhook.Stats(p))
 						return
 					}
 				}
-				s := p.Stats()
+				s := testhook.Stats(p)
 				t.Logf("stats %+v", s)
 				if pc.check != nil {
 					pc.check(t, s)

@@ -271,7 +271,7 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg talaris.Config) {
 	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 7 {
 		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 7 (Subscribe twice, app-1, after-gap, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
 	}
-	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
+	if ps, m := testhook.Stats(p), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
 		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)
 	}
 	if c.State() != talaris.StateOpen {

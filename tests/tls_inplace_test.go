@@ -371,7 +371,7 @@ func testTLSInPlaceFloodSlowPump(t *testing.T, bundle bool) {
 	p := newTestPool(t, testhook.WithKnobs(talaris.Config{BufCount: 64, Loops: 1}, testhook.Knobs{EventRingSize: 1 << 14, NoRecvBundle: bundle}), 3*hangGuard)
 	rs := runInPlace(t, p, url, 4, s, func() { time.Sleep(time.Millisecond) })
 	expectClean(t, rs, s)
-	st := p.Stats()
+	st := testhook.Stats(p)
 	t.Logf("stats %+v", st)
 	if st.Stalls == 0 {
 		t.Errorf("slow pump: Stalls=0, want > 0")
@@ -433,7 +433,7 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 						t.Errorf("conn %d: %v (%d payloads of unknown origin)", i, r.err, r.otherOrg)
 					}
 				}
-				if n, off := p.Stats().TLSRecords, cc.cfg.Tuning.NoTLSRecordLayer; (n > 0) == off {
+				if n, off := testhook.Stats(p).TLSRecords, cc.cfg.Tuning.NoTLSRecordLayer; (n > 0) == off {
 					t.Errorf("TLSRecords = %d with NoTLSRecordLayer %v: the wrong record path ran", n, off)
 				}
 			})

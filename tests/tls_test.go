@@ -66,7 +66,7 @@ func TestTLSIntegrity(t *testing.T) {
 		cfg   talaris.Config
 		specs []streamSpec
 		slow  time.Duration
-		check func(t *testing.T, s talaris.PoolStats)
+		check func(t *testing.T, s testhook.PoolStats)
 	}
 	// 512-byte slots: every 16 KiB record spans 32+ slots, and 4 slots
 	// cannot hold one record.
@@ -81,7 +81,7 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			name: "tinybufs", cfg: talaris.Config{BufSize: 4096, BufCount: 4},
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				// With recv bundles (the default) a bundle empties the
 				// ring and ends; without them (the nobundle rows) the
 				// recv runs out of buffers (-ENOBUFS).
@@ -95,7 +95,7 @@ func TestTLSIntegrity(t *testing.T) {
 			// 4 slots cannot hold one record.
 			name: "splitrecords", cfg: talaris.Config{BufSize: 512, BufCount: 4},
 			specs: splitSpecs,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Rearms == 0 {
 					t.Errorf("512-byte slots: Rearms=0, want > 0")
 				}
@@ -104,7 +104,7 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			name: "nobundle-tinybufs", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}),
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
 					t.Errorf("tiny buffer ring: NoBufs=%d Rearms=%d, want both > 0", s.NoBufs, s.Rearms)
 				}
@@ -115,7 +115,7 @@ func TestTLSIntegrity(t *testing.T) {
 			// 4 slots cannot hold one record.
 			name: "nobundle-splitrecords", cfg: testhook.WithKnobs(talaris.Config{BufSize: 512, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}),
 			specs: splitSpecs,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 {
 					t.Errorf("512-byte slots: NoBufs=0, want > 0")
 				}
@@ -126,7 +126,7 @@ func TestTLSIntegrity(t *testing.T) {
 			cfg:   testhook.WithKnobs(talaris.Config{ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{EventRingSize: 64}),
 			specs: []streamSpec{{n: scaled(20000), size: 16}, {n: 20, size: 1 << 20}, {n: 500, size: 65536, text: true}, {n: 2000, size: 100, frag: 3, ping: true}},
 			slow:  time.Millisecond,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("slow consumer: Stalls=0, want > 0")
 				}
@@ -145,11 +145,11 @@ func TestTLSIntegrity(t *testing.T) {
 				for _, spec := range pc.specs {
 					runStreamTLS(t, p, srv.URL, tlsOpts, spec, after)
 					if t.Failed() {
-						t.Logf("stats %+v", p.Stats())
+						t.Logf("stats %+v", testhook.Stats(p))
 						return
 					}
 				}
-				s := p.Stats()
+				s := testhook.Stats(p)
 				t.Logf("stats %+v", s)
 				if pc.check != nil {
 					pc.check(t, s)
@@ -297,7 +297,7 @@ func TestTLSManyRecordsPerSlot(t *testing.T) {
 			})
 			p := newTestPool(t, talaris.Config{}, hangGuard)
 			runStreamTLS(t, p, url, tlsOpts, streamSpec{n: n, size: size}, nil)
-			t.Logf("stats %+v", p.Stats())
+			t.Logf("stats %+v", testhook.Stats(p))
 		})
 	}
 }

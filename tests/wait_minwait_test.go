@@ -123,7 +123,7 @@ func TestMinWaitFlood(t *testing.T) {
 					sts[c] = newStreamState(spec)
 				}
 				pumpStreams(t, p, sts, "", nil)
-				st := p.Stats()
+				st := testhook.Stats(p)
 				t.Logf("%d batched waits, %d completions, %d pump sleeps, %d batches for %d messages",
 					st.MinWaits, st.CQEs, st.PumpSleeps, st.Batches, 2*spec.n)
 				if tc.on && st.MinWaits == 0 {
@@ -196,7 +196,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 		if bad != nil || seen != n || final.Kind != talaris.EventClose || final.Code != talaris.CloseNormal {
 			t.Fatalf("%d/%d messages, first error %v, final %+v", seen, n, bad, *final)
 		}
-		if st := p.Stats(); st.MinWaits != 0 {
+		if st := testhook.Stats(p); st.MinWaits != 0 {
 			t.Fatalf("MinWaits %d over a paced feed of %d messages 50 us apart", st.MinWaits, n)
 		}
 	})
@@ -208,7 +208,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 			if seen, err := pingPong(p, c, n); err != nil || seen != n {
 				t.Fatalf("%d/%d echoes: %v", seen, n, err)
 			}
-			if st := p.Stats(); st.MinWaits != 0 {
+			if st := testhook.Stats(p); st.MinWaits != 0 {
 				t.Fatalf("MinWaits %d over %d round trips", st.MinWaits, n)
 			}
 		})
@@ -239,7 +239,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 			if bad != nil {
 				t.Fatal(bad)
 			}
-			if st := p.Stats(); st.MinWaits != 0 {
+			if st := testhook.Stats(p); st.MinWaits != 0 {
 				t.Fatalf("MinWaits %d over %d round trips of 32 KiB (every send ends the streak)", st.MinWaits, n)
 			}
 		})
@@ -269,12 +269,12 @@ func TestMinWaitCloseRace(t *testing.T) {
 					conns = append(conns, c)
 					sts[c] = newStreamState(spec)
 				}
-				var before talaris.PoolStats
+				var before testhook.PoolStats
 				floodCloseRace(t, p, conns, it, func(c talaris.Conn, ev talaris.Event) int {
 					st := sts[c]
 					st.on(ev)
 					if st.chk.Count() == 1000 {
-						before = p.Stats()
+						before = testhook.Stats(p)
 					}
 					return st.chk.Count()
 				})
@@ -283,7 +283,7 @@ func TestMinWaitCloseRace(t *testing.T) {
 						t.Errorf("conn %d: %v", i, st.err)
 					}
 				}
-				after := p.Stats()
+				after := testhook.Stats(p)
 				if after.MinWaits < before.MinWaits || after.Events < before.Events {
 					t.Errorf("stats went back after Close: %+v, before %+v", after, before)
 				}

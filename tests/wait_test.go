@@ -49,7 +49,7 @@ func TestReplyDoorbell(t *testing.T) {
 			if seen, err := pingPong(p, c, n); err != nil || seen != n {
 				t.Fatalf("%d/%d echoes: %v", seen, n, err)
 			}
-			st := p.Stats()
+			st := testhook.Stats(p)
 			t.Logf("pump sleeps %d, on the doorbell %d, rung by the socket %d", st.PumpSleeps, st.BellSleeps, st.BellRings)
 			if tc.wantBell && st.BellSleeps == 0 {
 				t.Fatalf("the pump never slept on its doorbell (%d sleeps) over %d replies 1 ms apart", st.PumpSleeps, n)
@@ -153,9 +153,9 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 			}
 		}
 		round() // the socket joins the doorbell, the frame buffer grows
-		cgo0, sleeps0 := runtime.NumCgoCall(), p.Stats().BellSleeps
+		cgo0, sleeps0 := runtime.NumCgoCall(), testhook.Stats(p).BellSleeps
 		allocs := testing.AllocsPerRun(50, round)
-		cgo, sleeps := runtime.NumCgoCall()-cgo0, p.Stats().BellSleeps-sleeps0
+		cgo, sleeps := runtime.NumCgoCall()-cgo0, testhook.Stats(p).BellSleeps-sleeps0
 		if fail != nil {
 			t.Fatal(fail)
 		}
@@ -184,8 +184,8 @@ func TestReplySpin(t *testing.T) {
 	fast := wstest.NewGorilla().Start(t).URL + "/echo"
 	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL + "/echo"
 	late := delayedEcho(t, 2*time.Millisecond, bellEcho, 0)
-	spun := func(st talaris.PoolStats) bool { return st.ReplySpins > 0 }
-	never := func(st talaris.PoolStats) bool { return st.ReplySpins == 0 && st.ReplyLate == 0 }
+	spun := func(st testhook.PoolStats) bool { return st.ReplySpins > 0 }
+	never := func(st testhook.PoolStats) bool { return st.ReplySpins == 0 && st.ReplyLate == 0 }
 	// The latch, in bounds no scheduling can break. Each echo comes at
 	// least 2 ms (> ReplySpin, 300 us) after the send's stamp, which is
 	// taken before its bytes go (direct_linux.go, cmdring_linux.go): no
@@ -196,13 +196,13 @@ func TestReplySpin(t *testing.T) {
 	// the answer (1 spin, 0 late: the late answer turns it off) or reach
 	// the ring after the answer came (no spin: the same). Without the
 	// latch, every one of the 50 sends would spin.
-	latched := func(st talaris.PoolStats) bool { return st.ReplySpins <= 1 && st.ReplyLate <= st.ReplySpins }
+	latched := func(st testhook.PoolStats) bool { return st.ReplySpins <= 1 && st.ReplyLate <= st.ReplySpins }
 	for _, tc := range []struct {
 		name string
 		cfg  talaris.Config
 		url  string
 		opts *talaris.DialOptions
-		want func(talaris.PoolStats) bool
+		want func(testhook.PoolStats) bool
 		what string
 	}{
 		{"default/ws", talaris.Config{}, fast, nil, spun, "ReplySpins > 0"},
@@ -221,7 +221,7 @@ func TestReplySpin(t *testing.T) {
 			if seen, err := pingPong(p, c, n); err != nil || seen != n {
 				t.Fatalf("%d/%d echoes: %v", seen, n, err)
 			}
-			st := p.Stats()
+			st := testhook.Stats(p)
 			t.Logf("%d round trips: %d reply spins, %d ended empty, %d pump sleeps", n, st.ReplySpins, st.ReplyLate, st.PumpSleeps)
 			if !tc.want(st) {
 				t.Fatalf("want %s: ReplySpins %d, ReplyLate %d", tc.what, st.ReplySpins, st.ReplyLate)
@@ -257,7 +257,7 @@ func TestReplySpinCloseRace(t *testing.T) {
 // against 22.)
 func TestReplySpinSilentPeerCPU(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	run := func(spin time.Duration) (used, wall time.Duration, st talaris.PoolStats) {
+	run := func(spin time.Duration) (used, wall time.Duration, st testhook.PoolStats) {
 		// Sends through the loop: each wakes it, so it reaches its reply
 		// spin on every send (a direct send leaves a sleeping loop asleep).
 		p, c := bellDial(t, talaris.Config{Tuning: talaris.Tuning{ReplySpin: spin, NoDirectSend: true}}, srv.URL+"/collect")
@@ -286,7 +286,7 @@ func TestReplySpinSilentPeerCPU(t *testing.T) {
 		if err := <-done; !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Fatalf("pump: %v", err)
 		}
-		return used, wall, p.Stats()
+		return used, wall, testhook.Stats(p)
 	}
 	offUsed, offWall, _ := run(-1)
 	used, wall, st := run(2 * time.Millisecond)
@@ -487,10 +487,10 @@ func TestDefaultWaitIdleCPU(t *testing.T) {
 		}
 	}()
 	time.Sleep(100 * time.Millisecond) // let the last spin run out
-	c0, s0 := cpuTime(), p.Stats().PumpSleeps
+	c0, s0 := cpuTime(), testhook.Stats(p).PumpSleeps
 	const idle = 2 * time.Second
 	time.Sleep(idle)
-	used, sleeps := cpuTime()-c0, p.Stats().PumpSleeps-s0
+	used, sleeps := cpuTime()-c0, testhook.Stats(p).PumpSleeps-s0
 	p.Close()
 	if err := <-done; !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Fatalf("pump: %v", err)

@@ -61,7 +61,7 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 	var f0, b0 uint64
 	var c0 float64
 	var t0 time.Time
-	var st0 talaris.PoolStats
+	var st0 testhook.PoolStats
 	var th0 []taskCPU
 	var s0 float64
 	for {
@@ -74,12 +74,12 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 				th0 = tasksCPU()
 				s0 = b.feed.cpu()
 				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
-				st0 = p.Stats()
+				st0 = testhook.Stats(p)
 			}
 		} else if now.After(end) {
 			r := Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
 				ServerCPUSecs: serverDelta(s0, b.feed.cpu()),
-				Note:          strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}
+				Note:          strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, testhook.Stats(p), frames-f0), "; ")}
 			threadSplit(&r, tasksDelta(th0, tasksCPU()), pumpTid, false)
 			return r, nil
 		}
@@ -90,7 +90,7 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 // connection at its share of the ring, was woken, and the pump slept, and
 // how many batches, completions, recv re-arms and batched loop waits
 // (Config.Tuning.MinWait) they took.
-func waitNote(a, b talaris.PoolStats, msgs uint64) string {
+func waitNote(a, b testhook.PoolStats, msgs uint64) string {
 	k := float64(max(msgs, 1)) / 1000
 	return fmt.Sprintf("per 1000 messages: %.2f fair holds, %.2f loop wakes, %.2f pump sleeps, %.2f batches, %.2f completions, %.2f re-arms, %.2f min-waits",
 		float64(b.FairHolds-a.FairHolds)/k, float64(b.LoopWakes-a.LoopWakes)/k, float64(b.PumpSleeps-a.PumpSleeps)/k,
