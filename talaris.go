@@ -47,7 +47,6 @@ func (p *Pool) Close() error { return p.close() }
 // yet delivered their final event.
 func (p *Pool) ConnCount() int { return p.connCount() }
 
-
 // Dial connects, upgrades and returns an open connection, or the reason it
 // could not. The connection's events (EventOpen first) also reach Pump; a
 // dial that fails delivers no event at all (the caller never had the
