@@ -32,7 +32,7 @@ type sendAdmission struct {
 	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
 	userClosed  []atomic.Uint32
 	direct      []directSlot // direct sends (direct_linux.go)
-	maxDirect   int          // largest direct message; -1 when Config.NoDirectSend
+	maxDirect   int          // largest direct message; -1 when Config.Tuning.NoDirectSend
 }
 
 // Record flags and the header size (TL_CMDF_* and sizeof(struct tl_cmd)).
@@ -102,7 +102,7 @@ func (p *shard) reserve(n uint64, rest, refuse bool) (uint64, error) {
 		}
 		// The loop is behind: let it run (it drains unconditionally);
 		// an inline loop's own goroutine runs it here.
-		if p.p.cfg.InlineLoop && p.p.runInline(C.TL_INLINE_NOWAIT) {
+		if p.p.cfg.Tuning.InlineLoop && p.p.runInline(C.TL_INLINE_NOWAIT) {
 			continue
 		}
 		p.kick()
@@ -111,7 +111,7 @@ func (p *shard) reserve(n uint64, rest, refuse bool) (uint64, error) {
 			runtime.Gosched()
 			continue
 		}
-		if refuse && p.p.cfg.InlineLoop {
+		if refuse && p.p.cfg.Tuning.InlineLoop {
 			return 0, errRingFull
 		}
 		// Announce, then recheck (Dekker with the loop's seq_cst store of
@@ -170,7 +170,7 @@ func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payloa
 // wait), which drains the ring and wakes the holder. Anywhere else it is
 // sendMu.Lock.
 func (p *shard) lockSend() {
-	if p.p.cfg.InlineLoop {
+	if p.p.cfg.Tuning.InlineLoop {
 		for {
 			if p.sendMu.TryLock() {
 				return
@@ -338,8 +338,8 @@ func (c Conn) waitRing(ctx context.Context, n uint64) error {
 	}
 }
 
-// noteSend stamps an accepted send for the reply spin (Config.ReplySpin)
-// and the loop's batched wait (Config.MinWait, which a send ends):
+// noteSend stamps an accepted send for the reply spin (Config.Tuning.ReplySpin)
+// and the loop's batched wait (Config.Tuning.MinWait, which a send ends):
 // the pump's (Pool.lastSend) and sh's loop's (tl_cmdring.sent_ns). Both
 // are hints read with relaxed loads; a lost race only shortens a spin.
 func (p *Pool) noteSend(sh *shard, now int64) {
@@ -445,7 +445,7 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 		if q := c.queued(p.txAcc[c.slot].Load()); !c.inGap() && (q == 0 || q+units <= p.cfg.MaxSendQueue) {
 			return nil
 		}
-		if p.cfg.InlineLoop && p.runInline(C.TL_INLINE_ONCE) {
+		if p.cfg.Tuning.InlineLoop && p.runInline(C.TL_INLINE_ONCE) {
 			continue // the inline loop's own goroutine: it sends the queue
 		}
 		futexWait(seq, s, time.Second) // the timeout is a defence only

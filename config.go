@@ -7,63 +7,41 @@ import (
 	"net/http"
 	"time"
 	"unicode/utf8"
+
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
-// WaitStrategy says how a side waits when it has nothing to do.
+// WaitStrategy says how the loop thread and the pump wait when they have
+// nothing to do (Config.Wait).
 type WaitStrategy uint8
 
 const (
-	// WaitDefault is WaitAdaptive on both sides, with SpinTime 20us.
+	// WaitAdaptive, the zero value and the default, spins only while
+	// traffic is recent, then sleeps. The pump spins up to SpinTime for
+	// events when its previous wait for events ended within SpinTime, and
+	// sleeps at once otherwise. The loop spins up to SpinTime after
+	// publishing events to a pump that is awake, for the command a
+	// callback may send in answer (an order acknowledged, the next order),
+	// while the previous answer came within SpinTime; so such a send finds
+	// the loop awake and needs no eventfd write. After a send, both sides
+	// spin up to Tuning.ReplySpin for its answer while answers come that
+	// fast. Both spins yield the CPU (sched_yield) as they go, so on a busy
+	// machine they do not hold off the thread they wait for. An idle Pool,
+	// or one that only reads a feed slower than one message per SpinTime,
+	// does not spin at all.
+	//
 	// Chosen with `talaris bench` on a 2-CPU machine with the peer on the
 	// same box (docs/ARCHITECTURE.md, "Wait strategies", has the numbers):
 	// WaitBlock there wakes a sleeping thread three times per order round
 	// trip, while WaitSpin and WaitSpinThenBlock keep threads spinning
-	// that the peer or the feed needs the CPU of; WaitAdaptive spins only
-	// while traffic is recent and costs an idle Pool nothing.
-	WaitDefault WaitStrategy = iota
+	// that the peer or the feed needs the CPU of.
+	WaitAdaptive WaitStrategy = iota
 	// WaitBlock sleeps in the kernel at once.
 	WaitBlock
-	// WaitSpin never sleeps: lowest latency, one core burned.
+	// WaitSpin never sleeps: lowest latency, one core burned per side.
 	WaitSpin
 	// WaitSpinThenBlock spins for SpinTime, then sleeps.
 	WaitSpinThenBlock
-	// WaitAdaptive spins only while traffic is recent, then sleeps. The
-	// pump spins up to SpinTime for events when its previous wait for
-	// events ended within SpinTime, and sleeps at once otherwise. The loop
-	// spins up to SpinTime after publishing events to a pump that is
-	// awake, for the command a callback may send in answer (an order
-	// acknowledged, the next order), while the previous answer came
-	// within SpinTime; so such a send finds the loop awake and needs no
-	// eventfd write. It spins waiting for the network only for the
-	// answer to a send (Config.ReplySpin). Both spins
-	// yield the CPU (sched_yield) as they go, so on a busy machine they do
-	// not hold off the thread they wait for. An idle Pool, or one that
-	// only reads a feed slower than one message per SpinTime, does not
-	// spin at all. After a send, both sides spin up to ReplySpin for
-	// its answer while answers come that fast (Config.ReplySpin).
-	WaitAdaptive
-)
-
-// Setup flags for the io_uring instance (Config.RingFlags). They map to the
-// kernel's IORING_SETUP_* flags of the same names.
-//
-// RingSQPoll is the option of a kernel thread that polls the submission
-// queue (for SQPollIdle after the last submission, on SQPollCPU with
-// RingSQAff), so the loop submits sends without a syscall. It cannot be
-// combined with RingDeferTaskrun: use e.g. RingSQPoll|RingSingleIssuer.
-// It is not the default: that thread is one more spinner, and on a 2-CPU
-// machine `talaris bench` measured it slower than the default at both the
-// round trip and the one-way latency (the "sqpoll" variant).
-const (
-	RingSQPoll       uint32 = 1 << 1
-	RingSQAff        uint32 = 1 << 2
-	RingCoopTaskrun  uint32 = 1 << 8
-	RingTaskrunFlag  uint32 = 1 << 9
-	RingSingleIssuer uint32 = 1 << 12
-	RingDeferTaskrun uint32 = 1 << 13
-	// RingFlagsNone asks for no setup flags at all (a zero RingFlags means
-	// the default RingSingleIssuer|RingDeferTaskrun).
-	RingFlagsNone uint32 = 1 << 31
 )
 
 // Config configures a Pool and its C loop. The zero value is usable; every
@@ -76,99 +54,39 @@ const (
 // message larger than MaxSendQueue is accepted when nothing is queued);
 // SendContext waits for room instead. Each connection has its own queue
 // in the loop, so one connection whose peer stops reading never delays
-// another connection's sends, dials or closes, and the command ring
-// (CmdRingSize) is emptied by the loop as fast as Go fills it.
+// another connection's sends, dials or closes, and the command ring is
+// emptied by the loop as fast as Go fills it.
 type Config struct {
-	SQEntries  uint32        // io_uring submission queue entries (256)
-	CQEntries  uint32        // completion queue entries (4 x SQEntries)
-	RingFlags  uint32        // Ring* setup flags (RingSingleIssuer|RingDeferTaskrun)
-	SQPollIdle time.Duration // SQPOLL kernel thread idle time before it sleeps (1ms); see RingSQPoll
-	SQPollCPU  int           // CPU for the SQPOLL thread when RingSQAff is set (-1: unpinned)
-
-	BufSize  uint32 // bytes per provided receive buffer (16 KiB); a power of two
-	BufCount uint32 // provided receive buffers, a power of two <= 32768 (1024)
-
-	LoopCPU    int  // CPU loop 0's thread is pinned to (when LoopCPUs is empty); -1 or unset: not pinned
-	LoopCPUSet bool // LoopCPU is meaningful (so CPU 0 can be chosen)
-	// Loops is the number of loop threads (1), each with its own
-	// io_uring, event ring, command ring, arena and receive buffers of the
-	// sizes below (memory grows Loops times): connections are spread over
-	// them, each living on one loop for its whole life (so its order is
-	// kept), a new one on the loop with the fewest; one pump goroutine
-	// drains them all, taking at most MaxConnPendingEvents from each loop
-	// per pass. MaxConns is split between them; at most 64. More loops
-	// split the loop work (the busiest thread, which bounds throughput
-	// given a core each), at some more CPU per message: worth it only
-	// with cores to spare for them (docs/ARCHITECTURE.md, "Loop threads
-	// per Pool", has the measurements).
-	Loops int
-	// LoopCPUs pins loop i's thread to LoopCPUs[i] (-1: not pinned);
-	// loops past its end are not pinned. Empty: LoopCPU/LoopCPUSet pin
-	// loop 0 and the others are not pinned.
-	LoopCPUs     []int
-	LoopWait     WaitStrategy  // how the loop thread waits for work
-	ConsumerWait WaitStrategy  // how Pump waits for events
-	SpinTime     time.Duration // spin period for WaitSpinThenBlock, most WaitAdaptive spins (20us)
-	// ReplySpin is how long after a send the pump and the loop spin for
-	// its answer before they sleep, under WaitAdaptive (300us; negative:
-	// never). Taken only while the latest send is unanswered, and only
-	// while answers have been coming within ReplySpin (a spin that ends
-	// empty turns it off until one does again), so an idle Pool, a feed
-	// reader and a Pool that sends into silence do not spin. Measured on
-	// a 2-vCPU machine whose idle CPUs halt: the order round trip's p50
-	// fell from about 140us to about 50us (docs/ARCHITECTURE.md, "The
-	// reply spin").
-	ReplySpin time.Duration
-	// MinWait turns on minimum-wait batching of the loop's waits while a
-	// flood streams in (kernel 6.12+, IORING_FEAT_MIN_TIMEOUT; older
-	// kernels wait as without it). After several waits in a row that
-	// each followed at least BufSize received bytes, and no send since,
-	// the loop asks the kernel to wait up to MinWait for
-	// MinWaitCompletions completions before it takes what came, so the
-	// socket fills meanwhile and each wake-up (and publish to the pump)
-	// carries more. Data that comes while it waits is delayed by at most
-	// MinWait; a lone message, a ping-pong or a feed slower than BufSize
-	// per wait never turns it on. 0: the default (off; negative: off).
-	// For consumers bound by throughput per CPU, not for trading ones:
-	// 50us cut the client's CPU per wss frame at one connection by about
-	// 11 % on the development machine, at the price of up to MinWait of
-	// added latency inside a flood (docs/ARCHITECTURE.md, "Minimum-wait
-	// batching", has the measurements). PoolStats.MinWaits counts the
-	// batched waits.
-	MinWait time.Duration
-	// MinWaitCompletions is how many completions a batched wait
-	// (MinWait) waits for at most; with one connection each waits
-	// MinWait, with several it ends once that many have data (8; at
-	// least 2).
-	MinWaitCompletions int
-	// InlineLoop runs the loop without a thread of its own (opt-in; off):
-	// the goroutine that calls NewPool is locked to its OS thread
-	// (runtime.LockOSThread, until it calls Pool.Close), the io_uring is
-	// created on that thread, and that goroutine's Pump calls run the loop
-	// themselves - one cgo call per batch of events, which waits in the
-	// kernel when there is nothing to do - so a message wakes one thread,
-	// not the loop thread and then the pump. Connections make progress
-	// only while that goroutine pumps, dials, sends or closes. From
-	// another goroutine: Pump returns ErrNotLoopThread (once it would
-	// have to run the loop: events already published are delivered), Dial
-	// waits for that goroutine's pump (when its context ends first it
-	// returns ErrTimeout and the connection never opens), Send* return
-	// ErrWouldBlock while the command ring (CmdRingSize) is full, and
-	// Close closes the sockets without their close handshakes.
-	// Loops must be 1. LoopCPU (or LoopCPUs[0]) pins that goroutine's
-	// thread, which is the loop's, until the Pool's Close on it restores
-	// the thread's previous CPU mask. docs/ARCHITECTURE.md, "Inline loop".
-	InlineLoop bool
-
-	EventRingSize uint32 // events in the C->Go ring, a power of two (65536)
-	ArenaSize     uint64 // bytes of payload arena shared by all connections (64 MiB, or more for 2 x MaxMessageSize)
-	CmdRingSize   uint32 // bytes of the Go->C command ring, a power of two (4 MiB)
-
 	MaxConns         uint32        // connections a Pool can hold at once (1024)
 	MaxMessageSize   uint64        // largest message accepted, else close 1009 (16 MiB)
+	MaxSendQueue     uint64        // unsent bytes one connection may hold before Send* returns ErrWouldBlock (64 MiB); see above
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
 	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN, also in Pool.Close (5s)
-	MaxSendQueue     uint64        // unsent bytes one connection may hold before Send* returns ErrWouldBlock (64 MiB); see above
+
+	BufSize   uint32 // bytes per provided receive buffer (16 KiB); a power of two
+	BufCount  uint32 // provided receive buffers, a power of two <= 32768 (1024)
+	ArenaSize uint64 // bytes of payload arena shared by all connections (64 MiB, or more for 2 x MaxMessageSize); a power of two
+
+	// Loops is the number of loop threads (1), each with its own
+	// io_uring, event ring, command ring, arena and receive buffers of the
+	// sizes above (memory grows Loops times): connections are spread over
+	// them, each living on one loop for its whole life (so its order is
+	// kept), a new one on the loop with the fewest; one pump goroutine
+	// drains them all, taking at most a connection's share of the event
+	// ring (256 events) from each loop per pass. MaxConns is split between
+	// them; at most 64. More loops split the loop work (the busiest thread,
+	// which bounds throughput given a core each), at some more CPU per
+	// message: worth it only with cores to spare for them
+	// (docs/ARCHITECTURE.md, "Loop threads per Pool", has the measurements).
+	Loops int
+	// LoopCPUs pins loop i's thread to LoopCPUs[i] (-1: not pinned);
+	// loops past its end are not pinned (empty, the default: none is).
+	// With Tuning.InlineLoop, LoopCPUs[0] pins the goroutine that runs the
+	// loop, until the Pool's Close restores its thread's previous mask.
+	LoopCPUs []int
+	// Wait is how the loop thread and the pump wait for work (WaitAdaptive).
+	Wait     WaitStrategy
+	SpinTime time.Duration // spin period for WaitSpinThenBlock, most WaitAdaptive spins (20us)
 
 	// SampleEvery turns on the stage stamps of Pool.Metrics and
 	// Pool.PumpStamped: the loop stamps one receive completion in
@@ -187,36 +105,49 @@ type Config struct {
 	Logger *slog.Logger
 	// OnEvent, if set, receives every event that is not a data message
 	// (open, ping, pong, close, error) from the pumps that take a DataFunc
-	// (PumpData, PumpSpin, PumpNowait): on the pumping goroutine, in order
-	// with the data. Pump and PumpEventsNowait deliver every event to their
-	// own EventFunc and do not call it. Nil: those events are consumed
-	// without a callback.
+	// (PumpData, PumpNowait): on the pumping goroutine, in order with the
+	// data. Pump delivers every event to its own EventFunc and does not
+	// call it. Nil: those events are consumed without a callback.
 	OnEvent EventFunc
 
-	// MaxConnPendingEvents and MaxConnPendingBytes are one connection's
-	// share of the event ring (receive fairness). The one event ring
-	// delivers every connection's messages in arrival order, so without a
-	// share a flooding connection could fill it (EventRingSize events)
-	// ahead of another connection's message, which would then wait for
-	// the pump to pass them all. A connection with MaxConnPendingEvents
-	// events, or MaxConnPendingBytes payload bytes, delivered to the ring
-	// and not yet passed by the pump is held: the loop stops parsing its
-	// input (its socket then fills and TCP slows its peer) until the pump
-	// has passed some of them. Nothing is dropped or reordered; another
-	// connection's message waits behind at most this much of each busy
-	// connection. The share applies only while it protects someone: while
-	// another connection is light (not itself at its share within the
-	// last 5-10 ms, and without a backlog of its own), or while a quarter
-	// of EventRingSize events or of ArenaSize bytes is pending. Floods
-	// alone (every busy connection at its share) are not held below that:
-	// their messages wait behind one another whatever the loop does, and
-	// holding them would only make the loop and the pump take turns.
-	// A single message larger than MaxConnPendingBytes is
-	// delivered when none of the connection's payload bytes are pending.
-	// PoolStats.FairHolds counts the holds. Values at or above
-	// EventRingSize / ArenaSize switch the share off.
-	MaxConnPendingEvents uint32 // events one connection may have pending in the ring (256)
-	MaxConnPendingBytes  uint64 // payload bytes one connection may have pending in the ring (4 MiB)
+	// Tuning holds the switches measured to be best at their zero value.
+	Tuning Tuning
+
+	// knobs are the test and benchmark settings of internal/testhook
+	// (testhook.SetKnobs); nil: every one at its default.
+	knobs *testhook.Knobs
+}
+
+// Tuning holds switches whose zero value is the measured best; these are
+// for benchmarks and unusual hosts. docs/ARCHITECTURE.md has the
+// measurements behind each default.
+type Tuning struct {
+	// ReplySpin is how long after a send the pump and the loop spin for
+	// its answer before they sleep, under WaitAdaptive (300us; negative:
+	// never). Taken only while the latest send is unanswered, and only
+	// while answers have been coming within ReplySpin (a spin that ends
+	// empty turns it off until one does again), so an idle Pool, a feed
+	// reader and a Pool that sends into silence do not spin. Measured on
+	// a 2-vCPU machine whose idle CPUs halt: the order round trip's p50
+	// fell from about 140us to about 50us (docs/ARCHITECTURE.md, "The
+	// reply spin").
+	ReplySpin time.Duration
+	// MinWait turns on minimum-wait batching of the loop's waits while a
+	// flood streams in (kernel 6.12+, IORING_FEAT_MIN_TIMEOUT; older
+	// kernels wait as without it). After several waits in a row that
+	// each followed at least BufSize received bytes, and no send since,
+	// the loop asks the kernel to wait up to MinWait for 8 completions
+	// before it takes what came, so the socket fills meanwhile and each
+	// wake-up (and publish to the pump) carries more. Data that comes
+	// while it waits is delayed by at most MinWait; a lone message, a
+	// ping-pong or a feed slower than BufSize per wait never turns it on.
+	// 0: the default (off; negative: off). For consumers bound by
+	// throughput per CPU, not for trading ones: 50us cut the client's CPU
+	// per wss frame at one connection by about 11 % on the development
+	// machine, at the price of up to MinWait of added latency inside a
+	// flood (docs/ARCHITECTURE.md, "Minimum-wait batching", has the
+	// measurements).
+	MinWait time.Duration
 	// NoDirectSend makes every send go through the loop thread. By default
 	// a text or binary message of at most 64 KiB sent on an open ws://
 	// connection whose send queue is empty, and whose socket the loop is
@@ -224,17 +155,8 @@ type Config struct {
 	// (one send(2) on the non-blocking socket; what the socket does not
 	// take is handed to the loop, in order): the loop is neither woken
 	// nor needed for it. wss:// connections always send through the loop
-	// (it alone uses the TLS session). ConnStats.DirectSends counts the
-	// direct ones.
+	// (it alone uses the TLS session).
 	NoDirectSend bool
-	// NoRecvBundle turns off recv bundles. By default an open
-	// connection's multishot recv is a bundle (IORING_RECVSEND_BUNDLE,
-	// Linux 6.10+; older kernels get one buffer per completion): one
-	// completion hands over as many receive buffers as the socket has
-	// bytes for (at most 64), instead of one completion per BufSize
-	// buffer. Nothing changes in what is delivered or in what order;
-	// docs/ARCHITECTURE.md ("Recv bundles") has the measurements.
-	NoRecvBundle bool
 	// NoTLSRecordLayer turns off talaris' own TLS record layer. By
 	// default, on a TLS 1.3 connection with an AES-128-GCM or AES-256-GCM
 	// suite, once the library has read the first application data (and
@@ -243,62 +165,95 @@ type Config struct {
 	// buffers into the plaintext buffers the parser reads: no copy into
 	// and out of the library's record buffer. KeyUpdate, session tickets
 	// and alerts are handled as the library would. TLS 1.2 and other
-	// suites always use the library's SSL_read. PoolStats.TLSRecords
-	// counts the records it opened; docs/ARCHITECTURE.md ("TLS") has
-	// the measurements.
+	// suites always use the library's SSL_read. Metrics.TLSRecords counts
+	// the records it opened; docs/ARCHITECTURE.md ("TLS") has the
+	// measurements.
 	NoTLSRecordLayer bool
-	// TLSLibraryGCM makes the record layer decrypt with the TLS library's
+	// NoOwnGCM makes the record layer decrypt with the TLS library's
 	// AES-GCM. By default, on a CPU with VAES and VPCLMULQDQ (AMD Zen 3
 	// and later, Intel Ice Lake and later; checked with CPUID), it uses
-	// talaris' own AES-GCM decryption on 256-bit vectors (csrc/gcm.c,
+	// talaris' own AES-GCM decryption on 256-bit vectors (csrc/crypto/gcm.c,
 	// tested against the library's on every build), about 1.3x the
 	// speed of the library's 128-bit code on the development machine;
 	// elsewhere the library's. Encryption (the write side) is always the
-	// library's. PoolStats.TLSRecordsOwnGCM counts the records it opened.
-	TLSLibraryGCM bool
-	// ReplyDoorbell turns on the pump's reply doorbell (off by default:
-	// not yet measured to win; docs/ARCHITECTURE.md, "Wait strategies").
-	// With it (and ConsumerWait WaitAdaptive, direct sends on), a pump
-	// that goes to sleep within 2 ms of a direct send sleeps in epoll on
-	// the sockets it sent on (and an eventfd the loop writes instead of
-	// the futex), so the reply's data wakes the pump at the same time as
-	// the loop thread rather than after it; the pump then spins briefly
-	// for the loop's publish. Otherwise the pump sleeps on the futex the
-	// loop wakes. PoolStats.BellSleeps and BellRings count its use.
-	ReplyDoorbell bool
+	// library's. Metrics.TLSRecordsOwnGCM counts the records it opened.
+	NoOwnGCM bool
+	// InlineLoop runs the loop without a thread of its own (opt-in; off):
+	// the goroutine that calls NewPool is locked to its OS thread
+	// (runtime.LockOSThread, until it calls Pool.Close), the io_uring is
+	// created on that thread, and that goroutine's Pump calls run the loop
+	// themselves - one cgo call per batch of events, which waits in the
+	// kernel when there is nothing to do - so a message wakes one thread,
+	// not the loop thread and then the pump. Connections make progress
+	// only while that goroutine pumps, dials, sends or closes. From
+	// another goroutine: Pump returns ErrNotLoopThread (once it would
+	// have to run the loop: events already published are delivered), Dial
+	// waits for that goroutine's pump (when its context ends first it
+	// returns ErrTimeout and the connection never opens), Send* return
+	// ErrWouldBlock while the command ring is full, and Close closes the
+	// sockets without their close handshakes. Loops must be 1.
+	// Config.LoopCPUs[0] pins that goroutine's thread, which is the
+	// loop's. docs/ARCHITECTURE.md, "Inline loop".
+	InlineLoop bool
+}
+
+// settings is a Config with every default applied and the testhook
+// knobs resolved: what a Pool runs with.
+type settings struct {
+	Config
+	testhook.Knobs
+	loopWait, consumerWait WaitStrategy // Knobs.LoopWait/ConsumerWait, else Config.Wait
+}
+
+func init() {
+	testhook.SetKnobs = func(cfg any, k *testhook.Knobs) {
+		c := cfg.(*Config)
+		if k == nil {
+			c.knobs = nil
+			return
+		}
+		kk := *k
+		c.knobs = &kk
+	}
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
 // zero field from it, NewDecoder takes MaxMessageSize from it, and the C
-// loop always receives the resulting explicit values. Fields that are zero
-// here are derived in withDefaults (CQEntries, LoopCPU, the waits) or have
-// no default (SQPollCPU, LoopCPUSet). Keep the values written beside the
-// Config fields in step.
+// loop always receives the resulting explicit values. Keep the values
+// written beside the Config fields in step.
 var defaults = Config{
-	SQEntries:  256,
-	RingFlags:  RingSingleIssuer | RingDeferTaskrun,
-	SQPollIdle: time.Millisecond,
-	BufSize:    16 << 10,
-	BufCount:   1024,
-	SpinTime:   20 * time.Microsecond,
-	ReplySpin:  300 * time.Microsecond,
-	// Minimum-wait batching: off (negative) until measured to win;
-	// docs/ARCHITECTURE.md, "Minimum-wait batching".
-	MinWait:            -1,
-	MinWaitCompletions: 8,
-	EventRingSize:      1 << 16,
-	ArenaSize:          64 << 20,
-	CmdRingSize:        4 << 20,
-	MaxConns:           1024,
-	MaxMessageSize:     16 << 20,
-	HandshakeTimeout:   10 * time.Second,
-	CloseTimeout:       5 * time.Second,
-	MaxSendQueue:       64 << 20,
-	SampleEvery:        0, // off: stamping is opt-in
+	BufSize:  16 << 10,
+	BufCount: 1024,
+	SpinTime: 20 * time.Microsecond,
+	Tuning: Tuning{
+		ReplySpin: 300 * time.Microsecond,
+		// Minimum-wait batching: off (negative) until measured to win;
+		// docs/ARCHITECTURE.md, "Minimum-wait batching".
+		MinWait: -1,
+	},
+	ArenaSize:        64 << 20,
+	MaxConns:         1024,
+	MaxMessageSize:   16 << 20,
+	HandshakeTimeout: 10 * time.Second,
+	CloseTimeout:     5 * time.Second,
+	MaxSendQueue:     64 << 20,
+	SampleEvery:      0, // off: stamping is opt-in
 	// One loop thread: 2, 3 and 4 measured no faster on a 2-vCPU machine
 	// that also runs the feed, at 5-30 % more CPU per message (ws);
 	// docs/ARCHITECTURE.md, "Loop threads per Pool".
 	Loops: 1,
+}
+
+// knobDefaults is the table of testhook.Knobs defaults, as defaults is
+// for Config. CQEntries is derived (cqPerSQ x SQEntries); SQPollCPU has
+// none (it is read only with RingSQAff).
+var knobDefaults = testhook.Knobs{
+	SQEntries:          256,
+	RingFlags:          testhook.RingSingleIssuer | testhook.RingDeferTaskrun,
+	SQPollIdle:         time.Millisecond,
+	MinWaitCompletions: 8,
+	EventRingSize:      1 << 16,
+	CmdRingSize:        4 << 20,
 	// A flood's share of the ring: 256 events is some microseconds of
 	// pumping ahead of another connection's message. Measured against
 	// 64..4096 in docs/ARCHITECTURE.md ("Receive fairness"): the orders
@@ -318,9 +273,9 @@ const (
 	cqPerSQ             = 4                     // CQEntries = cqPerSQ x SQEntries
 	decoderEventRing    = 1 << 12               // events in a Decoder's ring
 	decoderMinArenaSize = 1 << 20               // a Decoder's arena: at least this, and 2 x its largest message
-	directMax           = 64 << 10              // the largest message a direct send writes (Config.NoDirectSend)
+	directMax           = 64 << 10              // the largest message a direct send writes (Tuning.NoDirectSend)
 	reapWait            = 10 * time.Millisecond // a failed Dial waits this long at most for its final event, to pass it itself (reapFailed)
-	bellWindow          = 2 * time.Millisecond  // a pump sleeps on its doorbell this long after a direct send (Config.ReplyDoorbell)
+	bellWindow          = 2 * time.Millisecond  // a pump sleeps on its doorbell this long after a direct send (Knobs.ReplyDoorbell)
 	bellSpinTimes       = 5                     // after a doorbell wake-up the pump spins up to this many SpinTimes for the loop's publish
 	maxLoops            = 64                    // Config.Loops at most (the pump's futex_waitv takes 128 words)
 )
@@ -335,11 +290,15 @@ func arenaFor(min, maxMessage uint64) uint64 {
 	return a
 }
 
-// withDefaults returns c with every zero field set from defaults, or
-// ErrInvalidConfig when the result cannot work.
-func (c *Config) withDefaults() (Config, error) {
-	d := *c
-	def := &defaults
+// withDefaults returns c with every zero field set from defaults and the
+// knobs resolved, or ErrInvalidConfig when the result cannot work.
+func (c *Config) withDefaults() (settings, error) {
+	d := settings{Config: *c}
+	d.knobs = nil
+	if c.knobs != nil {
+		d.Knobs = *c.knobs
+	}
+	def, kdef := &defaults, &knobDefaults
 	setU32 := func(v *uint32, dv uint32) {
 		if *v == 0 {
 			*v = dv
@@ -355,40 +314,39 @@ func (c *Config) withDefaults() (Config, error) {
 			*v = dv
 		}
 	}
-	setU32(&d.SQEntries, def.SQEntries)
+	setU32(&d.SQEntries, kdef.SQEntries)
 	setU32(&d.CQEntries, cqPerSQ*d.SQEntries)
-	setU32(&d.RingFlags, def.RingFlags)
-	if d.RingFlags&RingFlagsNone != 0 {
+	setU32(&d.RingFlags, kdef.RingFlags)
+	if d.RingFlags&testhook.RingFlagsNone != 0 {
 		d.RingFlags = 0
 	}
-	setDur(&d.SQPollIdle, def.SQPollIdle)
+	setDur(&d.SQPollIdle, kdef.SQPollIdle)
 	setU32(&d.BufSize, def.BufSize)
 	setU32(&d.BufCount, def.BufCount)
-	if !d.LoopCPUSet {
-		d.LoopCPU = -1
+	d.loopWait, d.consumerWait = d.Wait, d.Wait
+	waitKnob := func(k int, w *WaitStrategy) bool {
+		if k != 0 {
+			*w = WaitStrategy(k - 1)
+		}
+		return k >= 0 && k <= int(WaitSpinThenBlock)+1
 	}
-	if d.LoopWait == WaitDefault {
-		d.LoopWait = defaultWait()
-	}
-	if d.ConsumerWait == WaitDefault {
-		d.ConsumerWait = defaultWait()
-	}
+	okWaits := waitKnob(d.Knobs.LoopWait, &d.loopWait) && waitKnob(d.Knobs.ConsumerWait, &d.consumerWait)
 	setDur(&d.SpinTime, def.SpinTime)
-	setDur(&d.ReplySpin, def.ReplySpin)
-	setDur(&d.MinWait, def.MinWait)
+	setDur(&d.Tuning.ReplySpin, def.Tuning.ReplySpin)
+	setDur(&d.Tuning.MinWait, def.Tuning.MinWait)
 	if d.MinWaitCompletions == 0 {
-		d.MinWaitCompletions = def.MinWaitCompletions
+		d.MinWaitCompletions = kdef.MinWaitCompletions
 	}
-	setU32(&d.EventRingSize, def.EventRingSize)
+	setU32(&d.EventRingSize, kdef.EventRingSize)
 	setU64(&d.MaxMessageSize, def.MaxMessageSize)
 	setU64(&d.ArenaSize, arenaFor(def.ArenaSize, d.MaxMessageSize))
-	setU32(&d.CmdRingSize, def.CmdRingSize)
+	setU32(&d.CmdRingSize, kdef.CmdRingSize)
 	setU32(&d.MaxConns, def.MaxConns)
 	setDur(&d.HandshakeTimeout, def.HandshakeTimeout)
 	setDur(&d.CloseTimeout, def.CloseTimeout)
 	setU64(&d.MaxSendQueue, def.MaxSendQueue)
-	setU32(&d.MaxConnPendingEvents, def.MaxConnPendingEvents)
-	setU64(&d.MaxConnPendingBytes, def.MaxConnPendingBytes)
+	setU32(&d.MaxConnPendingEvents, kdef.MaxConnPendingEvents)
+	setU64(&d.MaxConnPendingBytes, kdef.MaxConnPendingBytes)
 	if d.Loops == 0 {
 		d.Loops = def.Loops
 	}
@@ -396,6 +354,8 @@ func (c *Config) withDefaults() (Config, error) {
 	d.LoopCPUs = append([]int(nil), d.LoopCPUs...)
 	pow2 := func(v uint64) bool { return v != 0 && v&(v-1) == 0 }
 	switch {
+	case d.Wait > WaitSpinThenBlock || !okWaits:
+		return d, fmt.Errorf("%w: unknown Wait strategy", ErrInvalidConfig)
 	case !pow2(uint64(d.BufSize)) || !pow2(uint64(d.BufCount)) || d.BufCount > 32768:
 		return d, fmt.Errorf("%w: BufSize and BufCount must be powers of two, BufCount <= 32768", ErrInvalidConfig)
 	case !pow2(uint64(d.EventRingSize)) || !pow2(d.ArenaSize) || !pow2(uint64(d.CmdRingSize)):
@@ -410,11 +370,11 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: Loops must be between 0 and %d", ErrInvalidConfig, maxLoops)
 	case uint32(d.Loops) > d.MaxConns:
 		return d, fmt.Errorf("%w: Loops must be at most MaxConns (each loop holds a share of them)", ErrInvalidConfig)
-	case d.InlineLoop && d.Loops != 1:
+	case d.Tuning.InlineLoop && d.Loops != 1:
 		return d, fmt.Errorf("%w: InlineLoop needs Loops 1", ErrInvalidConfig)
 	case len(d.LoopCPUs) > d.Loops:
 		return d, fmt.Errorf("%w: LoopCPUs has more entries than Loops", ErrInvalidConfig)
-	case d.MinWait > 0 && d.MinWait < time.Microsecond, d.MinWait > time.Second:
+	case d.Tuning.MinWait > 0 && d.Tuning.MinWait < time.Microsecond, d.Tuning.MinWait > time.Second:
 		return d, fmt.Errorf("%w: MinWait must be between 1us and 1s (or negative: off)", ErrInvalidConfig)
 	case d.MinWaitCompletions < 2 || d.MinWaitCompletions > 1<<16:
 		return d, fmt.Errorf("%w: MinWaitCompletions must be between 2 and 65536", ErrInvalidConfig)
@@ -423,9 +383,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	return d, nil
 }
-
-// defaultWait picks the wait strategy for WaitDefault (see there).
-func defaultWait() WaitStrategy { return WaitAdaptive }
 
 // TLSOptions configures certificate verification for wss:// URLs.
 // Verification against the system CA store, with SNI and host name check, is

@@ -371,7 +371,7 @@ func (w *dialWait) wait() (Conn, error) {
 		if w.cancelled == nil {
 			w.cancelled = w.ctx.Err() // the abort is on its way (abortOnDone)
 		}
-		if p.cfg.InlineLoop {
+		if p.cfg.Tuning.InlineLoop {
 			if p.runInline(C.TL_INLINE_ONCE) {
 				w.sendRefusedAbort()
 				continue

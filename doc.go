@@ -31,7 +31,7 @@
 //
 // # Threading model
 //
-// Each Pool owns one C loop thread (pinned with Config.LoopCPU) and one
+// Each Pool owns one C loop thread (pinned with Config.LoopCPUs) and one
 // io_uring instance, or with Config.Loops = N, N of them (pinned with
 // Config.LoopCPUs), each serving its own share of the connections: a
 // connection lives on one loop for its whole life, so its events keep
@@ -52,19 +52,18 @@
 //
 // # Waiting
 //
-// When there is nothing to do, the loop and the pump wait as
-// Config.LoopWait and Config.ConsumerWait say. The default, WaitAdaptive,
-// spins (yielding the CPU as it goes) only while traffic is recent: the
+// When there is nothing to do, the loop and the pump wait as Config.Wait
+// says. The default, WaitAdaptive, spins (yielding the CPU as it goes) only while traffic is recent: the
 // pump while events have been arriving within Config.SpinTime of each
 // other, the loop for the answer a callback sends to what it just
 // delivered while such answers have come within SpinTime; a send made
 // then needs no wake-up of the loop. After a send, both spin up to
-// Config.ReplySpin (300us) for its answer while answers come that fast,
+// Config.Tuning.ReplySpin (300us) for its answer while answers come that fast,
 // so an order's acknowledgement finds them awake. An idle Pool sleeps on
 // both sides.
 // WaitSpin never sleeps (one core each), WaitBlock never spins.
 //
-// Config.InlineLoop (opt-in, Loops must be 1) runs the loop without a
+// Config.Tuning.InlineLoop (opt-in, Loops must be 1) runs the loop without a
 // thread of its own: the goroutine that created the Pool runs it inside
 // Pump*, Dial, blocking sends and Close, one cgo call per batch of events.
 // A reply then wakes one thread instead of two, but the Pool makes
@@ -87,7 +86,7 @@
 // so TCP slows the sender. Everything resumes when the pump catches up.
 //
 // The ring is shared fairly: a connection holds at most its share of it
-// (Config.MaxConnPendingEvents events, MaxConnPendingBytes bytes, not yet
+// (testhook.Knobs.MaxConnPendingEvents events, MaxConnPendingBytes bytes, not yet
 // passed by the pump) before the loop holds its input back the same way,
 // so one connection's flood queues at most that much ahead of another
 // connection's message (an order's answer) instead of a whole ring. A
@@ -107,7 +106,7 @@
 // (one send(2) on the non-blocking socket, as a Go WebSocket client
 // does), and what the socket does not take goes to the loop, in order.
 // The loop's own frames (pongs, the close) and queued sends never mix
-// with it. ConnStats.DirectSends counts them; Config.NoDirectSend turns
+// with it. ConnStats.DirectSends counts them; Config.Tuning.NoDirectSend turns
 // it off. wss:// always sends through the loop, which alone uses the TLS
 // session.
 //
@@ -225,10 +224,10 @@
 // loop opens the server's records itself, straight from the receive
 // slots into the memory events point at, with no copies through the
 // library (KeyUpdate, NewSessionTicket and alerts handled as RFC 8446
-// says; PoolStats.TLSRecords counts the records). It decrypts them with
+// says; Metrics.TLSRecords counts the records). It decrypts them with
 // talaris' own AES-GCM on 256-bit vectors where the CPU has VAES and
-// VPCLMULQDQ (PoolStats.TLSRecordsOwnGCM; Config.TLSLibraryGCM keeps the
-// library's), else with the library's. Config.NoTLSRecordLayer keeps the
+// VPCLMULQDQ (Metrics.TLSRecordsOwnGCM; Config.Tuning.NoOwnGCM keeps the
+// library's), else with the library's. Config.Tuning.NoTLSRecordLayer keeps the
 // library's SSL_read throughout; TLS 1.2 and ChaCha20-Poly1305 always use
 // it.
 //

@@ -22,7 +22,7 @@ var (
 	ErrClosed         = errors.New("talaris: closed")
 	ErrPoolClosed     = errors.New("talaris: pool closed")
 	ErrConcurrentPump = errors.New("talaris: another goroutine is already pumping this pool")
-	// ErrNotLoopThread: a Pool with Config.InlineLoop is pumped only by
+	// ErrNotLoopThread: a Pool with Config.Tuning.InlineLoop is pumped only by
 	// the goroutine that created it (its loop runs on that thread).
 	ErrNotLoopThread    = errors.New("talaris: an InlineLoop pool is pumped only by the goroutine that called NewPool")
 	ErrBadURL           = errors.New("talaris: bad websocket URL")

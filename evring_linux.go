@@ -140,7 +140,7 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 		if i != tail {
 			// A long batch gives its first part back early: an awake
 			// loop can resume a connection held at its share of the ring
-			// (Config.MaxConnPendingEvents) while the rest is still being
+			// (testhook.Knobs.MaxConnPendingEvents) while the rest is still being
 			// handed out, so loop and pump keep working at once. (A
 			// sleeping loop is woken once, when the batch ends.)
 			atomic.StoreUint64(r.head, i)
@@ -375,6 +375,7 @@ type (
 
 func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
+	testhook.Stats = func(p any) testhook.PoolStats { return p.(*Pool).poolStats() }
 	testhook.OwnGCM = func() bool { return C.tl_gcm_supported() != 0 }
 	testhook.ConnLoop = func(p any, slot int) int {
 		pool := p.(*Pool)

@@ -131,12 +131,10 @@ func ExampleConfig_onEvent() {
 // waits, a bigger buffer ring. (Compiled, not run.)
 func ExampleNewPool() {
 	p, err := talaris.NewPool(talaris.Config{
-		LoopCPU:      1,
-		LoopCPUSet:   true,
-		LoopWait:     talaris.WaitSpin,
-		ConsumerWait: talaris.WaitSpin,
-		BufSize:      64 << 10,
-		BufCount:     256,
+		LoopCPUs: []int{1},
+		Wait:     talaris.WaitSpin,
+		BufSize:  64 << 10,
+		BufCount: 256,
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -135,8 +135,14 @@ type Metrics struct {
 	// socket (data waiting, or the peer gone) and armed again: a kernel
 	// completion that never came, seen about once in 2000 streams ended by
 	// a TCP reset under load. Non-zero is worth a look, not an alarm: the
-	// connection went on (PoolStats.RecvRevived).
+	// connection went on.
 	RecvRevived uint64
+	// TLSRecords counts the TLS application-data records opened by
+	// talaris' own record layer rather than the library's SSL_read
+	// (Config.Tuning.NoTLSRecordLayer turns it off), TLSRecordsOwnGCM
+	// those of them decrypted with talaris' own AES-GCM (on CPUs with
+	// VAES and VPCLMULQDQ, unless Config.Tuning.NoOwnGCM).
+	TLSRecords, TLSRecordsOwnGCM uint64
 }
 
 // EachCounter calls fn for every counter of m in a fixed order with its
@@ -159,6 +165,8 @@ func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {
 	fn("talaris_send_queue_full_total", "Times a connection's send queue was full (a send refused or waiting, or replies past MaxSendQueue stopped its reads).", m.SendQueueFull)
 	fn("talaris_reconnects_total", "Successful re-opens by reconnect policies.", m.Reconnects)
 	fn("talaris_recv_revived_total", "Receives found silent on a ready socket and armed again (a lost kernel completion).", m.RecvRevived)
+	fn("talaris_tls_records_total", "TLS application-data records opened by talaris' own record layer.", m.TLSRecords)
+	fn("talaris_tls_records_own_gcm_total", "Of those, records decrypted with talaris' own AES-GCM.", m.TLSRecordsOwnGCM)
 	fn("talaris_sampled_messages_total", "Messages whose stage stamps were recorded in the latency histograms.", m.Sampled)
 }
 

@@ -2,7 +2,7 @@
 
 package talaris
 
-// The Linux half of Pool.Stats, Pool.Metrics and ConnCount: the loops'
+// The Linux half of Pool.Metrics, ConnCount and testhook.Stats: the loops'
 // published counters, summed over the shards.
 
 /*
@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // poolMetrics is what Go keeps for Pool.Metrics beside the loops'
@@ -57,9 +59,9 @@ func (p *Pool) loadStats() C.struct_tl_pool_stats {
 	return out
 }
 
-func (p *Pool) poolStats() PoolStats {
+func (p *Pool) poolStats() testhook.PoolStats {
 	s := p.loadStats()
-	return PoolStats{
+	return testhook.PoolStats{
 		Events: uint64(s.events), Batches: uint64(s.batches), CQEs: uint64(s.cqes), Rearms: uint64(s.rearms),
 		NoBufs: uint64(s.nobufs), Stalls: uint64(s.stalls), LoopWakes: uint64(s.loop_wakes),
 		PumpSleeps:       uint64(s.pump_sleeps),
@@ -91,6 +93,7 @@ func (p *Pool) metrics(reset bool) Metrics {
 	m.PumpSleeps, m.LoopWakes = uint64(s.pump_sleeps), uint64(s.loop_wakes)
 	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full)+p.txFullTotal.Load(), uint64(s.reconnects)
 	m.RecvRevived = uint64(s.recv_revived)
+	m.TLSRecords, m.TLSRecordsOwnGCM = uint64(s.tls_records), uint64(s.tls_records_gcm)
 	return m
 }
 

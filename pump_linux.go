@@ -34,7 +34,7 @@ type pumpWait struct {
 	// owned by the pumper.
 	sched pumpSched
 
-	// The reply spin (Config.ReplySpin; pump_linux.go, replySpinUntil):
+	// The reply spin (Config.Tuning.ReplySpin; pump_linux.go, replySpinUntil):
 	// replySpin is ReplySpin in ns when either side waits adaptively (0:
 	// sends are not stamped). lastSend is the nanotime of the latest
 	// accepted send (any goroutine); answered is the lastSend the pump
@@ -42,12 +42,12 @@ type pumpWait struct {
 	// ended empty since an answer last came in time (both the pumper's).
 	replySpin  int64
 	pumpReply  bool // replySpin != 0 and the pump waits adaptively: it takes the spin
-	stampSends bool // noteSend on every accepted send: replySpin != 0 or Config.MinWait on
+	stampSends bool // noteSend on every accepted send: replySpin != 0 or Config.Tuning.MinWait on
 	lastSend   atomic.Int64
 	answered   int64
 	replyLate  bool
-	replySpins atomic.Uint64 // PoolStats.ReplySpins
-	replyLates atomic.Uint64 // PoolStats.ReplyLate
+	replySpins atomic.Uint64 // testhook.PoolStats.ReplySpins
+	replyLates atomic.Uint64 // testhook.PoolStats.ReplyLate
 }
 
 // dispatch consumes the shard's events up to tail and wakes its loop if
@@ -64,7 +64,7 @@ func (sh *shard) dispatch(tail uint64, fe EventFunc, fd DataFunc, fs StampedFunc
 // alone on its loop is never held there (conn_held: counting is per loop),
 // so its flood may fill that loop's whole ring, and without the cap a
 // message on another loop would wait behind all of it. With the cap it
-// waits behind at most one share (Config.MaxConnPendingEvents) of each
+// waits behind at most one share (testhook.Knobs.MaxConnPendingEvents) of each
 // other loop, as it would behind a flood on its own loop. It returns the
 // callbacks made and whether any loop had events. It stops early once a
 // callback closed the pool: the other loops' events are dropped with their
@@ -165,11 +165,11 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		return 0, err
 	}
 	defer p.leavePump()
-	if p.cfg.InlineLoop {
+	if p.cfg.Tuning.InlineLoop {
 		return p.pumpInline(fe, fd, fs, C.TL_INLINE_BLOCK, -1)
 	}
 	var spinFor time.Duration
-	switch p.cfg.ConsumerWait {
+	switch p.cfg.consumerWait {
 	case WaitSpinThenBlock:
 		spinFor = p.cfg.SpinTime
 	case WaitAdaptive:
@@ -212,7 +212,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 				// woke us), or there never was one.
 				return 0, ErrNoConns
 			}
-			if p.cfg.ConsumerWait == WaitSpin {
+			if p.cfg.consumerWait == WaitSpin {
 				if i&255 == 255 {
 					runtime.Gosched()
 				}
@@ -236,7 +236,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 						break
 					}
 				}
-				if i != 0 && p.cfg.ConsumerWait == WaitAdaptive {
+				if i != 0 && p.cfg.consumerWait == WaitAdaptive {
 					// Let the loop thread run if it waits for this CPU
 					// (a busy machine): it is what we spin for.
 					osYield()
@@ -269,7 +269,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 	}
 }
 
-// replySpinUntil is when the pump's reply spin (Config.ReplySpin) ends:
+// replySpinUntil is when the pump's reply spin (Config.Tuning.ReplySpin) ends:
 // ReplySpin after the latest send while that send is unanswered and
 // answers have been coming in time; 0 when there is nothing to spin for.
 // Spinning then spares the answer a wake-up of the pump (on a machine
@@ -293,7 +293,7 @@ func (p *Pool) noteAnswer(sent int64) {
 	p.replyLate = nanotime()-sent > p.replySpin
 }
 
-// sleepBell is sleep on the doorbell (Config.ReplyDoorbell), taken for
+// sleepBell is sleep on the doorbell (testhook.Knobs.ReplyDoorbell), taken for
 // a while after a direct send, when a reply is likely: the pump waits in
 // epoll on the sockets it sent on and on bellEfd, which every loop writes
 // instead of the futex while cons_sleeping is 2. The reply's data then
@@ -366,7 +366,7 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 		return 0, err
 	}
 	defer p.leavePump()
-	if p.cfg.InlineLoop {
+	if p.cfg.Tuning.InlineLoop {
 		return p.pumpInline(fe, fd, nil, C.TL_INLINE_NOWAIT, iters)
 	}
 	for i := 0; i < iters; i++ {
@@ -380,7 +380,7 @@ func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
 	return 0, nil
 }
 
-// pumpInline is the pumps of an inline loop (Config.InlineLoop): it
+// pumpInline is the pumps of an inline loop (Config.Tuning.InlineLoop): it
 // dispatches what the loop published and, when nothing is pending, runs
 // the loop itself on this goroutine's thread - one cgo call, which returns
 // once it published events (mode TL_INLINE_BLOCK: after waiting in the
@@ -432,17 +432,14 @@ func (p *Pool) pumpInline(fe EventFunc, fd DataFunc, fs StampedFunc, mode C.int,
 func (p *Pool) pumpStamped(fs StampedFunc) (int, error) { return p.pumpBlocking(nil, nil, fs) }
 
 // pinInline pins the calling thread, which runs an inline loop, to the
-// loop's CPU (LoopCPUs[0], else LoopCPU when LoopCPUSet), as a loop
+// loop's CPU (LoopCPUs[0]), as a loop
 // thread pins itself: the loop and the pump are this one thread. The
 // mask it had is kept for unpinInline.
-func (p *Pool) pinInline(d Config) error {
-	cpu := d.LoopCPU
-	if len(d.LoopCPUs) > 0 {
-		cpu = d.LoopCPUs[0]
-	}
-	if cpu < 0 {
+func (p *Pool) pinInline(d settings) error {
+	if len(d.LoopCPUs) == 0 || d.LoopCPUs[0] < 0 {
 		return nil
 	}
+	cpu := d.LoopCPUs[0]
 	var old, set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &old); err != nil {
 		return fmt.Errorf("%w: pin the inline loop's thread to CPU %d: %w", ErrInvalidConfig, cpu, err)
@@ -467,7 +464,7 @@ func (p *Pool) unpinInline() {
 	}
 }
 
-// runInline runs one iteration of an inline loop (Config.InlineLoop) in
+// runInline runs one iteration of an inline loop (Config.Tuning.InlineLoop) in
 // mode (TL_INLINE_NOWAIT or TL_INLINE_ONCE) when the caller is the loop's
 // goroutine: one that waits for the loop - a Dial for its connection, a
 // send for room - must run it itself (a call from a pump callback too:

@@ -17,46 +17,11 @@ import (
 
 // Pool owns one C loop thread (Config.Loops: or several, each with its own
 // connections), its io_uring, its rings and a set of connections. Create
-// it with NewPool; one goroutine pumps it. PoolStats and Metrics count
-// every loop's. Without linux and cgo every operation returns
+// it with NewPool; one goroutine pumps it. Pool.Metrics sums every
+// loop's counters. Without linux and cgo every operation returns
 // ErrUnsupported.
 type Pool struct {
 	pool // the platform's half: talaris_linux.go or talaris_stub.go
-}
-
-// PoolStats are a Pool's counters.
-type PoolStats struct {
-	Events     uint64 // events published to the ring
-	Batches    uint64 // tail publishes (events per batch = Events/Batches)
-	CQEs       uint64 // completions handled by the loop
-	Rearms     uint64 // multishot recvs re-armed after ending without F_MORE
-	NoBufs     uint64 // recvs ended by -ENOBUFS (buffer ring exhausted)
-	Stalls     uint64 // times the loop held input back because the ring or arena was full, or a connection had its share of it pending
-	LoopWakes  uint64 // times Go woke a sleeping loop
-	PumpSleeps uint64 // times Pump slept waiting for events
-	Reconnects uint64 // successful re-opens by reconnect policies, all connections
-	FairHolds  uint64 // times a connection was held at its share of the ring (Config.MaxConnPendingEvents/Bytes; also counted in Stalls)
-	TLSRecords uint64 // TLS application-data records opened by talaris' own record layer, not the library's SSL_read (Config.NoTLSRecordLayer)
-	// TLSRecordsOwnGCM counts those of TLSRecords decrypted with talaris'
-	// own AES-GCM (on CPUs with VAES and VPCLMULQDQ, unless
-	// Config.TLSLibraryGCM), not the TLS library's.
-	TLSRecordsOwnGCM uint64
-	// BellSleeps counts the pump's sleeps on its reply doorbell (also
-	// counted in PumpSleeps); BellRings the wake-ups from them that a
-	// socket's data gave before the loop's publish (Config.ReplyDoorbell).
-	BellSleeps, BellRings uint64
-	// ReplySpins counts the pump's spins for the answer to a send
-	// (Config.ReplySpin); ReplyLate those that ended without one (each
-	// turns the reply spin off until an answer again comes in time).
-	ReplySpins, ReplyLate uint64
-	// MinWaits counts the loop's waits that were batched (Config.MinWait:
-	// the kernel waited up to MinWait for more completions).
-	MinWaits uint64
-	// RecvRevived counts receives the kernel left silent on a socket
-	// that had data or had ended: the loop found the socket ready at two
-	// looks 250 ms apart with no completion between them, cancelled the
-	// receive and armed it again (nothing is lost; see Metrics.RecvRevived).
-	RecvRevived uint64
 }
 
 // NewPool starts a C loop thread configured by cfg.
@@ -74,16 +39,13 @@ func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
 // call: a method racing it, or called after it, returns ErrPoolClosed
 // (Conn.State: StateClosed, Conn.Stats: zero); it never reads freed
 // memory. After Close ConnCount is 0 and every handle reports StateClosed;
-// Pool.Stats and Pool.Metrics keep reporting the counters as they were
+// Pool.Metrics keeps reporting the counters as they were
 // when the loop stopped.
 func (p *Pool) Close() error { return p.close() }
 
 // ConnCount returns the number of connections of the pool that have not
 // yet delivered their final event.
 func (p *Pool) ConnCount() int { return p.connCount() }
-
-// Stats returns the pool's counters.
-func (p *Pool) Stats() PoolStats { return p.poolStats() }
 
 // Dial connects, upgrades and returns an open connection, or the reason it
 // could not. The connection's events (EventOpen first) also reach Pump; a
@@ -256,7 +218,7 @@ type ConnStats struct {
 	SendQueueFull uint64
 	Reconnects    uint64 // successful re-opens under a ReconnectPolicy
 	// DirectSends counts the messages (of MsgsOut) the sending goroutine
-	// wrote to the socket itself (Config.NoDirectSend); DirectHandoffs
+	// wrote to the socket itself (Config.Tuning.NoDirectSend); DirectHandoffs
 	// those of them the socket took only part of, whose rest the loop
 	// wrote.
 	DirectSends, DirectHandoffs uint64
@@ -303,13 +265,13 @@ func (c Conn) Pool() *Pool { return c.p }
 // ErrPoolClosed. A message sent
 // before the connection is open (right after DialAsync) waits in the
 // queue and goes out once the upgrade completes; it is dropped if the
-// dial fails. Messages larger than a quarter of Config.CmdRingSize are
+// dial fails. Messages larger than a quarter of testhook.Knobs.CmdRingSize are
 // sent as several fragments of one message. Under a ReconnectPolicy,
 // from EventReconnecting to the next open it returns an error matching
 // ErrWouldBlock (not counted in SendQueueFull) and queues nothing; a
 // message that raced the drop is dropped, never sent on the next
 // connection (DialOptions.Subscribe is what every new connection gets).
-// With Config.InlineLoop, from a goroutine other than the Pool's, it also
+// With Config.Tuning.InlineLoop, from a goroutine other than the Pool's, it also
 // returns ErrWouldBlock (counted) when the command ring is full until
 // that goroutine runs the loop again.
 func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }

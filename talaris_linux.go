@@ -31,6 +31,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // The C codes mirrored in errors.go and talaris.go: each pair of array types
@@ -149,7 +151,7 @@ type shard struct {
 }
 
 type pool struct {
-	cfg Config // with defaults applied
+	cfg settings // with defaults applied and the knobs resolved
 
 	// shards are the loops (Config.Loops); shardOf[s] serves global slot s
 	shards  []*shard
@@ -158,7 +160,7 @@ type pool struct {
 	// (Loops > 1), kept here so sleeping allocates nothing.
 	waitv []futexWaitv
 	// passShare is the most events the pump takes from one loop per pass
-	// over them (Loops > 1): Config.MaxConnPendingEvents (dispatchAll).
+	// over them (Loops > 1): testhook.Knobs.MaxConnPendingEvents (dispatchAll).
 	passShare uint64
 
 	// pub[s] is global slot s's public block in its shard's loop
@@ -238,16 +240,16 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.ring_flags = C.uint32_t(d.RingFlags)
 	cc.sq_thread_idle_ms = C.uint32_t(d.SQPollIdle / time.Millisecond)
 	cc.sq_thread_cpu = -1
-	if d.RingFlags&RingSQAff != 0 {
+	if d.RingFlags&testhook.RingSQAff != 0 {
 		cc.sq_thread_cpu = C.int32_t(d.SQPollCPU)
 	}
-	cc.ring_flags &^= C.uint32_t(RingSQAff)
+	cc.ring_flags &^= C.uint32_t(testhook.RingSQAff)
 	cc.buf_size = C.uint32_t(d.BufSize)
 	cc.buf_count = C.uint32_t(d.BufCount)
-	cc.loop_wait = C.uint32_t(d.LoopWait)
+	cc.loop_wait = d.loopWait.c()
 	cc.spin_ns = C.uint64_t(d.SpinTime)
-	if d.LoopWait == WaitAdaptive && d.ReplySpin > 0 {
-		cc.reply_spin_ns = C.uint64_t(d.ReplySpin)
+	if d.loopWait == WaitAdaptive && d.Tuning.ReplySpin > 0 {
+		cc.reply_spin_ns = C.uint64_t(d.Tuning.ReplySpin)
 	}
 	cc.event_ring_size = C.uint32_t(d.EventRingSize)
 	cc.arena_size = C.uint64_t(d.ArenaSize)
@@ -260,19 +262,19 @@ func newPool(cfg Config) (*Pool, error) {
 	if !d.NoRecvBundle {
 		cc.recv_bundle = 1
 	}
-	if !d.NoTLSRecordLayer {
+	if !d.Tuning.NoTLSRecordLayer {
 		cc.tls_record_layer = C.TL_TLSREC_ON
-		if d.TLSLibraryGCM {
+		if d.Tuning.NoOwnGCM {
 			cc.tls_record_layer = C.TL_TLSREC_LIB_GCM
 		}
 	}
-	if d.MinWait > 0 {
-		cc.min_wait_ns = C.uint64_t(d.MinWait)
+	if d.Tuning.MinWait > 0 {
+		cc.min_wait_ns = C.uint64_t(d.Tuning.MinWait)
 		cc.min_wait_nr = C.uint32_t(d.MinWaitCompletions)
 	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
 	p := &Pool{}
-	if d.InlineLoop {
+	if d.Tuning.InlineLoop {
 		cc.inline_loop = 1
 		// The ring is created on this thread, which alone may run it:
 		// this goroutine stays on it until Close.
@@ -285,15 +287,15 @@ func newPool(cfg Config) (*Pool, error) {
 	cc.conn_max_bytes = C.uint64_t(d.MaxConnPendingBytes)
 
 	p.cfg = d
-	if d.ReplySpin > 0 && (d.LoopWait == WaitAdaptive || d.ConsumerWait == WaitAdaptive) {
-		p.replySpin = int64(d.ReplySpin)
+	if d.Tuning.ReplySpin > 0 && (d.loopWait == WaitAdaptive || d.consumerWait == WaitAdaptive) {
+		p.replySpin = int64(d.Tuning.ReplySpin)
 		// An inline loop's pump spins for the answer inside the loop
 		// (loop.c, reply_spin), not in Go.
-		p.pumpReply = d.ConsumerWait == WaitAdaptive && !d.InlineLoop
+		p.pumpReply = d.consumerWait == WaitAdaptive && !d.Tuning.InlineLoop
 	}
-	// The loop's batched wait (Config.MinWait) stops at a send, so sends
+	// The loop's batched wait (Config.Tuning.MinWait) stops at a send, so sends
 	// are stamped for it too (loop.c, batch_gate).
-	p.stampSends = p.replySpin != 0 || d.MinWait > 0
+	p.stampSends = p.replySpin != 0 || d.Tuning.MinWait > 0
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
 		p.rec = newMetricsRecorder()
@@ -309,13 +311,11 @@ func newPool(cfg Config) (*Pool, error) {
 		switch {
 		case i < len(d.LoopCPUs):
 			cc.loop_cpu = C.int32_t(d.LoopCPUs[i])
-		case i == 0 && len(d.LoopCPUs) == 0:
-			cc.loop_cpu = C.int32_t(d.LoopCPU) // -1 unless LoopCPUSet
 		}
 		sh, err := newShard(p, &cc, base, end-base)
 		if err != nil {
 			p.freeShards()
-			if d.InlineLoop {
+			if d.Tuning.InlineLoop {
 				p.unpinInline()
 				runtime.UnlockOSThread()
 			}
@@ -335,14 +335,14 @@ func newPool(cfg Config) (*Pool, error) {
 	p.txFull = make([]atomic.Uint64, d.MaxConns)
 	p.userClosed = make([]atomic.Uint32, d.MaxConns)
 	p.direct = make([]directSlot, d.MaxConns)
-	if !d.NoDirectSend {
+	if !d.Tuning.NoDirectSend {
 		p.maxDirect = min(directMax, p.maxRecord()-wsMaxHdr)
 	} else {
 		p.maxDirect = -1
 	}
 	p.bellEp, p.bellEfd = -1, -1
 	// (An inline loop's pump never sleeps in Go: it waits inside the loop.)
-	if d.ReplyDoorbell && !d.NoDirectSend && d.ConsumerWait == WaitAdaptive && !d.InlineLoop {
+	if d.ReplyDoorbell && !d.Tuning.NoDirectSend && d.consumerWait == WaitAdaptive && !d.Tuning.InlineLoop {
 		if err := p.openBell(); err != nil {
 			p.freeShards()
 			return nil, err
@@ -430,7 +430,7 @@ func (p *Pool) close() error {
 	// close handshakes for up to CloseTimeout: in turn, N loops would take
 	// N times that).
 	var stops sync.WaitGroup
-	if p.cfg.InlineLoop {
+	if p.cfg.Tuning.InlineLoop {
 		// No thread to join: on the loop's own thread (this goroutine
 		// made the pool) the stop runs the close handshakes here, so it
 		// must not move to another goroutine; on another thread it waits
@@ -448,7 +448,7 @@ func (p *Pool) close() error {
 		futexWake(sh.spaceSeq)
 	}
 	for _, sh := range p.shards {
-		if p.cfg.InlineLoop {
+		if p.cfg.Tuning.InlineLoop {
 			break
 		}
 		// A producer asleep waiting for ring room holds sendMu: wake it
@@ -526,4 +526,18 @@ func (p *Pool) release() {
 		}
 		p.freeMu.Unlock()
 	}
+}
+
+// c returns w's number in the C loop's TL_WAIT_* codes (the Go values
+// differ: WaitAdaptive, the default, is Go's zero).
+func (w WaitStrategy) c() C.uint32_t {
+	switch w {
+	case WaitBlock:
+		return C.TL_WAIT_BLOCK
+	case WaitSpin:
+		return C.TL_WAIT_SPIN
+	case WaitSpinThenBlock:
+		return C.TL_WAIT_SPIN_THEN_BLOCK
+	}
+	return C.TL_WAIT_ADAPTIVE
 }

@@ -13,7 +13,6 @@ type pool struct{}
 func newPool(Config) (*Pool, error)                          { return nil, ErrUnsupported }
 func (p *Pool) close() error                                 { return nil }
 func (p *Pool) connCount() int                               { return 0 }
-func (p *Pool) poolStats() PoolStats                         { return PoolStats{} }
 func (p *Pool) dialMemory() (Conn, error)                    { return Conn{}, ErrUnsupported }
 func (p *Pool) dialAsync(string, *DialOptions) (Conn, error) { return Conn{}, ErrUnsupported }
 func (p *Pool) pumpBlocking(EventFunc, DataFunc, StampedFunc) (int, error) {

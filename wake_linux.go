@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// doorbell is the pump's reply doorbell (Config.ReplyDoorbell).
+// doorbell is the pump's reply doorbell (testhook.Knobs.ReplyDoorbell).
 type doorbell struct {
-	// The pump's doorbell (Config.ReplyDoorbell; pump_linux.go,
+	// The pump's doorbell (testhook.Knobs.ReplyDoorbell; pump_linux.go,
 	// sleepBell): bellEp is an epoll instance holding bellEfd (the
 	// eventfd every loop writes instead of the futex while the pump
 	// sleeps there) and each socket a direct send wrote to (added once
@@ -27,8 +27,8 @@ type doorbell struct {
 	// is epoll_wait's buffer (the pumper's).
 	bellEp, bellEfd int
 	lastDirect      atomic.Int64
-	bellSleeps      atomic.Uint64 // PoolStats.BellSleeps
-	bellRings       atomic.Uint64 // PoolStats.BellRings
+	bellSleeps      atomic.Uint64 // testhook.PoolStats.BellSleeps
+	bellRings       atomic.Uint64 // testhook.PoolStats.BellRings
 	bellEvents      [8]unix.EpollEvent
 }
 
@@ -89,7 +89,7 @@ func osYield() {
 	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 }
 
-// openBell creates the pump's doorbell (Config.ReplyDoorbell): an
+// openBell creates the pump's doorbell (testhook.Knobs.ReplyDoorbell): an
 // epoll instance with an eventfd in it, edge-triggered (never read: each
 // write of a loop is an edge), whose number every loop's ring carries
 // (cons_efd) for the wake-ups it gives while the pump sleeps there.

@@ -177,8 +177,8 @@ var waitVariants = []struct {
 	cfg  talaris.Config
 }{
 	{"default", talaris.Config{}},
-	{"block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
-	{"spin", talaris.Config{LoopWait: talaris.WaitSpin, ConsumerWait: talaris.WaitSpin}},
+	{"block", talaris.Config{Wait: talaris.WaitBlock}},
+	{"spin", talaris.Config{Wait: talaris.WaitSpin}},
 }
 
 func benchTalarisTLS(b *testing.B, addr string, cfg talaris.Config) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -65,7 +66,7 @@ func churnPeer(rc *wstest.RawConn) {
 	rc.Close()
 }
 
-// loopMode names a subtest by Config.InlineLoop.
+// loopMode names a subtest by Config.Tuning.InlineLoop.
 func loopMode(inline bool) string {
 	if inline {
 		return "inline"
@@ -91,7 +92,7 @@ func TestChurnConnections(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, useTLS bool) {
 				srv := wstest.NewRaw(churnPeer)
 				opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
-				p := newTestPool(t, talaris.Config{MaxConns: 4, CloseTimeout: 200 * time.Millisecond, InlineLoop: inline}, hangGuard)
+				p := newTestPool(t, talaris.Config{MaxConns: 4, CloseTimeout: 200 * time.Millisecond, Tuning: talaris.Tuning{InlineLoop: inline}}, hangGuard)
 				base := -1
 				next := 0
 				for r := range rounds {
@@ -106,7 +107,7 @@ func TestChurnConnections(t *testing.T) {
 					}
 				}
 				waitFDs(t, base)
-				st := p.Stats()
+				st := testhook.Stats(p)
 				t.Logf("%d connections over 4 slots; %d descriptors at the end (baseline %d); stats %+v", next, procFDs(t), base, st)
 			})
 		})
@@ -222,7 +223,7 @@ func TestChurnPools(t *testing.T) {
 			var baseVM, baseRSS, poolVM int64
 			for i := range cycles {
 				vm0 := procStatusKB(t, "VmSize")
-				p, err := talaris.NewPool(talaris.Config{MaxConns: 4, InlineLoop: inline})
+				p, err := talaris.NewPool(talaris.Config{MaxConns: 4, Tuning: talaris.Tuning{InlineLoop: inline}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -151,8 +152,7 @@ func TestAbortRaces(t *testing.T) {
 	if testing.Short() {
 		rounds, poolRounds = 10, 4
 	}
-	small := talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 64 << 10, CmdRingSize: 1 << 16,
-		BufCount: 64, MaxConns: 16, CloseTimeout: 2 * time.Second}
+	small := testhook.WithKnobs(talaris.Config{ArenaSize: 1 << 20, MaxMessageSize: 64 << 10, BufCount: 64, MaxConns: 16, CloseTimeout: 2 * time.Second}, testhook.Knobs{EventRingSize: 1024, CmdRingSize: 1 << 16})
 	okErr := func(err error) bool {
 		return err == nil || errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
 	}
@@ -359,7 +359,7 @@ func TestPoolCloseGoingAway(t *testing.T) {
 				}
 			}
 		}).Start(t)
-		p, err := talaris.NewPool(talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 64 << 10})
+		p, err := talaris.NewPool(testhook.WithKnobs(talaris.Config{ArenaSize: 1 << 20, MaxMessageSize: 64 << 10}, testhook.Knobs{EventRingSize: 1024}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -861,7 +861,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *talaris.DialOptio
 				case 4:
 					err = c.SendText([]byte("racing"))
 				case 5:
-					p.Stats()
+					testhook.Stats(p)
 					p.ConnCount()
 				case 6:
 					if i%16 == 6 {
@@ -920,7 +920,7 @@ func closeRaceRound(t *testing.T, round int, url string, opts *talaris.DialOptio
 // the server keeps sending (final events that find no room are dropped).
 func TestPoolCloseWithFullRing(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p, err := talaris.NewPool(talaris.Config{EventRingSize: 64})
+	p, err := talaris.NewPool(testhook.WithKnobs(talaris.Config{}, testhook.Knobs{EventRingSize: 64}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -932,9 +932,9 @@ func TestPoolCloseWithFullRing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := 0; p.Stats().Stalls == 0 && p.Stats().NoBufs == 0; i++ {
+	for i := 0; testhook.Stats(p).Stalls == 0 && testhook.Stats(p).NoBufs == 0; i++ {
 		if i > 3000 {
-			t.Fatalf("never stalled: %+v", p.Stats())
+			t.Fatalf("never stalled: %+v", testhook.Stats(p))
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -496,7 +496,7 @@ func TestFailedDialsRaceCloseReaping(t *testing.T) {
 // refusal wait.
 func TestRefusalRaceDialContext(t *testing.T) {
 	for _, inline := range []bool{false, true} {
-		p := newTestPool(t, talaris.Config{MaxConns: 4, InlineLoop: inline}, hangGuard)
+		p := newTestPool(t, talaris.Config{MaxConns: 4, Tuning: talaris.Tuning{InlineLoop: inline}}, hangGuard)
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

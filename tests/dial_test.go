@@ -21,6 +21,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -695,7 +696,7 @@ func TestDialsDuringFlood(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for done < conns {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d opened, %d done after 60s (stats %+v)", opened, done, p.Stats())
+			t.Fatalf("%d opened, %d done after 60s (stats %+v)", opened, done, testhook.Stats(p))
 		}
 		if _, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
 			switch ev.Kind {

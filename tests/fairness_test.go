@@ -12,17 +12,18 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Receive fairness (Config.MaxConnPendingEvents/Bytes): one event ring
+// Receive fairness (testhook.Knobs.MaxConnPendingEvents/Bytes): one event ring
 // carries every connection's messages in arrival order, so a flood must
 // not be able to queue more than its share ahead of another connection's
 // message, nor keep that message out of the ring. These tests pin
 // Loops: 1: the holds they check are per loop (a connection alone on its
 // loop is never held); TestLoopsFairAcrossLoops covers several loops.
 
-// defaultConnPendingEvents is Config.MaxConnPendingEvents's documented
+// defaultConnPendingEvents is testhook.Knobs.MaxConnPendingEvents's documented
 // default.
 const defaultConnPendingEvents = 256
 
@@ -44,7 +45,7 @@ func TestFairShareFloodBesideEcho(t *testing.T) {
 
 func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: share, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 1}, testhook.Knobs{MaxConnPendingEvents: share}), hangGuard)
 	limit := uint64(share)
 	if share == 0 {
 		limit = defaultConnPendingEvents
@@ -52,11 +53,11 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 	n := scaled(200000)
 	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
 	state := func() string {
-		return fmt.Sprintf("echo %+v, floods %+v %+v, pool %+v", o.Stats(), floods[0].Stats(), floods[1].Stats(), p.Stats())
+		return fmt.Sprintf("echo %+v, floods %+v %+v, pool %+v", o.Stats(), floods[0].Stats(), floods[1].Stats(), testhook.Stats(p))
 	}
 	// Unpumped: each flood fills its share and is held there.
 	waitFor(t, "floods held at their share", func() bool {
-		return p.Stats().FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
+		return testhook.Stats(p).FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
 	}, state)
 	time.Sleep(20 * time.Millisecond) // give an unfair loop time to overfill
 	for _, f := range floods {
@@ -108,7 +109,7 @@ func fairFloodBesideEcho(t *testing.T, useTLS bool, share uint32) {
 			t.Fatalf("flood got %d of %d messages", chk[f].Count(), n)
 		}
 	}
-	if p.Stats().FairHolds == 0 {
+	if testhook.Stats(p).FairHolds == 0 {
 		t.Fatalf("no fair holds counted (%s)", state())
 	}
 	t.Logf("most flood messages ahead of an echo: %d (share %d); %s", aheadMax, limit, state())
@@ -167,18 +168,18 @@ func echoRounds(t *testing.T, p *talaris.Pool, o talaris.Conn, rounds int, fn ta
 // its share and is never held.
 func TestFairShareLoneConn(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: 64, EventRingSize: 4096, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 1}, testhook.Knobs{MaxConnPendingEvents: 64, EventRingSize: 4096}), hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	f, err := p.Dial(ctx, srv.URL+"/stream?n=100000&size=64", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := func() string { return fmt.Sprintf("flood %+v, pool %+v", f.Stats(), p.Stats()) }
+	state := func() string { return fmt.Sprintf("flood %+v, pool %+v", f.Stats(), testhook.Stats(p)) }
 	// (Far past its share; how far depends on how many messages each
 	// receive slot, held by its in-place payloads, happens to carry.)
 	waitFor(t, "a lone flood passes its share", func() bool { return f.Stats().MsgsIn >= 8*64 }, state)
-	if h := p.Stats().FairHolds; h != 0 {
+	if h := testhook.Stats(p).FairHolds; h != 0 {
 		t.Fatalf("a lone connection was held %d times (%s)", h, state())
 	}
 	chk := wstest.NewChecker(64)
@@ -209,7 +210,7 @@ func TestFairShareCloseRace(t *testing.T) {
 
 func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: 32, CloseTimeout: 500 * time.Millisecond, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{CloseTimeout: 500 * time.Millisecond, Loops: 1}, testhook.Knobs{MaxConnPendingEvents: 32}), hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
 	o, err := p.Dial(ctx, srv.URL+"/echo", opts)
@@ -224,8 +225,8 @@ func fairCloseRace(t *testing.T, useTLS, poolClose, pumping bool) {
 		}
 		floods = append(floods, f)
 	}
-	waitFor(t, "floods held", func() bool { return p.Stats().FairHolds >= 2 },
-		func() string { return fmt.Sprintf("%+v", p.Stats()) })
+	waitFor(t, "floods held", func() bool { return testhook.Stats(p).FairHolds >= 2 },
+		func() string { return fmt.Sprintf("%+v", testhook.Stats(p)) })
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
 	if pumping {
@@ -303,7 +304,7 @@ func TestFairShareBytes(t *testing.T) {
 func fairBytes(t *testing.T, useTLS bool, size int) {
 	const share = 256 << 10
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingBytes: share, Loops: 1}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 1}, testhook.Knobs{MaxConnPendingBytes: share}), hangGuard)
 	n := 64
 	if testing.Short() {
 		// Still 4 shares (64 KiB) or 16 messages larger than a share (1
@@ -321,8 +322,10 @@ func fairBytes(t *testing.T, useTLS bool, size int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := func() string { return fmt.Sprintf("echo %+v, flood %+v, pool %+v", o.Stats(), f.Stats(), p.Stats()) }
-	waitFor(t, "flood held at its byte share", func() bool { return p.Stats().FairHolds >= 1 }, state)
+	state := func() string {
+		return fmt.Sprintf("echo %+v, flood %+v, pool %+v", o.Stats(), f.Stats(), testhook.Stats(p))
+	}
+	waitFor(t, "flood held at its byte share", func() bool { return testhook.Stats(p).FairHolds >= 1 }, state)
 	time.Sleep(20 * time.Millisecond) // give an unfair loop time to overfill
 	want := uint64(share)
 	if size > share {
@@ -373,15 +376,15 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 	const share, ring = 64, 4096
 	const press = ring / 4
 	srv, opts := fairServer(t, useTLS)
-	p := newTestPool(t, talaris.Config{MaxConnPendingEvents: share, EventRingSize: ring}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{MaxConnPendingEvents: share, EventRingSize: ring}), hangGuard)
 	n := scaled(100000)
 	o, floods, chk := dialEchoFloods(t, p, srv, opts, n)
 	inRing := func() uint64 { return floods[0].Stats().MsgsIn + floods[1].Stats().MsgsIn }
 	state := func() string {
-		return fmt.Sprintf("floods %+v %+v, pool %+v", floods[0].Stats(), floods[1].Stats(), p.Stats())
+		return fmt.Sprintf("floods %+v %+v, pool %+v", floods[0].Stats(), floods[1].Stats(), testhook.Stats(p))
 	}
 	waitFor(t, "floods held at their share beside the echo connection", func() bool {
-		return p.Stats().FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
+		return testhook.Stats(p).FairHolds >= 2 && floods[0].Stats().MsgsIn > 0 && floods[1].Stats().MsgsIn > 0
 	}, state)
 	time.Sleep(20 * time.Millisecond)
 	if got := inRing(); got > 2*share {
@@ -452,7 +455,7 @@ func fairFloodsAlone(t *testing.T, useTLS bool) {
 // completes (its 101 needs a buffer slot to be read).
 func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p, err := talaris.NewPool(talaris.Config{EventRingSize: 256, BufSize: 4096, BufCount: 64})
+	p, err := talaris.NewPool(testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 64}, testhook.Knobs{EventRingSize: 256}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +474,7 @@ func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 	// (nobody pumps, and the server has 2,000,000 messages to send).
 	last, still := uint64(0), 0
 	for i := 0; ; i++ {
-		st := p.Stats()
+		st := testhook.Stats(p)
 		if st.Stalls != 0 || st.NoBufs != 0 || (st.Events > 0 && still >= 100) {
 			break
 		}
@@ -488,7 +491,7 @@ func TestStalledConnDoesNotStarveOthers(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let it take every slot it can
 	second, err := p.Dial(ctx, srv.URL+"/echo", &talaris.DialOptions{HandshakeTimeout: 10 * time.Second})
 	if err != nil {
-		t.Fatalf("second dial behind a stalled flood: %v (stats %+v)", err, p.Stats())
+		t.Fatalf("second dial behind a stalled flood: %v (stats %+v)", err, testhook.Stats(p))
 	}
 	if second.State() != talaris.StateOpen || flood.State() != talaris.StateOpen {
 		t.Fatalf("states: flood %v second %v", flood.State(), second.State())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 	"golang.org/x/sys/unix"
@@ -41,7 +42,7 @@ type faultCfg struct {
 
 // smallRings makes stalls likely: 64 events, 64 KiB of arena.
 func smallRings(c talaris.Config) talaris.Config {
-	c.EventRingSize = 64
+	c = testhook.WithKnobs(c, testhook.Knobs{EventRingSize: 64})
 	c.ArenaSize = 64 << 10
 	c.MaxMessageSize = 32 << 10
 	return c
@@ -51,8 +52,8 @@ var faultCfgs = []faultCfg{
 	{name: "default", cfg: talaris.Config{}},
 	{name: "buf256x2", cfg: talaris.Config{BufSize: 256, BufCount: 2}, noBufs: true},
 	{name: "buf512x4-slow", cfg: smallRings(talaris.Config{BufSize: 512, BufCount: 4}), slow: true, noBufs: true},
-	{name: "cq4", cfg: talaris.Config{SQEntries: 2, CQEntries: 4}},
-	{name: "cq4-buf256x4-slow", cfg: smallRings(talaris.Config{SQEntries: 2, CQEntries: 4, BufSize: 256, BufCount: 4}), slow: true, noBufs: true},
+	{name: "cq4", cfg: testhook.WithKnobs(talaris.Config{}, testhook.Knobs{SQEntries: 2, CQEntries: 4})},
+	{name: "cq4-buf256x4-slow", cfg: smallRings(testhook.WithKnobs(talaris.Config{BufSize: 256, BufCount: 4}, testhook.Knobs{SQEntries: 2, CQEntries: 4})), slow: true, noBufs: true},
 }
 
 // faultIters is how many times each scenario repeats.
@@ -139,7 +140,7 @@ func runFaultJobs(t *testing.T, p *talaris.Pool, jobs []faultJob, slow bool, pre
 					open = append(open, fmt.Sprintf("%s: state %v, %d msgs", d.label, d.c.State(), d.st.chk.Count()))
 				}
 			}
-			t.Fatalf("Pump: %v; unfinished: %v; pool %+v", err, open, p.Stats())
+			t.Fatalf("Pump: %v; unfinished: %v; pool %+v", err, open, testhook.Stats(p))
 		}
 	}
 	for _, d := range pre {
@@ -192,7 +193,7 @@ func newFaultPool(t *testing.T, fc faultCfg) *talaris.Pool {
 // checkFaultStats checks that the tiny buffer ring did run dry.
 func checkFaultStats(t *testing.T, fc faultCfg, p *talaris.Pool) {
 	t.Helper()
-	st := p.Stats()
+	st := testhook.Stats(p)
 	if fc.noBufs && st.NoBufs == 0 {
 		t.Errorf("%s: no -ENOBUFS with a tiny buffer ring (stats %+v)", fc.name, st)
 	}
@@ -327,7 +328,7 @@ func cutJob(base string, spec streamSpec, cut, end string) faultJob {
 // overflow scenarios use (else the test reports the smallest it takes).
 func TestFaultCQMinimum(t *testing.T) {
 	for cq := uint32(4); cq <= 64; cq *= 2 {
-		p, err := talaris.NewPool(talaris.Config{SQEntries: 2, CQEntries: cq})
+		p, err := talaris.NewPool(testhook.WithKnobs(talaris.Config{}, testhook.Knobs{SQEntries: 2, CQEntries: cq}))
 		if err == nil {
 			p.Close()
 			if cq != 4 {

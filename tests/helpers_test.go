@@ -26,6 +26,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -167,7 +168,7 @@ func scaled(n int) int {
 // Config.Loops N loop threads: the whole suite then runs sharded.
 func newTestPool(t testing.TB, cfg talaris.Config, d time.Duration) *talaris.Pool {
 	t.Helper()
-	if cfg.Loops == 0 && !cfg.InlineLoop { // (an inline loop is one loop)
+	if cfg.Loops == 0 && !cfg.Tuning.InlineLoop { // (an inline loop is one loop)
 		cfg.Loops = testLoops
 	}
 	p, err := talaris.NewPool(cfg)
@@ -175,7 +176,7 @@ func newTestPool(t testing.TB, cfg talaris.Config, d time.Duration) *talaris.Poo
 		t.Fatalf("NewPool(%+v): %v", cfg, err)
 	}
 	tm := time.AfterFunc(d, func() {
-		t.Errorf("hang guard: test still running after %v; closing the pool (stats %+v)", d, p.Stats())
+		t.Errorf("hang guard: test still running after %v; closing the pool (stats %+v)", d, testhook.Stats(p))
 		p.Close()
 	})
 	t.Cleanup(func() {
@@ -257,8 +258,7 @@ type recorded struct {
 
 // smallPool is a Config cheap enough to create a thousand times.
 func smallPool() talaris.Config {
-	return talaris.Config{EventRingSize: 1024, ArenaSize: 1 << 20, MaxMessageSize: 1 << 18, BufCount: 64,
-		CmdRingSize: 1 << 16, MaxConns: 64, CloseTimeout: time.Second}
+	return testhook.WithKnobs(talaris.Config{ArenaSize: 1 << 20, MaxMessageSize: 1 << 18, BufCount: 64, MaxConns: 64, CloseTimeout: time.Second}, testhook.Knobs{EventRingSize: 1024, CmdRingSize: 1 << 16})
 }
 
 // refusedAddr returns a loopback address where connects are refused: a

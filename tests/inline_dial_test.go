@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
@@ -125,7 +126,7 @@ func TestInlineAbandonedDial(t *testing.T) {
 				record := func(c talaris.Conn, ev talaris.Event) { got = append(got, fmt.Sprintf("%v %q", ev.Kind, ev.Payload)) }
 				cfg := talaris.Config{OnEvent: record}
 				if mode == "inline" {
-					cfg.InlineLoop = true
+					cfg.Tuning.InlineLoop = true
 				}
 				p := newTestPool(t, cfg, hangGuard)
 				start := time.Now()
@@ -260,7 +261,7 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 			} else {
 				srv = srv.Start(t)
 			}
-			p, c := dialOpts(t, talaris.Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, srv.URL+"/echo", opts)
+			p, c := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true, NoDirectSend: true}}, testhook.Knobs{CmdRingSize: 4096}), srv.URL+"/echo", opts)
 			type result struct {
 				accepted       int
 				send, ping, sc error
@@ -332,7 +333,7 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 func TestInlineDialAbortFullRing(t *testing.T) {
 	slow, _ := slowUpgrade(t, time.Second, false)
 	echo := wstest.NewGorilla().Start(t).URL + "/echo"
-	p, c := dialOpts(t, talaris.Config{InlineLoop: true, CmdRingSize: 4096, NoDirectSend: true}, echo, nil)
+	p, c := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true, NoDirectSend: true}}, testhook.Knobs{CmdRingSize: 4096}), echo, nil)
 	start := time.Now()
 	dialed := dialAway(p, slow, nil, 300*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // the DIAL is in the ring

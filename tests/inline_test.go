@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 	"golang.org/x/sys/unix"
 )
 
-// The inline loop (Config.InlineLoop; docs/ARCHITECTURE.md, "Inline
+// The inline loop (Config.Tuning.InlineLoop; docs/ARCHITECTURE.md, "Inline
 // loop"): no loop thread; the goroutine that made the Pool runs the loop
 // inside its Pump calls (and its Dial, its sends waiting for room, its
 // Close). Real gorilla and coder servers on loopback, ws and wss (both TLS
@@ -29,7 +30,7 @@ import (
 // goroutine and from inside a callback, a peer that stops reading, the
 // other goroutines' limits. Timeouts are hang guards only.
 
-var inlineCfg = talaris.Config{InlineLoop: true}
+var inlineCfg = talaris.Config{Tuning: talaris.Tuning{InlineLoop: true}}
 
 // inlineTarget is one server of the inline tests: a library over ws or
 // wss (URL without path, dial options).
@@ -184,7 +185,7 @@ func TestInlineCloseFromCallback(t *testing.T) {
 	for _, tg := range inlineTargets(t) {
 		for _, what := range []string{"pool", "conn"} {
 			t.Run(tg.name+"/"+what, func(t *testing.T) {
-				p := newTestPool(t, talaris.Config{InlineLoop: true, CloseTimeout: time.Second}, hangGuard)
+				p := newTestPool(t, talaris.Config{CloseTimeout: time.Second, Tuning: talaris.Tuning{InlineLoop: true}}, hangGuard)
 				ctx, cancel := dialCtx(t)
 				defer cancel()
 				c, err := p.Dial(ctx, tg.url+"/stream?n=1000000&size=64", tg.opts)
@@ -245,7 +246,7 @@ func TestInlineCloseFromCallback(t *testing.T) {
 func TestInlineStoppedReader(t *testing.T) {
 	url := delayedEcho(t, 0, bellStopRead, 3)
 	t.Run("owner", func(t *testing.T) {
-		p, c := dialOpts(t, talaris.Config{InlineLoop: true, MaxSendQueue: 1 << 20, CloseTimeout: 200 * time.Millisecond}, url, nil)
+		p, c := dialOpts(t, talaris.Config{MaxSendQueue: 1 << 20, CloseTimeout: 200 * time.Millisecond, Tuning: talaris.Tuning{InlineLoop: true}}, url, nil)
 		msg := make([]byte, 64<<10)
 		// Full means the queue stays full with the loop run between the
 		// attempts: the first ErrWouldBlock can come while the loop has
@@ -283,7 +284,7 @@ func TestInlineStoppedReader(t *testing.T) {
 	})
 	t.Run("other", func(t *testing.T) {
 		for i := 0; i < 6; i++ {
-			p, c := dialOpts(t, talaris.Config{InlineLoop: true, CloseTimeout: 100 * time.Millisecond}, url, nil)
+			p, c := dialOpts(t, talaris.Config{CloseTimeout: 100 * time.Millisecond, Tuning: talaris.Tuning{InlineLoop: true}}, url, nil)
 			pingPongCloseRace(t, p, c, i, time.Duration(i)*3*time.Millisecond)
 		}
 	})
@@ -400,7 +401,7 @@ func TestInlineFloodCloseRace(t *testing.T) {
 		for _, what := range []string{"pool", "conn"} {
 			t.Run(tg.name+"/"+what, func(t *testing.T) {
 				for i := 0; i < 6; i++ {
-					p := newTestPool(t, talaris.Config{InlineLoop: true, CloseTimeout: 500 * time.Millisecond}, hangGuard)
+					p := newTestPool(t, talaris.Config{CloseTimeout: 500 * time.Millisecond, Tuning: talaris.Tuning{InlineLoop: true}}, hangGuard)
 					ctx, cancel := dialCtx(t)
 					c, err := p.Dial(ctx, tg.url+"/stream?n=2000000&size=64", tg.opts)
 					cancel()
@@ -462,7 +463,7 @@ func TestInlineLoopCPU(t *testing.T) {
 		t.Skip("one CPU allowed: pinning would not show")
 	}
 	srv := wstest.NewGorilla().Start(t)
-	p, c := dialOpts(t, talaris.Config{InlineLoop: true, LoopCPU: cpu, LoopCPUSet: true}, srv.URL+"/echo", nil)
+	p, c := dialOpts(t, talaris.Config{LoopCPUs: []int{cpu}, Tuning: talaris.Tuning{InlineLoop: true}}, srv.URL+"/echo", nil)
 	var now unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &now); err != nil {
 		t.Fatal(err)
@@ -482,7 +483,7 @@ func TestInlineLoopCPU(t *testing.T) {
 	if now != before {
 		t.Fatalf("after Close the thread's mask has %d CPUs, before NewPool %d", now.Count(), before.Count())
 	}
-	if _, err := talaris.NewPool(talaris.Config{InlineLoop: true, LoopCPU: 4095, LoopCPUSet: true}); !errors.Is(err, talaris.ErrInvalidConfig) {
+	if _, err := talaris.NewPool(talaris.Config{LoopCPUs: []int{4095}, Tuning: talaris.Tuning{InlineLoop: true}}); !errors.Is(err, talaris.ErrInvalidConfig) {
 		t.Fatalf("NewPool pinned to CPU 4095: %v", err)
 	}
 	if err := unix.SchedGetaffinity(0, &now); err != nil || now != before {
@@ -512,7 +513,7 @@ func TestInlineSendersShareRing(t *testing.T) {
 			} else {
 				sink, echo = sink.Start(t), echo.Start(t)
 			}
-			p, a := dialOpts(t, talaris.Config{InlineLoop: true, CmdRingSize: 64 << 10, NoDirectSend: true}, echo.URL+"/echo", opts)
+			p, a := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true, NoDirectSend: true}}, testhook.Knobs{CmdRingSize: 64 << 10}), echo.URL+"/echo", opts)
 			ctx, cancel := dialCtx(t)
 			defer cancel()
 			// B is dialed from another goroutine while this one pumps
@@ -653,7 +654,7 @@ func TestInlineMethodsRaceClose(t *testing.T) {
 		if i%2 == 1 {
 			url = stopped
 		}
-		p, c := dialOpts(t, talaris.Config{InlineLoop: true, MaxSendQueue: 256 << 10, CloseTimeout: 100 * time.Millisecond}, url, nil)
+		p, c := dialOpts(t, talaris.Config{MaxSendQueue: 256 << 10, CloseTimeout: 100 * time.Millisecond, Tuning: talaris.Tuning{InlineLoop: true}}, url, nil)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -668,7 +669,7 @@ func TestInlineMethodsRaceClose(t *testing.T) {
 				check("Pong", c.Pong(nil))
 				_ = c.Stats()
 				_ = c.State()
-				_ = p.Stats()
+				_ = testhook.Stats(p)
 				_ = p.Metrics()
 				if j%8 == 7 {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

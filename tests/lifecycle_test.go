@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -38,7 +39,7 @@ func TestHostileAPIRaces(t *testing.T) {
 		cfg  talaris.Config
 	}{
 		{"default", talaris.Config{}},
-		{"nodirect-fair", talaris.Config{NoDirectSend: true, MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096}},
+		{"nodirect-fair", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, testhook.Knobs{MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096})},
 	}
 	iters := 2
 	if testing.Short() { // (the race run: every iteration costs several times more)
@@ -169,10 +170,10 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 			if st.DirectHandoffs > st.DirectSends || st.DirectSends > st.MsgsOut {
 				report("ConnStats: %d handoffs, %d direct sends, %d messages out", st.DirectHandoffs, st.DirectSends, st.MsgsOut)
 			}
-			if (useTLS || cfg.NoDirectSend) && st.DirectSends != 0 {
+			if (useTLS || cfg.Tuning.NoDirectSend) && st.DirectSends != 0 {
 				report("ConnStats: %d direct sends on a connection that takes none", st.DirectSends)
 			}
-			ps := p.Stats()
+			ps := testhook.Stats(p)
 			if ps.FairHolds < holds {
 				report("PoolStats.FairHolds went back from %d to %d", holds, ps.FairHolds)
 			}
@@ -245,7 +246,7 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 	if err := p.Close(); err != nil {
 		t.Errorf("Pool.Close after the end: %v", err)
 	}
-	_, _ = p.Stats(), p.Metrics()
+	_, _ = testhook.Stats(p), p.Metrics()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -480,7 +481,7 @@ func TestStates(t *testing.T) {
 		t.Errorf("ConnCount after Close: %d, want 0", n)
 	}
 	// The pool's counters stay readable after Close, frozen as the loop left them.
-	if s, s2 := p.Stats(), p.Stats(); s.Events == 0 || s != s2 {
+	if s, s2 := testhook.Stats(p), testhook.Stats(p); s.Events == 0 || s != s2 {
 		t.Errorf("Pool.Stats after Close: %+v then %+v, want the final counters, unchanged", s, s2)
 	}
 	if _, err := p.DialAsync(srv.URL, nil); !errors.Is(err, talaris.ErrPoolClosed) {
@@ -557,7 +558,7 @@ func TestZeroPool(t *testing.T) {
 	if n := p.ConnCount(); n != 0 {
 		t.Errorf("zero Pool: ConnCount %d", n)
 	}
-	_ = p.Stats()
+	_ = testhook.Stats(&p)
 	_ = p.Metrics()
 	_ = p.MetricsInterval()
 	if err := p.WritePrometheus(&bytes.Buffer{}); err != nil {

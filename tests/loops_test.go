@@ -150,7 +150,7 @@ func testLoopsSpread(t *testing.T, loops int, base string, opts *talaris.DialOpt
 	}
 
 	m := p.Metrics()
-	s := p.Stats()
+	s := testhook.Stats(p)
 	t.Logf("stats %+v; metrics messages %d samples %d", s, m.Messages, m.Sampled)
 	if m.Messages != wantMsgs {
 		t.Errorf("Metrics.Messages %d, want %d (every loop's)", m.Messages, wantMsgs)
@@ -279,14 +279,14 @@ func TestLoopsConfig(t *testing.T) {
 // TestLoopsFairAcrossLoops: a flood alone on its loop is never held there
 // (the loop's holds count only its own connections), so unpumped it fills
 // far past its share; an order echoed on another loop still waits behind
-// at most one share of it (Config.MaxConnPendingEvents), because the pump
+// at most one share of it (testhook.Knobs.MaxConnPendingEvents), because the pump
 // takes at most a share from each loop per pass. The flood ends complete
 // and in order.
 func TestLoopsFairAcrossLoops(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, useTLS bool) {
 		const share = 64
 		srv, opts := fairServer(t, useTLS)
-		p := newTestPool(t, talaris.Config{Loops: 2, MaxConnPendingEvents: share}, hangGuard)
+		p := newTestPool(t, testhook.WithKnobs(talaris.Config{Loops: 2}, testhook.Knobs{MaxConnPendingEvents: share}), hangGuard)
 		n := scaled(100000)
 		ctx, cancel := dialCtx(t)
 		defer cancel()
@@ -302,7 +302,9 @@ func TestLoopsFairAcrossLoops(t *testing.T) {
 		if lf, lo := testhook.ConnLoop(p, f.Slot()), testhook.ConnLoop(p, o.Slot()); lf == lo {
 			t.Fatalf("flood and echo both on loop %d", lf)
 		}
-		state := func() string { return fmt.Sprintf("flood %+v, echo %+v, pool %+v", f.Stats(), o.Stats(), p.Stats()) }
+		state := func() string {
+			return fmt.Sprintf("flood %+v, echo %+v, pool %+v", f.Stats(), o.Stats(), testhook.Stats(p))
+		}
 		waitFor(t, "a flood alone on its loop passes its share", func() bool { return f.Stats().MsgsIn >= 8*share }, state)
 		chk := wstest.NewChecker(64)
 		order := make([]byte, 16)
@@ -363,7 +365,7 @@ func TestLoopsPinning(t *testing.T) {
 	}{
 		{talaris.Config{Loops: 3, LoopCPUs: []int{1, 0}}, []string{"[0]", "[1]", "all"}},
 		{talaris.Config{Loops: 3, LoopCPUs: []int{-1, 1}}, []string{"[1]", "all", "all"}},
-		{talaris.Config{Loops: 2, LoopCPU: 1, LoopCPUSet: true}, []string{"[1]", "all"}},
+		{talaris.Config{Loops: 2, LoopCPUs: []int{1}}, []string{"[1]", "all"}},
 		{talaris.Config{Loops: 2}, []string{"all", "all"}},
 	} {
 		before := loopTids(t)
@@ -395,8 +397,8 @@ func TestLoopsPinning(t *testing.T) {
 		p.Close()
 		slices.Sort(got)
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("Loops %d LoopCPUs %v LoopCPU %d/%v: new loop threads pinned %v, want %v",
-				tc.cfg.Loops, tc.cfg.LoopCPUs, tc.cfg.LoopCPU, tc.cfg.LoopCPUSet, got, tc.want)
+			t.Errorf("Loops %d LoopCPUs %v: new loop threads pinned %v, want %v",
+				tc.cfg.Loops, tc.cfg.LoopCPUs, got, tc.want)
 		}
 	}
 }

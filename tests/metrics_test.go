@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"golang.org/x/sys/unix"
 )
@@ -203,7 +204,8 @@ func TestMetricsPrometheusScrape(t *testing.T) {
 						// One 4 KiB slot per completion, so the stream's
 						// 150 KB take at least 36 of them and one in 7 is
 						// stamped (a bundle can carry it all in one or two).
-						cfg.NoRecvBundle, cfg.BufSize = true, 4096
+						cfg.BufSize = 4096
+						testhook.SetKnobs(&cfg, &testhook.Knobs{NoRecvBundle: true})
 					}
 					p := newTestPool(t, cfg, hangGuard)
 					var opts *talaris.DialOptions

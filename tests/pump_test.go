@@ -25,8 +25,8 @@ import (
 // messages (the pump reads the ring with atomics; no cgo per message).
 // With Loops 2 and 3, one stream per loop (1M messages in all): draining
 // several event rings and sleeping on all of them adds no cgo call. The
-// nobundle row receives without recv bundles (Config.NoRecvBundle; bundles are the default).
-// The inline row (Config.InlineLoop) runs the loop from the pump: one cgo
+// nobundle row receives without recv bundles (testhook.Knobs.NoRecvBundle; bundles are the default).
+// The inline row (Config.Tuning.InlineLoop) runs the loop from the pump: one cgo
 // call per batch the loop publishes (PoolStats.Batches), none per message
 // inside it. With this in-process feed of 16-byte messages a batch is
 // about 13 messages (measured: the log line), so that row is bounded by
@@ -37,9 +37,9 @@ func TestHandoffCgoCalls(t *testing.T) {
 		name, cfg := fmt.Sprintf("loops%d", loops), talaris.Config{Loops: loops}
 		switch loops {
 		case -1:
-			loops, name, cfg = 1, "nobundle", talaris.Config{Loops: 1, NoRecvBundle: true}
+			loops, name, cfg = 1, "nobundle", testhook.WithKnobs(talaris.Config{Loops: 1}, testhook.Knobs{NoRecvBundle: true})
 		case -2:
-			loops, name, cfg = 1, "inline", talaris.Config{Loops: 1, InlineLoop: true}
+			loops, name, cfg = 1, "inline", talaris.Config{Loops: 1, Tuning: talaris.Tuning{InlineLoop: true}}
 		}
 		t.Run(name, func(t *testing.T) {
 			p := newTestPool(t, cfg, 3*hangGuard)
@@ -65,10 +65,10 @@ func TestHandoffCgoCalls(t *testing.T) {
 				st.verify(t, fmt.Sprintf("stream on slot %d", c.Slot()))
 				msgs += int64(st.chk.Count())
 			}
-			st := p.Stats()
+			st := testhook.Stats(p)
 			t.Logf("%d messages, %d cgo calls (%.1f messages per call), stats %+v", msgs, calls,
 				float64(msgs)/float64(max(calls, 1)), st)
-			if cfg.InlineLoop {
+			if cfg.Tuning.InlineLoop {
 				// One per published batch, and a few for waits that end
 				// empty (the wait's cap) or find the batch's events gone.
 				if calls > int64(st.Batches)+64 {
@@ -89,7 +89,9 @@ func TestPumpAllocs(t *testing.T) {
 		t.Run(fmt.Sprintf("loops%d", loops), func(t *testing.T) { testPumpAllocs(t, talaris.Config{Loops: loops}) })
 	}
 	// The inline loop: the pump's cgo call per batch allocates nothing.
-	t.Run("inline", func(t *testing.T) { testPumpAllocs(t, talaris.Config{Loops: 1, InlineLoop: true}) })
+	t.Run("inline", func(t *testing.T) {
+		testPumpAllocs(t, talaris.Config{Loops: 1, Tuning: talaris.Tuning{InlineLoop: true}})
+	})
 }
 
 func testPumpAllocs(t *testing.T, cfg talaris.Config) {
@@ -209,7 +211,7 @@ func TestConcurrentPump(t *testing.T) {
 		// Two goroutines pump the same live stream as fast as they can.
 		// Every batch is delivered by exactly one of them, in order.
 		srv := wstest.NewGorilla().Start(t)
-		p := newTestPool(t, talaris.Config{EventRingSize: 256}, hangGuard)
+		p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{EventRingSize: 256}), hangGuard)
 		spec := streamSpec{n: scaled(100000), size: 24}
 		c := dial(t, p, srv.URL+spec.path())
 		var mu sync.Mutex // the callbacks never overlap; the mutex makes -race agree

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -19,7 +20,7 @@ import (
 // coder/websocket servers on loopback). Nothing here is timed: timeouts are
 // hang guards only, generous because the machine is small and shared.
 
-// Recv bundles (on by default; Config.NoRecvBundle turns them off): one multishot recv completion hands
+// Recv bundles (on by default; testhook.Knobs.NoRecvBundle turns them off): one multishot recv completion hands
 // over several receive slots, taken from the buffer ring in its order
 // (csrc/bufring.h). The integrity, in-place, cgo-call and kill-restart
 // tests have bundle rows (TestIntegrity/bundle*, TestTLSInPlace*/bundle*,
@@ -73,7 +74,7 @@ func TestRecvBundleCloseRace(t *testing.T) {
 // runs through them again).
 func TestRecvBundleFloodSlowPump(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	p := newTestPool(t, talaris.Config{BufSize: 4096, BufCount: 16, EventRingSize: 1024, Loops: 1}, 3*hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 16, Loops: 1}, testhook.Knobs{EventRingSize: 1024}), 3*hangGuard)
 	for round, spec := range []streamSpec{{n: scaled(50_000), size: 300}, {n: scaled(5_000), size: 9000}} {
 		sts := map[talaris.Conn]*streamState{}
 		for range 4 {
@@ -81,7 +82,7 @@ func TestRecvBundleFloodSlowPump(t *testing.T) {
 		}
 		pumpStreams(t, p, sts, fmt.Sprintf("round %d ", round), func() { time.Sleep(200 * time.Microsecond) })
 	}
-	st := p.Stats()
+	st := testhook.Stats(p)
 	t.Logf("stats %+v", st)
 	if st.Rearms == 0 || st.Stalls == 0 {
 		t.Errorf("Rearms=%d Stalls=%d, want both > 0 (bundles emptying 16 slots, a slow pump)", st.Rearms, st.Stalls)
@@ -97,7 +98,7 @@ func TestIntegrity(t *testing.T) {
 		cfg   talaris.Config
 		specs []streamSpec
 		slow  time.Duration // consumer sleep per batch
-		check func(t *testing.T, s talaris.PoolStats)
+		check func(t *testing.T, s testhook.PoolStats)
 	}
 	cases := []poolCase{
 		{name: "default", cfg: talaris.Config{}, specs: allSpecs(true)},
@@ -105,7 +106,7 @@ func TestIntegrity(t *testing.T) {
 			// 4 slots of 4 KiB: a bundle empties the ring and ends, and
 			// the recv must be re-armed.
 			name: "tinybufs", cfg: talaris.Config{BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Rearms == 0 {
 					t.Errorf("tiny buffer ring with bundles: Rearms=0, want > 0")
 				}
@@ -114,8 +115,8 @@ func TestIntegrity(t *testing.T) {
 		{
 			// A CQ of 8 entries overflows as soon as the kernel has more
 			// than 8 completions for the loop.
-			name: "tinycq", cfg: talaris.Config{SQEntries: 4, CQEntries: 8}, specs: allSpecs(true),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			name: "tinycq", cfg: testhook.WithKnobs(talaris.Config{}, testhook.Knobs{SQEntries: 4, CQEntries: 8}), specs: allSpecs(true),
+			check: func(t *testing.T, s testhook.PoolStats) {
 				// With plenty of buffers, a multishot recv ends with data
 				// and without -ENOBUFS only when the CQ overflowed.
 				if s.Rearms <= s.NoBufs {
@@ -124,10 +125,9 @@ func TestIntegrity(t *testing.T) {
 			},
 		},
 		{
-			name: "tinyall", cfg: talaris.Config{SQEntries: 4, CQEntries: 8, BufSize: 4096, BufCount: 4,
-				EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			name: "tinyall", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{SQEntries: 4, CQEntries: 8, EventRingSize: 64}),
 			specs: allSpecs(false),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("Stalls=0, want > 0")
 				}
@@ -135,23 +135,22 @@ func TestIntegrity(t *testing.T) {
 		},
 		// Recv bundles are the default (one completion over several
 		// slots, unpacked in ring order); these rows receive without them
-		// (Config.NoRecvBundle): one completion per slot, with 4 slots the
+		// (testhook.Knobs.NoRecvBundle): one completion per slot, with 4 slots the
 		// ring empties and the recv is re-armed, with a CQ of 8 completions
 		// overflow.
-		{name: "nobundle", cfg: talaris.Config{NoRecvBundle: true}, specs: allSpecs(true)},
+		{name: "nobundle", cfg: testhook.WithKnobs(talaris.Config{}, testhook.Knobs{NoRecvBundle: true}), specs: allSpecs(true)},
 		{
-			name: "nobundle-tinybufs", cfg: talaris.Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4}, specs: allSpecs(true),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			name: "nobundle-tinybufs", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}), specs: allSpecs(true),
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
 					t.Errorf("tiny buffer ring without bundles: NoBufs=%d Rearms=%d, want both > 0", s.NoBufs, s.Rearms)
 				}
 			},
 		},
 		{
-			name: "nobundle-tinyall", cfg: talaris.Config{NoRecvBundle: true, SQEntries: 4, CQEntries: 8, BufSize: 4096, BufCount: 4,
-				EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			name: "nobundle-tinyall", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{NoRecvBundle: true, SQEntries: 4, CQEntries: 8, EventRingSize: 64}),
 			specs: allSpecs(false),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 || s.Stalls == 0 {
 					t.Errorf("NoBufs=%d Stalls=%d, want both > 0", s.NoBufs, s.Stalls)
 				}
@@ -162,7 +161,7 @@ func TestIntegrity(t *testing.T) {
 			// and a 4 MiB arena: the loop must hold input back (stall),
 			// not drop it.
 			name: "slowconsumer",
-			cfg:  talaris.Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			cfg:  testhook.WithKnobs(talaris.Config{ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{EventRingSize: 64}),
 			specs: []streamSpec{
 				{n: scaled(20000), size: 16},
 				{n: 20, size: 1 << 20},
@@ -170,7 +169,7 @@ func TestIntegrity(t *testing.T) {
 				{n: scaled(2000), size: 100, frag: 3, ping: true},
 			},
 			slow: time.Millisecond,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("slow consumer: Stalls=0, want > 0")
 				}
@@ -188,11 +187,11 @@ func TestIntegrity(t *testing.T) {
 				for _, spec := range pc.specs {
 					runStream(t, p, srv, spec, after)
 					if t.Failed() {
-						t.Logf("stats %+v", p.Stats())
+						t.Logf("stats %+v", testhook.Stats(p))
 						return
 					}
 				}
-				s := p.Stats()
+				s := testhook.Stats(p)
 				t.Logf("stats %+v", s)
 				if pc.check != nil {
 					pc.check(t, s)

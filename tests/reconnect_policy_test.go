@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/ws"
 )
 
@@ -380,7 +381,7 @@ func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
 					}
 					c.State()
 					c.Stats()
-					p.Stats()
+					testhook.Stats(p)
 					if k == 50+i*30 && i%2 == 0 {
 						if err := c.Close(talaris.CloseNormal, ""); err != nil && !errors.Is(err, talaris.ErrClosed) && !errors.Is(err, talaris.ErrPoolClosed) {
 							t.Errorf("Close: %v", err)

@@ -119,7 +119,9 @@ func TestReconnectKillRestart(t *testing.T) {
 			t.Run(name+pump, func(t *testing.T) { testKillRestart(t, tlsOn, data, talaris.Config{}) })
 		}
 		t.Run(name+"/Pump/loops2", func(t *testing.T) { testKillRestart(t, tlsOn, false, talaris.Config{Loops: 2}) })
-		t.Run(name+"/Pump/nobundle", func(t *testing.T) { testKillRestart(t, tlsOn, false, talaris.Config{NoRecvBundle: true}) })
+		t.Run(name+"/Pump/nobundle", func(t *testing.T) {
+			testKillRestart(t, tlsOn, false, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{NoRecvBundle: true}))
+		})
 	}
 }
 
@@ -269,7 +271,7 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg talaris.Config) {
 	if st := c.Stats(); st.Reconnects != 1 || st.MsgsOut != 7 {
 		t.Errorf("ConnStats Reconnects %d, MsgsOut %d; want 1 and 7 (Subscribe twice, app-1, after-gap, app-2; not the refused send)", st.Reconnects, st.MsgsOut)
 	}
-	if ps, m := p.Stats(), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
+	if ps, m := testhook.Stats(p), p.Metrics(); ps.Reconnects != 1 || m.Reconnects != 1 {
 		t.Errorf("PoolStats.Reconnects = %d, Metrics.Reconnects = %d, want 1", ps.Reconnects, m.Reconnects)
 	}
 	if c.State() != talaris.StateOpen {
@@ -405,9 +407,9 @@ func procCounts(t *testing.T) (fds, threads, rssKiB int) {
 // handle re-opens.
 func TestReconnectServerClose(t *testing.T) {
 	t.Run("default", func(t *testing.T) { reconnectServerClose(t, talaris.Config{}) })
-	// The inline loop (Config.InlineLoop) runs the backoff's timer and the
+	// The inline loop (Config.Tuning.InlineLoop) runs the backoff's timer and the
 	// new dial from the pump's own calls.
-	t.Run("inline", func(t *testing.T) { reconnectServerClose(t, talaris.Config{InlineLoop: true}) })
+	t.Run("inline", func(t *testing.T) { reconnectServerClose(t, talaris.Config{Tuning: talaris.Tuning{InlineLoop: true}}) })
 }
 
 func reconnectServerClose(t *testing.T, cfg talaris.Config) {
@@ -468,7 +470,7 @@ func TestReconnectRingFull(t *testing.T) {
 				burst = ws.AppendFrame(burst, true, ws.OpText, []byte(strconv.Itoa(i)))
 			}
 			srv := wstest.NewRaw(func(c *wstest.RawConn) { c.Write(burst) }).Start(t)
-			p := newTestPool(t, talaris.Config{EventRingSize: ring}, hangGuard)
+			p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{EventRingSize: ring}), hangGuard)
 			c, err := p.DialAsync(srv.URL, &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: 5 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)

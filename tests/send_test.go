@@ -33,7 +33,7 @@ import (
 // TestConcurrentSends: several goroutines send at once on one connection;
 // the server receives every message intact and, per goroutine, in order.
 func TestConcurrentSends(t *testing.T) {
-	runConcurrentSenders(t, 8, talaris.Config{CmdRingSize: 1 << 16}, func(c talaris.Conn, _ context.Context, op talaris.Opcode, b []byte) error {
+	runConcurrentSenders(t, 8, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{CmdRingSize: 1 << 16}), func(c talaris.Conn, _ context.Context, op talaris.Opcode, b []byte) error {
 		if op == talaris.OpText {
 			return c.SendText(b)
 		}
@@ -241,7 +241,7 @@ func TestSendSlowReader(t *testing.T) {
 // queue, waiting with SendContext; the server sees every sender's
 // messages complete and in order.
 func TestSendConcurrentSenders(t *testing.T) {
-	runConcurrentSenders(t, 16, talaris.Config{CmdRingSize: 1 << 16, MaxSendQueue: 64 << 10}, talaris.Conn.SendContext)
+	runConcurrentSenders(t, 16, testhook.WithKnobs(talaris.Config{MaxSendQueue: 64 << 10}, testhook.Knobs{CmdRingSize: 1 << 16}), talaris.Conn.SendContext)
 }
 
 // TestSendStuckBesideHealthy: one connection whose peer stopped reading,
@@ -699,7 +699,7 @@ func TestSendInjectBacklogDoesNotBlock(t *testing.T) {
 	got := make(chan []byte, 4)
 	srv.OnMessage = func(op ws.Opcode, b []byte) { got <- b }
 	srv.Start(t)
-	p := newTestPool(t, talaris.Config{EventRingSize: 256}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{EventRingSize: 256}), hangGuard)
 	m, err := p.DialMemory()
 	if err != nil {
 		t.Fatal(err)

@@ -258,7 +258,7 @@ func TestTLSInPlace(t *testing.T) {
 			t.Run(tls.VersionName(v)+"/"+pat.name, func(t *testing.T) {
 				s := ipStream{msgs: uniform(n, 256, 1), chunk: pat.chunk}
 				url := ipServer(t, s, v)
-				p := newTestPool(t, talaris.Config{EventRingSize: 4096}, hangGuard)
+				p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{EventRingSize: 4096}), hangGuard)
 				rs := runInPlace(t, p, url, 2, s, nil)
 				expectClean(t, rs, s)
 				for i, r := range rs {
@@ -292,7 +292,7 @@ func TestTLSInPlaceMixed(t *testing.T) {
 	for _, chunk := range []int{0, 5000, -1} {
 		name, cfg := fmt.Sprintf("chunk%d", chunk), talaris.Config{}
 		if chunk < 0 { // recv bundles: records straddle the slots of one completion
-			name, chunk, cfg = "nobundle-chunk5000", 5000, talaris.Config{NoRecvBundle: true, BufSize: 4096}
+			name, chunk, cfg = "nobundle-chunk5000", 5000, testhook.WithKnobs(talaris.Config{BufSize: 4096}, testhook.Knobs{NoRecvBundle: true})
 		}
 		t.Run(name, func(t *testing.T) {
 			s := ipStream{msgs: msgs, chunk: chunk}
@@ -354,7 +354,7 @@ func TestTLSInPlaceCutMidFrame(t *testing.T) {
 // a whole 256-byte frame (TestTLSInPlace).
 // The default row receives with recv bundles (a completion hands over
 // several receive slots, which the BIO reads across); the nobundle row
-// without them (Config.NoRecvBundle).
+// without them (testhook.Knobs.NoRecvBundle).
 func TestTLSInPlaceFloodSlowPump(t *testing.T) {
 	for _, bundle := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "nobundle"}[bundle], func(t *testing.T) {
@@ -368,10 +368,10 @@ func testTLSInPlaceFloodSlowPump(t *testing.T, bundle bool) {
 	url := ipServer(t, s, 0)
 	// Loops 1: the slots are per loop (two loops would have 8 each for
 	// two connections, and never run out).
-	p := newTestPool(t, talaris.Config{BufCount: 64, EventRingSize: 1 << 14, Loops: 1, NoRecvBundle: bundle}, 3*hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{BufCount: 64, Loops: 1}, testhook.Knobs{EventRingSize: 1 << 14, NoRecvBundle: bundle}), 3*hangGuard)
 	rs := runInPlace(t, p, url, 4, s, func() { time.Sleep(time.Millisecond) })
 	expectClean(t, rs, s)
-	st := p.Stats()
+	st := testhook.Stats(p)
 	t.Logf("stats %+v", st)
 	if st.Stalls == 0 {
 		t.Errorf("slow pump: Stalls=0, want > 0")
@@ -405,10 +405,10 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 		rounds int
 	}{
 		{"default", talaris.Config{}, 6},
-		{"nobundle", talaris.Config{NoRecvBundle: true}, 6},
-		{"1slot", talaris.Config{NoRecvBundle: true, BufSize: 4096}, 4},
-		{"notlsrec", talaris.Config{NoTLSRecordLayer: true}, 4},
-		{"libgcm", talaris.Config{TLSLibraryGCM: true}, 4},
+		{"nobundle", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{NoRecvBundle: true}), 6},
+		{"1slot", testhook.WithKnobs(talaris.Config{BufSize: 4096}, testhook.Knobs{NoRecvBundle: true}), 4},
+		{"notlsrec", talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: true}}, 4},
+		{"libgcm", talaris.Config{Tuning: talaris.Tuning{NoOwnGCM: true}}, 4},
 	} {
 		for it := range cc.rounds {
 			t.Run(fmt.Sprintf("%s/%d", cc.name, it), func(t *testing.T) {
@@ -433,7 +433,7 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 						t.Errorf("conn %d: %v (%d payloads of unknown origin)", i, r.err, r.otherOrg)
 					}
 				}
-				if n, off := p.Stats().TLSRecords, cc.cfg.NoTLSRecordLayer; (n > 0) == off {
+				if n, off := testhook.Stats(p).TLSRecords, cc.cfg.Tuning.NoTLSRecordLayer; (n > 0) == off {
 					t.Errorf("TLSRecords = %d with NoTLSRecordLayer %v: the wrong record path ran", n, off)
 				}
 			})

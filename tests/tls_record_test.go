@@ -31,11 +31,11 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// talaris' own TLS 1.3 record layer (csrc/tlsrec.c, Config.NoTLSRecordLayer):
+// talaris' own TLS 1.3 record layer (csrc/tlsrec.c, Config.Tuning.NoTLSRecordLayer):
 // once the library has read the first application data (the 101, after the
 // server's session tickets), the loop opens the server's AES-GCM records
 // itself, from the receive slots into the plaintext slots.
-// PoolStats.TLSRecords counts the application-data records it opened, so
+// Metrics.TLSRecords counts the application-data records it opened, so
 // these tests know which path ran.
 
 // recOpts dials with only the given TLS 1.3 suite offered (0: the default).
@@ -83,13 +83,13 @@ func TestTLSRecordLayer(t *testing.T) {
 	rows := []row{
 		{"aes128", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{}, true},
 		{"aes256", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{}, true},
-		{"aes128-1slot", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{NoRecvBundle: true, BufSize: 4096}, true},
-		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{NoRecvBundle: true, BufSize: 4096}, true},
-		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{TLSLibraryGCM: true}, true},
-		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, talaris.Config{TLSLibraryGCM: true, NoRecvBundle: true, BufSize: 4096}, true},
+		{"aes128-1slot", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096}, testhook.Knobs{NoRecvBundle: true}), true},
+		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096}, testhook.Knobs{NoRecvBundle: true}), true},
+		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{Tuning: talaris.Tuning{NoOwnGCM: true}}, true},
+		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096, Tuning: talaris.Tuning{NoOwnGCM: true}}, testhook.Knobs{NoRecvBundle: true}), true},
 		{"chacha20", tls.TLS_CHACHA20_POLY1305_SHA256, tls.VersionTLS13, talaris.Config{}, true},
 		{"tls12", 0, tls.VersionTLS12, talaris.Config{}, false},
-		{"off", 0, tls.VersionTLS13, talaris.Config{NoTLSRecordLayer: true}, false},
+		{"off", 0, tls.VersionTLS13, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: true}}, false},
 	}
 	for _, r := range rows {
 		for _, chunk := range []int{0, 16000, 1000, 97} {
@@ -112,7 +112,7 @@ func TestTLSRecordLayer(t *testing.T) {
 				// The records after the 101 (the library's last): one per
 				// frame (chunk 0) or per chunk, then the one with the rest
 				// and the close frame.
-				got, want := p.Stats().TLSRecords, uint64(n+1)
+				got, want := testhook.Stats(p).TLSRecords, uint64(n+1)
 				if chunk > 0 {
 					want = uint64(n*(256+4)/chunk + 1)
 				}
@@ -129,16 +129,16 @@ func TestTLSRecordLayer(t *testing.T) {
 					want = 0
 				}
 				if got != want {
-					t.Errorf("PoolStats.TLSRecords = %d, want %d", got, want)
+					t.Errorf("Metrics.TLSRecords = %d, want %d", got, want)
 				}
 				// Which AES-GCM opened them: ours where the CPU runs it,
-				// unless TLSLibraryGCM; every record or none.
-				if own := p.Stats().TLSRecordsOwnGCM; testhook.OwnGCM() && !r.cfg.TLSLibraryGCM {
+				// unless NoOwnGCM; every record or none.
+				if own := testhook.Stats(p).TLSRecordsOwnGCM; testhook.OwnGCM() && !r.cfg.Tuning.NoOwnGCM {
 					if own != got {
-						t.Errorf("PoolStats.TLSRecordsOwnGCM = %d of %d records", own, got)
+						t.Errorf("Metrics.TLSRecordsOwnGCM = %d of %d records", own, got)
 					}
 				} else if own != 0 {
-					t.Errorf("PoolStats.TLSRecordsOwnGCM = %d with TLSLibraryGCM %v, own GCM %v", own, r.cfg.TLSLibraryGCM, testhook.OwnGCM())
+					t.Errorf("Metrics.TLSRecordsOwnGCM = %d with NoOwnGCM %v, own GCM %v", own, r.cfg.Tuning.NoOwnGCM, testhook.OwnGCM())
 				}
 			})
 		}
@@ -159,7 +159,7 @@ func TestTLSRecordKeyUpdate(t *testing.T) {
 			const size = 24
 			chk := wstest.NewChecker(size)
 			next := 0
-			ours := p.Stats().TLSRecords
+			ours := testhook.Stats(p).TLSRecords
 			batch := func(n int) {
 				t.Helper()
 				s.write(sFrames(next, n, size))
@@ -167,7 +167,7 @@ func TestTLSRecordKeyUpdate(t *testing.T) {
 				if f := pumpCount(t, p, c, chk, next); f != nil {
 					t.Fatalf("connection ended after %d messages: %+v", chk.Count(), *f)
 				}
-				now := p.Stats().TLSRecords
+				now := testhook.Stats(p).TLSRecords
 				if now <= ours {
 					t.Fatalf("TLSRecords %d -> %d: the batch did not go through our record layer", ours, now)
 				}
@@ -225,7 +225,7 @@ func TestTLSRecordChaCha(t *testing.T) {
 	if f := pumpCount(t, p, c, chk, 200); f != nil {
 		t.Fatalf("connection ended after %d messages: %+v", chk.Count(), *f)
 	}
-	if n := p.Stats().TLSRecords; n != 0 {
+	if n := testhook.Stats(p).TLSRecords; n != 0 {
 		t.Errorf("TLSRecords = %d under ChaCha20, want 0 (SSL_read)", n)
 	}
 	c.Close(1000, "")
@@ -276,7 +276,7 @@ func TestTLSRecordCloseNotify(t *testing.T) {
 	case <-time.After(hangGuard):
 		t.Fatal("the server never saw the client's close_notify")
 	}
-	if p.Stats().TLSRecords == 0 {
+	if testhook.Stats(p).TLSRecords == 0 {
 		t.Error("TLSRecords = 0: the record layer did not run")
 	}
 }
@@ -340,7 +340,7 @@ func TestTLSRecordCorrupt(t *testing.T) {
 			s := ipStream{msgs: uniform(scaled(2000)+nth*per, size, 1), chunk: per * (size + 4)}
 			url := recServer(t, s, tls.VersionTLS13, nil)
 			addr := corruptProxy(t, strings.TrimPrefix(url, "wss://"), per*(size+4)+1+16, nth)
-			p := newTestPool(t, talaris.Config{NoTLSRecordLayer: off}, hangGuard)
+			p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: off}}, hangGuard)
 			c, err := p.DialAsync("wss://"+addr, tlsOpts)
 			if err != nil {
 				t.Fatal(err)
@@ -361,7 +361,7 @@ func TestTLSRecordCorrupt(t *testing.T) {
 			if !off && !regexp.MustCompile(`bad record MAC`).MatchString(r.final.Err.Error()) {
 				t.Errorf("error %q does not name the bad record MAC", r.final.Err)
 			}
-			if ours := p.Stats().TLSRecords; (ours > 0) == off {
+			if ours := testhook.Stats(p).TLSRecords; (ours > 0) == off {
 				t.Errorf("TLSRecords = %d with NoTLSRecordLayer %v", ours, off)
 			}
 		})
@@ -398,7 +398,7 @@ func TestTLSRecordKeyUpdateFirst(t *testing.T) {
 					t.Fatalf("connection ended after %d messages: %+v", chk.Count(), *f)
 				}
 			}
-			if n := p.Stats().TLSRecords; n == 0 {
+			if n := testhook.Stats(p).TLSRecords; n == 0 {
 				t.Error("TLSRecords = 0: our record layer did not take over after the KeyUpdate")
 			}
 			c.Close(1000, "")
@@ -552,7 +552,7 @@ func craftServer(t *testing.T, script func(s *recSealer, w io.Writer)) (string, 
 
 // craftRun dials url and pumps until the end: the messages checked in
 // order (wstest payloads of size), the final event, the client's record
-// count and PoolStats.TLSRecords.
+// count and Metrics.TLSRecords.
 func craftRun(t *testing.T, cfg talaris.Config, url string, recs <-chan int, size int) (int, *finalEvent, int, uint64) {
 	t.Helper()
 	p := newTestPool(t, cfg, hangGuard)
@@ -566,7 +566,7 @@ func craftRun(t *testing.T, cfg talaris.Config, url string, recs <-chan int, siz
 	if n == -1 {
 		t.Skip("ChaCha20 negotiated: our record layer does not run")
 	}
-	return chk.Count(), f, n, p.Stats().TLSRecords
+	return chk.Count(), f, n, testhook.Stats(p).TLSRecords
 }
 
 func frame(i, size int) []byte {
@@ -597,7 +597,7 @@ func craftClean(t *testing.T, cfg talaris.Config, url string, recs <-chan int, w
 	t.Helper()
 	got, f, crecs, ours := craftRun(t, cfg, url, recs, 64)
 	wantOurs := uint64(want)
-	if cfg.NoTLSRecordLayer {
+	if cfg.Tuning.NoTLSRecordLayer {
 		wantOurs = 0
 	}
 	if got != want || ours != wantOurs {
@@ -645,7 +645,7 @@ func TestTLSRecordUserCanceled(t *testing.T) {
 				b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
 				w.Write(b)
 			})
-			craftClean(t, talaris.Config{NoTLSRecordLayer: off}, url, recs, 2)
+			craftClean(t, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: off}}, url, recs, 2)
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -65,7 +66,7 @@ func TestTLSIntegrity(t *testing.T) {
 		cfg   talaris.Config
 		specs []streamSpec
 		slow  time.Duration
-		check func(t *testing.T, s talaris.PoolStats)
+		check func(t *testing.T, s testhook.PoolStats)
 	}
 	// 512-byte slots: every 16 KiB record spans 32+ slots, and 4 slots
 	// cannot hold one record.
@@ -80,7 +81,7 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			name: "tinybufs", cfg: talaris.Config{BufSize: 4096, BufCount: 4},
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				// With recv bundles (the default) a bundle empties the
 				// ring and ends; without them (the nobundle rows) the
 				// recv runs out of buffers (-ENOBUFS).
@@ -94,16 +95,16 @@ func TestTLSIntegrity(t *testing.T) {
 			// 4 slots cannot hold one record.
 			name: "splitrecords", cfg: talaris.Config{BufSize: 512, BufCount: 4},
 			specs: splitSpecs,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Rearms == 0 {
 					t.Errorf("512-byte slots: Rearms=0, want > 0")
 				}
 			},
 		},
 		{
-			name: "nobundle-tinybufs", cfg: talaris.Config{NoRecvBundle: true, BufSize: 4096, BufCount: 4},
+			name: "nobundle-tinybufs", cfg: testhook.WithKnobs(talaris.Config{BufSize: 4096, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}),
 			specs: append([]streamSpec{{n: scaled(200_000), size: 16}}, sizeSpecs()...),
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 || s.Rearms == 0 {
 					t.Errorf("tiny buffer ring: NoBufs=%d Rearms=%d, want both > 0", s.NoBufs, s.Rearms)
 				}
@@ -112,9 +113,9 @@ func TestTLSIntegrity(t *testing.T) {
 		{
 			// 512-byte slots: every 16 KiB record spans 32+ slots, and
 			// 4 slots cannot hold one record.
-			name: "nobundle-splitrecords", cfg: talaris.Config{NoRecvBundle: true, BufSize: 512, BufCount: 4},
+			name: "nobundle-splitrecords", cfg: testhook.WithKnobs(talaris.Config{BufSize: 512, BufCount: 4}, testhook.Knobs{NoRecvBundle: true}),
 			specs: splitSpecs,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.NoBufs == 0 {
 					t.Errorf("512-byte slots: NoBufs=0, want > 0")
 				}
@@ -122,10 +123,10 @@ func TestTLSIntegrity(t *testing.T) {
 		},
 		{
 			name:  "slowconsumer",
-			cfg:   talaris.Config{EventRingSize: 64, ArenaSize: 4 << 20, MaxMessageSize: 2 << 20},
+			cfg:   testhook.WithKnobs(talaris.Config{ArenaSize: 4 << 20, MaxMessageSize: 2 << 20}, testhook.Knobs{EventRingSize: 64}),
 			specs: []streamSpec{{n: scaled(20000), size: 16}, {n: 20, size: 1 << 20}, {n: 500, size: 65536, text: true}, {n: 2000, size: 100, frag: 3, ping: true}},
 			slow:  time.Millisecond,
-			check: func(t *testing.T, s talaris.PoolStats) {
+			check: func(t *testing.T, s testhook.PoolStats) {
 				if s.Stalls == 0 {
 					t.Errorf("slow consumer: Stalls=0, want > 0")
 				}
@@ -144,11 +145,11 @@ func TestTLSIntegrity(t *testing.T) {
 				for _, spec := range pc.specs {
 					runStreamTLS(t, p, srv.URL, tlsOpts, spec, after)
 					if t.Failed() {
-						t.Logf("stats %+v", p.Stats())
+						t.Logf("stats %+v", testhook.Stats(p))
 						return
 					}
 				}
-				s := p.Stats()
+				s := testhook.Stats(p)
 				t.Logf("stats %+v", s)
 				if pc.check != nil {
 					pc.check(t, s)
@@ -296,7 +297,7 @@ func TestTLSManyRecordsPerSlot(t *testing.T) {
 			})
 			p := newTestPool(t, talaris.Config{}, hangGuard)
 			runStreamTLS(t, p, url, tlsOpts, streamSpec{n: n, size: size}, nil)
-			t.Logf("stats %+v", p.Stats())
+			t.Logf("stats %+v", testhook.Stats(p))
 		})
 	}
 }
@@ -822,7 +823,7 @@ func TestTLSCloseNotifyLater(t *testing.T) {
 						case <-time.After(5 * time.Second):
 						}
 					})
-					p := newTestPool(t, talaris.Config{NoTLSRecordLayer: lib, CloseTimeout: 2 * time.Second}, hangGuard)
+					p := newTestPool(t, talaris.Config{CloseTimeout: 2 * time.Second, Tuning: talaris.Tuning{NoTLSRecordLayer: lib}}, hangGuard)
 					ctx, cancel := dialCtx(t)
 					c, err := p.Dial(ctx, url, tlsOpts)
 					cancel()

@@ -14,10 +14,11 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Minimum-wait batching (Config.MinWait; docs/ARCHITECTURE.md,
+// Minimum-wait batching (Config.Tuning.MinWait; docs/ARCHITECTURE.md,
 // "Minimum-wait batching"): while a flood streams in, the loop's wait asks
 // the kernel to wait up to MinWait for more completions. Real servers on
 // loopback: floods over ws and wss (the batched wait is taken, every
@@ -105,9 +106,9 @@ func TestMinWaitFlood(t *testing.T) {
 		cfg  talaris.Config
 		on   bool
 	}{
-		{"on", talaris.Config{MinWait: testMinWait}, true},
-		{"on-n64-200us", talaris.Config{MinWait: 200 * time.Microsecond, MinWaitCompletions: 64}, true},
-		{"off", talaris.Config{MinWait: -1}, false},
+		{"on", talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}, true},
+		{"on-n64-200us", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{MinWait: 200 * time.Microsecond}}, testhook.Knobs{MinWaitCompletions: 64}), true},
+		{"off", talaris.Config{Tuning: talaris.Tuning{MinWait: -1}}, false},
 		{"default", talaris.Config{}, false},
 	} {
 		for _, tr := range mwTransports(plain, secure) {
@@ -122,7 +123,7 @@ func TestMinWaitFlood(t *testing.T) {
 					sts[c] = newStreamState(spec)
 				}
 				pumpStreams(t, p, sts, "", nil)
-				st := p.Stats()
+				st := testhook.Stats(p)
 				t.Logf("%d batched waits, %d completions, %d pump sleeps, %d batches for %d messages",
 					st.MinWaits, st.CQEs, st.PumpSleeps, st.Batches, 2*spec.n)
 				if tc.on && st.MinWaits == 0 {
@@ -171,7 +172,7 @@ func pacedFeed(t *testing.T, n int, gap time.Duration) string {
 // a paced message never finds a socket that filled a receive slot while
 // the loop was busy, and every send ends a streak of heavy waits.
 func TestMinWaitNotTakenAtLowRates(t *testing.T) {
-	cfg := talaris.Config{MinWait: testMinWait}
+	cfg := talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}
 	t.Run("paced-20k", func(t *testing.T) {
 		const n = 2000
 		p, c := dialOpts(t, cfg, pacedFeed(t, n, 50*time.Microsecond), nil)
@@ -195,7 +196,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 		if bad != nil || seen != n || final.Kind != talaris.EventClose || final.Code != talaris.CloseNormal {
 			t.Fatalf("%d/%d messages, first error %v, final %+v", seen, n, bad, *final)
 		}
-		if st := p.Stats(); st.MinWaits != 0 {
+		if st := testhook.Stats(p); st.MinWaits != 0 {
 			t.Fatalf("MinWaits %d over a paced feed of %d messages 50 us apart", st.MinWaits, n)
 		}
 	})
@@ -207,7 +208,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 			if seen, err := pingPong(p, c, n); err != nil || seen != n {
 				t.Fatalf("%d/%d echoes: %v", seen, n, err)
 			}
-			if st := p.Stats(); st.MinWaits != 0 {
+			if st := testhook.Stats(p); st.MinWaits != 0 {
 				t.Fatalf("MinWaits %d over %d round trips", st.MinWaits, n)
 			}
 		})
@@ -238,7 +239,7 @@ func TestMinWaitNotTakenAtLowRates(t *testing.T) {
 			if bad != nil {
 				t.Fatal(bad)
 			}
-			if st := p.Stats(); st.MinWaits != 0 {
+			if st := testhook.Stats(p); st.MinWaits != 0 {
 				t.Fatalf("MinWaits %d over %d round trips of 32 KiB (every send ends the streak)", st.MinWaits, n)
 			}
 		})
@@ -257,7 +258,7 @@ func TestMinWaitCloseRace(t *testing.T) {
 	for _, tr := range mwTransports(plain, secure) {
 		for it := range 6 {
 			t.Run(fmt.Sprint(tr.name, "/", it), func(t *testing.T) {
-				p := newTestPool(t, talaris.Config{MinWait: 200 * time.Microsecond}, hangGuard)
+				p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{MinWait: 200 * time.Microsecond}}, hangGuard)
 				var conns []talaris.Conn
 				sts := map[talaris.Conn]*streamState{}
 				for range 3 {
@@ -268,12 +269,12 @@ func TestMinWaitCloseRace(t *testing.T) {
 					conns = append(conns, c)
 					sts[c] = newStreamState(spec)
 				}
-				var before talaris.PoolStats
+				var before testhook.PoolStats
 				floodCloseRace(t, p, conns, it, func(c talaris.Conn, ev talaris.Event) int {
 					st := sts[c]
 					st.on(ev)
 					if st.chk.Count() == 1000 {
-						before = p.Stats()
+						before = testhook.Stats(p)
 					}
 					return st.chk.Count()
 				})
@@ -282,7 +283,7 @@ func TestMinWaitCloseRace(t *testing.T) {
 						t.Errorf("conn %d: %v", i, st.err)
 					}
 				}
-				after := p.Stats()
+				after := testhook.Stats(p)
 				if after.MinWaits < before.MinWaits || after.Events < before.Events {
 					t.Errorf("stats went back after Close: %+v, before %+v", after, before)
 				}
@@ -304,7 +305,7 @@ func TestMinWaitFloodReset(t *testing.T) {
 	for _, tr := range mwTransports(plain, secure) {
 		for _, rst := range []bool{false, true} {
 			t.Run(fmt.Sprint(tr.name, "/rst=", rst), func(t *testing.T) {
-				p := newTestPool(t, talaris.Config{MinWait: testMinWait}, hangGuard)
+				p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}, hangGuard)
 				path := "/drop" + strings.TrimPrefix(spec.path(), "/stream")
 				if rst && tr.opts != nil {
 					path += "&trunc=1&rst=1" // the TCP reset under the TLS session
@@ -335,16 +336,16 @@ func TestMinWaitFloodReset(t *testing.T) {
 // ErrInvalidConfig.
 func TestMinWaitConfig(t *testing.T) {
 	for _, cfg := range []talaris.Config{
-		{MinWait: 500 * time.Nanosecond},
-		{MinWait: 2 * time.Second},
-		{MinWait: testMinWait, MinWaitCompletions: 1},
-		{MinWaitCompletions: -3},
+		{Tuning: talaris.Tuning{MinWait: 500 * time.Nanosecond}},
+		{Tuning: talaris.Tuning{MinWait: 2 * time.Second}},
+		testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{MinWait: testMinWait}}, testhook.Knobs{MinWaitCompletions: 1}),
+		testhook.WithKnobs(talaris.Config{}, testhook.Knobs{MinWaitCompletions: -3}),
 	} {
 		if p, err := talaris.NewPool(cfg); !errors.Is(err, talaris.ErrInvalidConfig) {
 			if p != nil {
 				p.Close()
 			}
-			t.Errorf("NewPool(MinWait %v, MinWaitCompletions %d): %v, want ErrInvalidConfig", cfg.MinWait, cfg.MinWaitCompletions, err)
+			t.Errorf("NewPool(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
 }

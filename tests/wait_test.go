@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// The pump's reply doorbell (Config.ReplyDoorbell; docs/ARCHITECTURE.md,
+// The pump's reply doorbell (testhook.Knobs.ReplyDoorbell; docs/ARCHITECTURE.md,
 // "Wait strategies"): after a direct send the pump sleeps in epoll on the
 // socket and the loop's eventfd. These tests run a real gorilla server whose
 // echo comes 1 ms late, so the pump has given up spinning and sleeps on the
@@ -35,12 +36,12 @@ func TestReplyDoorbell(t *testing.T) {
 		opts     *talaris.DialOptions
 		wantBell bool
 	}{
-		{"bell/ws", talaris.Config{ReplyDoorbell: true}, url, nil, true},
+		{"bell/ws", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), url, nil, true},
 		{"default/ws", talaris.Config{}, url, nil, false},
-		{"bell-nodirect/ws", talaris.Config{ReplyDoorbell: true, NoDirectSend: true}, url, nil, false},
-		{"bell-block/ws", talaris.Config{ReplyDoorbell: true, LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, url, nil, false},
+		{"bell-nodirect/ws", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, testhook.Knobs{ReplyDoorbell: true}), url, nil, false},
+		{"bell-block/ws", testhook.WithKnobs(talaris.Config{Wait: talaris.WaitBlock}, testhook.Knobs{ReplyDoorbell: true}), url, nil, false},
 		// wss sends go through the loop: no direct send, no doorbell.
-		{"bell/wss", talaris.Config{ReplyDoorbell: true}, secure, tlsOpts, false},
+		{"bell/wss", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), secure, tlsOpts, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c := dialOpts(t, tc.cfg, tc.url, tc.opts)
@@ -48,7 +49,7 @@ func TestReplyDoorbell(t *testing.T) {
 			if seen, err := pingPong(p, c, n); err != nil || seen != n {
 				t.Fatalf("%d/%d echoes: %v", seen, n, err)
 			}
-			st := p.Stats()
+			st := testhook.Stats(p)
 			t.Logf("pump sleeps %d, on the doorbell %d, rung by the socket %d", st.PumpSleeps, st.BellSleeps, st.BellRings)
 			if tc.wantBell && st.BellSleeps == 0 {
 				t.Fatalf("the pump never slept on its doorbell (%d sleeps) over %d replies 1 ms apart", st.PumpSleeps, n)
@@ -67,7 +68,7 @@ func TestReplyDoorbell(t *testing.T) {
 func TestReplyDoorbellCloseRace(t *testing.T) {
 	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
 	for i := 0; i < 16; i++ {
-		p := newTestPool(t, talaris.Config{ReplyDoorbell: true}, hangGuard)
+		p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), hangGuard)
 		ctx, cancel := dialCtx(t)
 		c, err := p.Dial(ctx, url, nil)
 		cancel()
@@ -87,7 +88,7 @@ func TestReplyDoorbellCloseRace(t *testing.T) {
 func TestReplyDoorbellPeerEnds(t *testing.T) {
 	t.Run("reset", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellReset, 20)
-		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true}, url)
+		p, c := bellDial(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), url)
 		seen, err := pingPong(p, c, 1<<30)
 		// The answer to echo 20 meets the reset (ErrClosed) or goes out
 		// before it; either way the pump then takes the final event.
@@ -106,7 +107,7 @@ func TestReplyDoorbellPeerEnds(t *testing.T) {
 	})
 	t.Run("stop-reading", func(t *testing.T) {
 		url := delayedEcho(t, time.Millisecond, bellStopRead, 20)
-		p, c := bellDial(t, talaris.Config{ReplyDoorbell: true, CloseTimeout: 200 * time.Millisecond}, url) // the silent peer never answers our close
+		p, c := bellDial(t, testhook.WithKnobs(talaris.Config{CloseTimeout: 200 * time.Millisecond}, testhook.Knobs{ReplyDoorbell: true}), url) // the silent peer never answers our close
 		go func() {
 			// Ping-pong until the peer goes silent, then close once the
 			// pump has been asleep a while.
@@ -137,7 +138,7 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 	url := delayedEcho(t, time.Millisecond, bellEcho, 0)
 	var base float64
 	for _, bell := range []bool{false, true} {
-		p, c := bellDial(t, talaris.Config{ReplyDoorbell: bell}, url)
+		p, c := bellDial(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: bell}), url)
 		msg := make([]byte, 64)
 		got := false
 		fn := func(talaris.Conn, talaris.Opcode, []byte) { got = true }
@@ -152,9 +153,9 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 			}
 		}
 		round() // the socket joins the doorbell, the frame buffer grows
-		cgo0, sleeps0 := runtime.NumCgoCall(), p.Stats().BellSleeps
+		cgo0, sleeps0 := runtime.NumCgoCall(), testhook.Stats(p).BellSleeps
 		allocs := testing.AllocsPerRun(50, round)
-		cgo, sleeps := runtime.NumCgoCall()-cgo0, p.Stats().BellSleeps-sleeps0
+		cgo, sleeps := runtime.NumCgoCall()-cgo0, testhook.Stats(p).BellSleeps-sleeps0
 		if fail != nil {
 			t.Fatal(fail)
 		}
@@ -170,7 +171,7 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 	}
 }
 
-// The reply spin (Config.ReplySpin; docs/ARCHITECTURE.md, "The reply
+// The reply spin (Config.Tuning.ReplySpin; docs/ARCHITECTURE.md, "The reply
 // spin"): after a send, the pump and the loop spin for the answer instead
 // of sleeping, while the send is unanswered and answers have been coming
 // within ReplySpin. Real gorilla servers on loopback: a fast echo (the
@@ -183,8 +184,8 @@ func TestReplySpin(t *testing.T) {
 	fast := wstest.NewGorilla().Start(t).URL + "/echo"
 	secure := wstest.NewGorilla().StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0)).URL + "/echo"
 	late := delayedEcho(t, 2*time.Millisecond, bellEcho, 0)
-	spun := func(st talaris.PoolStats) bool { return st.ReplySpins > 0 }
-	never := func(st talaris.PoolStats) bool { return st.ReplySpins == 0 && st.ReplyLate == 0 }
+	spun := func(st testhook.PoolStats) bool { return st.ReplySpins > 0 }
+	never := func(st testhook.PoolStats) bool { return st.ReplySpins == 0 && st.ReplyLate == 0 }
 	// The latch, in bounds no scheduling can break. Each echo comes at
 	// least 2 ms (> ReplySpin, 300 us) after the send's stamp, which is
 	// taken before its bytes go (direct_linux.go, cmdring_linux.go): no
@@ -195,20 +196,20 @@ func TestReplySpin(t *testing.T) {
 	// the answer (1 spin, 0 late: the late answer turns it off) or reach
 	// the ring after the answer came (no spin: the same). Without the
 	// latch, every one of the 50 sends would spin.
-	latched := func(st talaris.PoolStats) bool { return st.ReplySpins <= 1 && st.ReplyLate <= st.ReplySpins }
+	latched := func(st testhook.PoolStats) bool { return st.ReplySpins <= 1 && st.ReplyLate <= st.ReplySpins }
 	for _, tc := range []struct {
 		name string
 		cfg  talaris.Config
 		url  string
 		opts *talaris.DialOptions
-		want func(talaris.PoolStats) bool
+		want func(testhook.PoolStats) bool
 		what string
 	}{
 		{"default/ws", talaris.Config{}, fast, nil, spun, "ReplySpins > 0"},
 		{"default/wss", talaris.Config{}, secure, tlsOpts, spun, "ReplySpins > 0"},
-		{"nodirect/ws", talaris.Config{NoDirectSend: true}, fast, nil, spun, "ReplySpins > 0"},
-		{"off/ws", talaris.Config{ReplySpin: -1}, fast, nil, never, "no reply spin"},
-		{"block/ws", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}, fast, nil, never, "no reply spin"},
+		{"nodirect/ws", talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, fast, nil, spun, "ReplySpins > 0"},
+		{"off/ws", talaris.Config{Tuning: talaris.Tuning{ReplySpin: -1}}, fast, nil, never, "no reply spin"},
+		{"block/ws", talaris.Config{Wait: talaris.WaitBlock}, fast, nil, never, "no reply spin"},
 		{"late/ws", talaris.Config{}, late, nil, latched, "at most the first of 50 sends spins"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,7 +221,7 @@ func TestReplySpin(t *testing.T) {
 			if seen, err := pingPong(p, c, n); err != nil || seen != n {
 				t.Fatalf("%d/%d echoes: %v", seen, n, err)
 			}
-			st := p.Stats()
+			st := testhook.Stats(p)
 			t.Logf("%d round trips: %d reply spins, %d ended empty, %d pump sleeps", n, st.ReplySpins, st.ReplyLate, st.PumpSleeps)
 			if !tc.want(st) {
 				t.Fatalf("want %s: ReplySpins %d, ReplyLate %d", tc.what, st.ReplySpins, st.ReplyLate)
@@ -238,7 +239,7 @@ func TestReplySpinCloseRace(t *testing.T) {
 	for _, after := range []int{0, 5} {
 		url := delayedEcho(t, 0, bellStopRead, after)
 		for i := 0; i < 12; i++ {
-			p, c := bellDial(t, talaris.Config{ReplySpin: 10 * time.Millisecond, CloseTimeout: 100 * time.Millisecond}, url)
+			p, c := bellDial(t, talaris.Config{CloseTimeout: 100 * time.Millisecond, Tuning: talaris.Tuning{ReplySpin: 10 * time.Millisecond}}, url)
 			// 0..2.2 ms: inside the 10 ms spin, at its start or later.
 			pingPongCloseRace(t, p, c, i, time.Duration(i)*200*time.Microsecond)
 		}
@@ -256,10 +257,10 @@ func TestReplySpinCloseRace(t *testing.T) {
 // against 22.)
 func TestReplySpinSilentPeerCPU(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)
-	run := func(spin time.Duration) (used, wall time.Duration, st talaris.PoolStats) {
+	run := func(spin time.Duration) (used, wall time.Duration, st testhook.PoolStats) {
 		// Sends through the loop: each wakes it, so it reaches its reply
 		// spin on every send (a direct send leaves a sleeping loop asleep).
-		p, c := bellDial(t, talaris.Config{ReplySpin: spin, NoDirectSend: true}, srv.URL+"/collect")
+		p, c := bellDial(t, talaris.Config{Tuning: talaris.Tuning{ReplySpin: spin, NoDirectSend: true}}, srv.URL+"/collect")
 		done := make(chan error, 1)
 		go func() {
 			for {
@@ -285,7 +286,7 @@ func TestReplySpinSilentPeerCPU(t *testing.T) {
 		if err := <-done; !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Fatalf("pump: %v", err)
 		}
-		return used, wall, p.Stats()
+		return used, wall, testhook.Stats(p)
 	}
 	offUsed, offWall, _ := run(-1)
 	used, wall, st := run(2 * time.Millisecond)
@@ -306,16 +307,16 @@ func TestRingFlagsAndWaits(t *testing.T) {
 		cfg  talaris.Config
 	}{
 		{"default", talaris.Config{}},
-		{"no-flags", talaris.Config{RingFlags: talaris.RingFlagsNone}},
-		{"coop-taskrun", talaris.Config{RingFlags: talaris.RingCoopTaskrun | talaris.RingTaskrunFlag}},
-		{"single-issuer", talaris.Config{RingFlags: talaris.RingSingleIssuer}},
-		{"sqpoll", talaris.Config{RingFlags: talaris.RingSQPoll, SQPollIdle: 2 * time.Millisecond}},
-		{"sqpoll-aff", talaris.Config{RingFlags: talaris.RingSQPoll | talaris.RingSQAff, SQPollCPU: 0}},
-		{"wait-block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
-		{"wait-spin", talaris.Config{LoopWait: talaris.WaitSpin, ConsumerWait: talaris.WaitSpin}},
-		{"wait-spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
-		{"wait-adaptive", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive}},
-		{"pinned-loop", talaris.Config{LoopCPU: 0, LoopCPUSet: true}},
+		{"no-flags", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingFlagsNone})},
+		{"coop-taskrun", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingCoopTaskrun | testhook.RingTaskrunFlag})},
+		{"single-issuer", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingSingleIssuer})},
+		{"sqpoll", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingSQPoll, SQPollIdle: 2 * time.Millisecond})},
+		{"sqpoll-aff", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{RingFlags: testhook.RingSQPoll | testhook.RingSQAff, SQPollCPU: 0})},
+		{"wait-block", talaris.Config{Wait: talaris.WaitBlock}},
+		{"wait-spin", talaris.Config{Wait: talaris.WaitSpin}},
+		{"wait-spin-then-block", talaris.Config{Wait: talaris.WaitSpinThenBlock, SpinTime: 20 * time.Microsecond}},
+		{"wait-adaptive", talaris.Config{Wait: talaris.WaitAdaptive}},
+		{"pinned-loop", talaris.Config{LoopCPUs: []int{0}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -372,22 +373,22 @@ var waitConfigs = []struct {
 }{
 	{"default", talaris.Config{}},
 	// The default with the reply doorbell (the pump sleeps in epoll on the socket after a direct send).
-	{"bell", talaris.Config{ReplyDoorbell: true}},
+	{"bell", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true})},
 	// The default without the reply spin, and with one long enough to
-	// stay on for the whole test (Config.ReplySpin).
-	{"noreplyspin", talaris.Config{ReplySpin: -1}},
-	{"replyspin-10ms", talaris.Config{ReplySpin: 10 * time.Millisecond}},
-	// The default with the loop's minimum-wait batching on (Config.MinWait:
+	// stay on for the whole test (Config.Tuning.ReplySpin).
+	{"noreplyspin", talaris.Config{Tuning: talaris.Tuning{ReplySpin: -1}}},
+	{"replyspin-10ms", talaris.Config{Tuning: talaris.Tuning{ReplySpin: 10 * time.Millisecond}}},
+	// The default with the loop's minimum-wait batching on (Config.Tuning.MinWait:
 	// a ping-pong never takes it, TestMinWaitNotTakenAtLowRates).
-	{"minwait", talaris.Config{MinWait: 50 * time.Microsecond}},
-	{"adaptive", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive}},
+	{"minwait", talaris.Config{Tuning: talaris.Tuning{MinWait: 50 * time.Microsecond}}},
+	{"adaptive", talaris.Config{Wait: talaris.WaitAdaptive}},
 	// A long SpinTime keeps both adaptive spins on for the whole test.
-	{"adaptive-1ms", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive, SpinTime: time.Millisecond}},
+	{"adaptive-1ms", talaris.Config{Wait: talaris.WaitAdaptive, SpinTime: time.Millisecond}},
 	// Replies never come in time: the spins switch off and stay off.
-	{"adaptive-1us", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive, SpinTime: time.Microsecond}},
-	{"adaptive-loop-only", talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitBlock}},
-	{"block", talaris.Config{LoopWait: talaris.WaitBlock, ConsumerWait: talaris.WaitBlock}},
-	{"spin-then-block", talaris.Config{LoopWait: talaris.WaitSpinThenBlock, ConsumerWait: talaris.WaitSpinThenBlock}},
+	{"adaptive-1us", talaris.Config{Wait: talaris.WaitAdaptive, SpinTime: time.Microsecond}},
+	{"adaptive-loop-only", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{LoopWait: int(talaris.WaitAdaptive) + 1, ConsumerWait: int(talaris.WaitBlock) + 1})},
+	{"block", talaris.Config{Wait: talaris.WaitBlock}},
+	{"spin-then-block", talaris.Config{Wait: talaris.WaitSpinThenBlock}},
 }
 
 func TestWaitEchoFromCallback(t *testing.T) {
@@ -436,7 +437,7 @@ func TestWaitCloseRace(t *testing.T) {
 	}{{"ws", plain.URL, nil}, {"wss", secure.URL, tlsOpts}} {
 		t.Run(tr.name, func(t *testing.T) {
 			for i := 0; i < 20; i++ {
-				p, err := talaris.NewPool(talaris.Config{LoopWait: talaris.WaitAdaptive, ConsumerWait: talaris.WaitAdaptive})
+				p, err := talaris.NewPool(talaris.Config{Wait: talaris.WaitAdaptive})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -486,10 +487,10 @@ func TestDefaultWaitIdleCPU(t *testing.T) {
 		}
 	}()
 	time.Sleep(100 * time.Millisecond) // let the last spin run out
-	c0, s0 := cpuTime(), p.Stats().PumpSleeps
+	c0, s0 := cpuTime(), testhook.Stats(p).PumpSleeps
 	const idle = 2 * time.Second
 	time.Sleep(idle)
-	used, sleeps := cpuTime()-c0, p.Stats().PumpSleeps-s0
+	used, sleeps := cpuTime()-c0, testhook.Stats(p).PumpSleeps-s0
 	p.Close()
 	if err := <-done; !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Fatalf("pump: %v", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 type bench struct {
@@ -438,7 +439,7 @@ func (b *bench) plan() []job {
 		if want("talaris") {
 			for _, v := range tvs {
 				lr.rounds = append(lr.rounds, latRound{"talaris/" + v.name,
-					func(d time.Duration, h *hdrhistogram.Histogram, st *talaris.PoolStats) (Result, error) {
+					func(d time.Duration, h *hdrhistogram.Histogram, st *testhook.PoolStats) (Result, error) {
 						return b.talLatencyRound(wl, v, url, d, h, st)
 					}})
 			}
@@ -446,7 +447,7 @@ func (b *bench) plan() []job {
 		for _, p := range goPeers {
 			if want(p.name) {
 				lr.rounds = append(lr.rounds, latRound{p.name,
-					func(d time.Duration, h *hdrhistogram.Histogram, _ *talaris.PoolStats) (Result, error) {
+					func(d time.Duration, h *hdrhistogram.Histogram, _ *testhook.PoolStats) (Result, error) {
 						return b.peerLatencyRound(wl, p, url, d, h)
 					}})
 			}

@@ -12,15 +12,18 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
-	cfg := talaris.Config{LoopWait: v.loop, ConsumerWait: v.cons, SpinTime: v.spinTime, RingFlags: v.ringFlags, EventRingSize: v.evRing,
-		SampleEvery: sampleEvery, MaxConnPendingEvents: v.connEvents, NoDirectSend: v.noDirect, ReplyDoorbell: v.bell, Loops: v.loops,
-		NoRecvBundle: v.noBundle, NoTLSRecordLayer: v.noTLSRec, TLSLibraryGCM: v.libGCM, ReplySpin: v.replySpin, InlineLoop: v.inline,
-		MinWait: v.minWait, MinWaitCompletions: v.minWaitN, BufSize: v.bufSize, BufCount: v.bufCount}
+	cfg := talaris.Config{SpinTime: v.spinTime, SampleEvery: sampleEvery, Loops: v.loops, BufSize: v.bufSize, BufCount: v.bufCount,
+		Tuning: talaris.Tuning{NoDirectSend: v.noDirect, NoTLSRecordLayer: v.noTLSRec, NoOwnGCM: v.libGCM, ReplySpin: v.replySpin,
+			InlineLoop: v.inline, MinWait: v.minWait}}
+	testhook.SetKnobs(&cfg, &testhook.Knobs{LoopWait: int(v.loop) + 1, ConsumerWait: int(v.cons) + 1, RingFlags: v.ringFlags,
+		EventRingSize: v.evRing, MaxConnPendingEvents: v.connEvents, ReplyDoorbell: v.bell, NoRecvBundle: v.noBundle,
+		MinWaitCompletions: v.minWaitN})
 	if b.loopCPU >= 0 {
-		cfg.LoopCPU, cfg.LoopCPUSet = b.loopCPU, true
+		cfg.LoopCPUs = []int{b.loopCPU}
 	}
 	return talaris.NewPool(cfg)
 }
@@ -58,7 +61,7 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 	var f0, b0 uint64
 	var c0 float64
 	var t0 time.Time
-	var st0 talaris.PoolStats
+	var st0 testhook.PoolStats
 	var th0 []taskCPU
 	var s0 float64
 	for {
@@ -71,12 +74,12 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 				th0 = tasksCPU()
 				s0 = b.feed.cpu()
 				f0, b0, c0, t0 = frames, nbytes, cpuSeconds(), now
-				st0 = p.Stats()
+				st0 = testhook.Stats(p)
 			}
 		} else if now.After(end) {
 			r := Result{Frames: frames - f0, Bytes: nbytes - b0, Secs: now.Sub(t0).Seconds(), CPUSecs: cpuSeconds() - c0,
 				ServerCPUSecs: serverDelta(s0, b.feed.cpu()),
-				Note:          strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, p.Stats(), frames-f0), "; ")}
+				Note:          strings.TrimPrefix(stageNote(p)+"; "+waitNote(st0, testhook.Stats(p), frames-f0), "; ")}
 			threadSplit(&r, tasksDelta(th0, tasksCPU()), pumpTid, false)
 			return r, nil
 		}
@@ -86,8 +89,8 @@ func (b *bench) talIngress(v talVariant, url string, conns int, opts *talaris.Di
 // waitNote says, per thousand messages, how often the loop held a
 // connection at its share of the ring, was woken, and the pump slept, and
 // how many batches, completions, recv re-arms and batched loop waits
-// (Config.MinWait) they took.
-func waitNote(a, b talaris.PoolStats, msgs uint64) string {
+// (Config.Tuning.MinWait) they took.
+func waitNote(a, b testhook.PoolStats, msgs uint64) string {
 	k := float64(max(msgs, 1)) / 1000
 	return fmt.Sprintf("per 1000 messages: %.2f fair holds, %.2f loop wakes, %.2f pump sleeps, %.2f batches, %.2f completions, %.2f re-arms, %.2f min-waits",
 		float64(b.FairHolds-a.FairHolds)/k, float64(b.LoopWakes-a.LoopWakes)/k, float64(b.PumpSleeps-a.PumpSleeps)/k,
@@ -136,7 +139,7 @@ func talDialAll(p *talaris.Pool, url string, opts *talaris.DialOptions, n int) (
 // deadlocks when the loop holds final events that no longer fit in a full
 // event ring (a core bug, see the report), so every connection is closed
 // first while the ring keeps being drained, and Close itself is bounded.
-// An inline pool (Config.InlineLoop) is closed on this goroutine, the one
+// An inline pool (Config.Tuning.InlineLoop) is closed on this goroutine, the one
 // that made it: its Close runs the close handshakes here (bounded by
 // CloseTimeout) and unlocks the goroutine from its OS thread; from another
 // goroutine this one would stay locked, and every later row's wake-ups of

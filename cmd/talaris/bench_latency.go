@@ -12,6 +12,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 func nowNano() int64 { return time.Now().UnixNano() }
@@ -20,7 +21,7 @@ func nowNano() int64 { return time.Now().UnixNano() }
 // duration (the tests' entry; the bench runs latRounds).
 func (b *bench) talLatency(wl string, v talVariant, url string) (Result, error) {
 	return oneRound(func(h *hdrhistogram.Histogram) (Result, error) {
-		return b.talLatencyRound(wl, v, url, b.wlDur(wl), h, &talaris.PoolStats{})
+		return b.talLatencyRound(wl, v, url, b.wlDur(wl), h, &testhook.PoolStats{})
 	})
 }
 
@@ -46,7 +47,7 @@ func (b *bench) wlDur(wl string) time.Duration {
 // recording into h and adding the Pool's wait counters over the window to
 // *st. The Result holds frames, seconds and CPU, not h's figures.
 func (b *bench) talLatencyRound(wl string, v talVariant, url string, d time.Duration, h *hdrhistogram.Histogram,
-	st *talaris.PoolStats) (Result, error) {
+	st *testhook.PoolStats) (Result, error) {
 	p, err := b.talPool(v, 0)
 	if err != nil {
 		return Result{}, err
@@ -64,7 +65,7 @@ func (b *bench) talLatencyRound(wl string, v talVariant, url string, d time.Dura
 	var frames uint64
 	var c0 float64
 	var t0rec time.Time
-	var st0 talaris.PoolStats
+	var st0 testhook.PoolStats
 	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) {
 		got = true
 		if recording && wl == "latency" && len(pl) >= 16 {
@@ -78,7 +79,7 @@ func (b *bench) talLatencyRound(wl string, v talVariant, url string, d time.Dura
 	for {
 		now := time.Now()
 		if !recording && now.After(warmEnd) {
-			recording, c0, t0rec, st0 = true, cpuSeconds(), now, p.Stats()
+			recording, c0, t0rec, st0 = true, cpuSeconds(), now, testhook.Stats(p)
 		}
 		// A stall under load (a descheduled VM, a busy box: seen at 300 ms)
 		// can straddle the window, a round trip or one pump call for the
@@ -113,8 +114,8 @@ func (b *bench) talLatencyRound(wl string, v talVariant, url string, d time.Dura
 	r := Result{Frames: frames, Bytes: frames * 64}
 	if recording {
 		r.Secs, r.CPUSecs = time.Since(t0rec).Seconds(), cpuSeconds()-c0
-		addWaits(st, st0, p.Stats())
-		r.Note = waitNote(talaris.PoolStats{}, *st, frames)
+		addWaits(st, st0, testhook.Stats(p))
+		r.Note = waitNote(testhook.PoolStats{}, *st, frames)
 	}
 	return r, nil
 }
@@ -196,7 +197,7 @@ func (b *bench) peerLatencyRound(wl string, p goPeer, url string, d time.Duratio
 }
 
 // addWaits adds the wait counters waitNote reads, from a to b, to *sum.
-func addWaits(sum *talaris.PoolStats, a, b talaris.PoolStats) {
+func addWaits(sum *testhook.PoolStats, a, b testhook.PoolStats) {
 	sum.FairHolds += b.FairHolds - a.FairHolds
 	sum.LoopWakes += b.LoopWakes - a.LoopWakes
 	sum.PumpSleeps += b.PumpSleeps - a.PumpSleeps
@@ -211,7 +212,7 @@ func addWaits(sum *talaris.PoolStats, a, b talaris.PoolStats) {
 // to *st).
 type latRound struct {
 	client string
-	run    func(d time.Duration, h *hdrhistogram.Histogram, st *talaris.PoolStats) (Result, error)
+	run    func(d time.Duration, h *hdrhistogram.Histogram, st *testhook.PoolStats) (Result, error)
 }
 
 // latRounds runs a latency or rtt workload's in-process clients in n
@@ -237,9 +238,9 @@ func (l *latRounds) result(client string) (Result, error) {
 		l.res = map[string]Result{}
 		n := max(l.n, 1)
 		hs := map[string]*hdrhistogram.Histogram{}
-		sts := map[string]*talaris.PoolStats{}
+		sts := map[string]*testhook.PoolStats{}
 		for _, r := range l.rounds {
-			hs[r.client], sts[r.client] = newHist(), &talaris.PoolStats{}
+			hs[r.client], sts[r.client] = newHist(), &testhook.PoolStats{}
 		}
 		l.err = roundRobin(n, len(l.rounds), func(i int) (string, error) {
 			r := l.rounds[i]

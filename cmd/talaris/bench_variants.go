@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 type talVariant struct {
@@ -14,25 +15,25 @@ type talVariant struct {
 	loop, cons talaris.WaitStrategy
 	spin       bool          // pump with PumpSpin instead of PumpData
 	spinTime   time.Duration // Config.SpinTime (0: the default)
-	ringFlags  uint32        // Config.RingFlags (0: the default)
-	evRing     uint32        // Config.EventRingSize (0: the default)
-	connEvents uint32        // Config.MaxConnPendingEvents (0: the default)
-	noDirect   bool          // Config.NoDirectSend
-	bell       bool          // Config.ReplyDoorbell
+	ringFlags  uint32        // testhook.Knobs.RingFlags (0: the default)
+	evRing     uint32        // testhook.Knobs.EventRingSize (0: the default)
+	connEvents uint32        // testhook.Knobs.MaxConnPendingEvents (0: the default)
+	noDirect   bool          // Config.Tuning.NoDirectSend
+	bell       bool          // testhook.Knobs.ReplyDoorbell
 	loops      int           // Config.Loops (0: the default)
-	noBundle   bool          // Config.NoRecvBundle
-	noTLSRec   bool          // Config.NoTLSRecordLayer
-	libGCM     bool          // Config.TLSLibraryGCM
-	replySpin  time.Duration // Config.ReplySpin (0: the default)
-	inline     bool          // Config.InlineLoop
-	minWait    time.Duration // Config.MinWait (0: the default; negative: off)
-	minWaitN   int           // Config.MinWaitCompletions (0: the default)
+	noBundle   bool          // testhook.Knobs.NoRecvBundle
+	noTLSRec   bool          // Config.Tuning.NoTLSRecordLayer
+	libGCM     bool          // Config.Tuning.NoOwnGCM
+	replySpin  time.Duration // Config.Tuning.ReplySpin (0: the default)
+	inline     bool          // Config.Tuning.InlineLoop
+	minWait    time.Duration // Config.Tuning.MinWait (0: the default; negative: off)
+	minWaitN   int           // testhook.Knobs.MinWaitCompletions (0: the default)
 	bufSize    uint32        // Config.BufSize (0: the default)
 	bufCount   uint32        // Config.BufCount (0: the default)
 }
 
 // talVariants are the talaris configurations the bench can run (--variants).
-// "default" is the zero Config: whatever WaitDefault means on this machine.
+// "default" is the zero Config: Wait is WaitAdaptive, every Tuning switch at its default.
 var talVariants = []talVariant{
 	{name: "default"},
 	{name: "block", loop: talaris.WaitBlock, cons: talaris.WaitBlock},
@@ -51,7 +52,7 @@ var talVariants = []talVariant{
 	{name: "adaptive-loop", loop: talaris.WaitAdaptive, cons: talaris.WaitBlock},
 	{name: "loopspin", loop: talaris.WaitSpinThenBlock, cons: talaris.WaitBlock},
 	{name: "pumpspin", loop: talaris.WaitBlock, cons: talaris.WaitSpinThenBlock},
-	{name: "sqpoll", ringFlags: talaris.RingSQPoll | talaris.RingSingleIssuer},
+	{name: "sqpoll", ringFlags: testhook.RingSQPoll | testhook.RingSingleIssuer},
 	// The default with a 4096-event ring: how much of the orders
 	// workload's round trip is the flood queued ahead of the echo.
 	{name: "default-ring4k", evRing: 4096},
@@ -77,26 +78,26 @@ var talVariants = []talVariant{
 	{name: "loops2", loops: 2},
 	{name: "loops3", loops: 3},
 	{name: "loops4", loops: 4},
-	// The default without recv bundles (Config.NoRecvBundle).
+	// The default without recv bundles (testhook.Knobs.NoRecvBundle).
 	{name: "nobundle", noBundle: true},
 	// The default with every TLS record opened by the library's SSL_read
-	// (Config.NoTLSRecordLayer).
+	// (Config.Tuning.NoTLSRecordLayer).
 	{name: "notlsrec", noTLSRec: true},
 	// The record layer with the TLS library's AES-GCM instead of talaris'
-	// own VAES code (Config.TLSLibraryGCM).
+	// own VAES code (Config.Tuning.NoOwnGCM).
 	{name: "libgcm", libGCM: true},
 	// The default without the reply spin, or with another length
-	// (Config.ReplySpin).
+	// (Config.Tuning.ReplySpin).
 	{name: "noreplyspin", replySpin: -1},
 	{name: "replyspin100", replySpin: 100 * time.Microsecond},
 	{name: "replyspin1m", replySpin: time.Millisecond},
 	// The default with no loop thread: the pump goroutine runs the loop
-	// (Config.InlineLoop).
+	// (Config.Tuning.InlineLoop).
 	{name: "inline", inline: true},
 	{name: "inline-noreplyspin", inline: true, replySpin: -1},
 	// The default with the loop's minimum-wait batching off, or on with
-	// another wait or completion count (Config.MinWait,
-	// Config.MinWaitCompletions).
+	// another wait or completion count (Config.Tuning.MinWait,
+	// testhook.Knobs.MinWaitCompletions).
 	{name: "nominwait", minWait: -1},
 	{name: "minwait20", minWait: 20 * time.Microsecond},
 	{name: "minwait50", minWait: 50 * time.Microsecond},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 func demoMain(args []string) error {
@@ -55,7 +56,7 @@ func demoMain(args []string) error {
 
 	cfg := talaris.Config{SampleEvery: uint32(*sample), Name: "demo"}
 	if *loopCPU >= 0 {
-		cfg.LoopCPU, cfg.LoopCPUSet = *loopCPU, true
+		cfg.LoopCPUs = []int{*loopCPU}
 	}
 	pool, err := talaris.NewPool(cfg)
 	if err != nil {
@@ -139,7 +140,7 @@ func demoMain(args []string) error {
 		}
 	}
 	el := time.Since(start).Seconds()
-	ps := pool.Stats()
+	ps := testhook.Stats(pool)
 	fmt.Printf("\n\nsummary (%s, %d connections, %.1f s):\n", strings.ToUpper(scheme), len(cs), el)
 	fmt.Printf("  frames      %d (%.0f/s), %.1f MB (%.2f MB/s), sequence gaps %d\n", frames, float64(frames)/el, float64(nbytes)/1e6, float64(nbytes)/el/1e6, gaps)
 	fmt.Printf("  latency     p50 %.1f us  p99 %.1f us  p99.9 %.1f us  max %.1f us (one-way, server send stamp to callback)\n",

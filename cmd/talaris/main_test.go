@@ -16,6 +16,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testcerts"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 	"golang.org/x/sys/unix"
@@ -215,8 +216,8 @@ func TestBenchHarness(t *testing.T) {
 	}
 	// Latency rounds: interleaved, d/n each, samples and counts merged.
 	var order []string
-	rec := func(name string, v int64) func(time.Duration, *hdrhistogram.Histogram, *talaris.PoolStats) (Result, error) {
-		return func(d time.Duration, h *hdrhistogram.Histogram, st *talaris.PoolStats) (Result, error) {
+	rec := func(name string, v int64) func(time.Duration, *hdrhistogram.Histogram, *testhook.PoolStats) (Result, error) {
+		return func(d time.Duration, h *hdrhistogram.Histogram, st *testhook.PoolStats) (Result, error) {
 			order = append(order, name)
 			if d != 100*time.Millisecond {
 				t.Errorf("latRounds %s: a round of %v, want 100ms", name, d)

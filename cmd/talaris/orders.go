@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 const stuckMsg = 16 << 10 // message size sent to the peer that stopped reading
@@ -122,7 +123,7 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 	var c0, f0 float64
 	var t0 time.Time
 	var frames0 uint64
-	var st0 talaris.PoolStats
+	var st0 testhook.PoolStats
 	for i := uint64(0); ; i++ {
 		now := time.Now()
 		if !t0.IsZero() && now.Sub(t0) > b.ordersDur {
@@ -131,7 +132,7 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 		if t0.IsZero() && now.After(warmEnd) && sReady(now) {
 			t0, c0, frames0 = now, cpuSeconds(), fFrames
 			f0 = float64(sent.Load())
-			st0 = p.Stats()
+			st0 = testhook.Stats(p)
 		}
 		binary.LittleEndian.PutUint64(msg, i)
 		if err := o.SendBinary(msg); err != nil {
@@ -155,8 +156,8 @@ func (b *bench) talOrders(v talVariant) (res Result, rerr error) {
 		r.Note = fmt.Sprintf("flood %.2f M frames/s on F; S accepted %.1f MiB (%.1f MiB while measured), ErrWouldBlock %d times",
 			float64(fFrames-frames0)/r.Secs/1e6, float64(sent.Load())/(1<<20), (float64(sent.Load())-f0)/(1<<20), wouldBlock.Load())
 		// Per order: how often F was held at its share of the ring
-		// (Config.MaxConnPendingEvents), and the wake-ups each side took.
-		st, n := p.Stats(), float64(max(h.TotalCount(), 1))
+		// (testhook.Knobs.MaxConnPendingEvents), and the wake-ups each side took.
+		st, n := testhook.Stats(p), float64(max(h.TotalCount(), 1))
 		r.Note += fmt.Sprintf("; per order: %.1f fair holds, %.1f loop wakes, %.1f pump sleeps",
 			float64(st.FairHolds-st0.FairHolds)/n, float64(st.LoopWakes-st0.LoopWakes)/n, float64(st.PumpSleeps-st0.PumpSleeps)/n)
 	}

@@ -25,7 +25,7 @@ var PayloadOrigin func(pool any, b []byte) int
 
 // OwnGCM says whether this CPU runs talaris' own AES-GCM (csrc/gcm.h:
 // VAES and VPCLMULQDQ), which the TLS record layer then uses unless
-// Config.TLSLibraryGCM. Package talaris sets it (linux and cgo only; nil
+// Config.Tuning.NoOwnGCM. Package talaris sets it (linux and cgo only; nil
 // elsewhere).
 var OwnGCM func() bool
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/ws"
 )
 
@@ -756,7 +757,7 @@ func beyondCases() []*Case {
 			"(TLS back-pressure is covered by TestTLSIntegrity and the fault tests)",
 		Opts: Opts{Slow: true, Talaris: func(c *talaris.Config) {
 			c.MaxSendQueue = 256 << 10
-			c.EventRingSize = 256
+			testhook.SetKnobs(c, &testhook.Knobs{EventRingSize: 256})
 		}},
 		Want: Want{Msgs: []Frame{tm("end")}, AnyPongs: true, Check: func(o *Obs, r *Result) string {
 			var pings, blocked, kib int

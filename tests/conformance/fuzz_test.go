@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/ws"
 )
 
@@ -25,9 +26,7 @@ var fuzzPool struct {
 
 func sharedPool(t *testing.T) *talaris.Pool {
 	fuzzPool.once.Do(func() {
-		fuzzPool.p, fuzzPool.err = talaris.NewPool(talaris.Config{
-			MaxMessageSize: fuzzMax, ArenaSize: 1 << 20, EventRingSize: 1024, MaxConns: 4,
-		})
+		fuzzPool.p, fuzzPool.err = talaris.NewPool(testhook.WithKnobs(talaris.Config{MaxMessageSize: fuzzMax, ArenaSize: 1 << 20, MaxConns: 4}, testhook.Knobs{EventRingSize: 1024}))
 	})
 	if fuzzPool.err != nil {
 		t.Fatal(fuzzPool.err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 func init() {
@@ -57,7 +58,7 @@ func (tc talarisClient) Run(url string, o Opts) *Result {
 	// Hang guard: closing the pool makes Pump return ErrPoolClosed.
 	var hung atomic.Value
 	guard := time.AfterFunc(2*guardLong, func() {
-		hung.Store(fmt.Sprintf("hang guard fired: state %v, conn %+v, pool %+v", c.State(), c.Stats(), p.Stats()))
+		hung.Store(fmt.Sprintf("hang guard fired: state %v, conn %+v, pool %+v", c.State(), c.Stats(), testhook.Stats(p)))
 		p.Close()
 	})
 	defer guard.Stop()
@@ -126,7 +127,7 @@ func (tc talarisClient) Run(url string, o Opts) *Result {
 		r.Final += fmt.Sprintf(" (echo %d failed: %v)", r.Echoed, sendErr)
 	}
 	if o.Slow {
-		r.Notes = append(r.Notes, fmt.Sprintf("pool stats %+v", p.Stats()))
+		r.Notes = append(r.Notes, fmt.Sprintf("pool stats %+v", testhook.Stats(p)))
 	}
 	return r
 }

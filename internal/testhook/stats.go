@@ -1,0 +1,38 @@
+package testhook
+
+// PoolStats are a Pool's loop counters, the operational ones (also in
+// talaris.Metrics) and those of the experiments the tests and the bench
+// watch.
+type PoolStats struct {
+	Events     uint64 // events published to the ring
+	Batches    uint64 // tail publishes (events per batch = Events/Batches)
+	CQEs       uint64 // completions handled by the loop
+	Rearms     uint64 // multishot recvs re-armed after ending without F_MORE
+	NoBufs     uint64 // recvs ended by -ENOBUFS (buffer ring exhausted)
+	Stalls     uint64 // times the loop held input back because the ring or arena was full, or a connection had its share of it pending
+	LoopWakes  uint64 // times Go woke a sleeping loop
+	PumpSleeps uint64 // times Pump slept waiting for events
+	Reconnects uint64 // successful re-opens by reconnect policies, all connections
+	FairHolds  uint64 // times a connection was held at its share of the ring (Knobs.MaxConnPendingEvents/Bytes; also counted in Stalls)
+	TLSRecords uint64 // TLS application-data records opened by the own record layer
+	// TLSRecordsOwnGCM counts those of TLSRecords decrypted with the own
+	// AES-GCM, not the TLS library's.
+	TLSRecordsOwnGCM uint64
+	// BellSleeps counts the pump's sleeps on its reply doorbell (also
+	// counted in PumpSleeps); BellRings the wake-ups from them that a
+	// socket's data gave before the loop's publish (Knobs.ReplyDoorbell).
+	BellSleeps, BellRings uint64
+	// ReplySpins counts the pump's spins for the answer to a send
+	// (Tuning.ReplySpin); ReplyLate those that ended without one (each
+	// turns the reply spin off until an answer again comes in time).
+	ReplySpins, ReplyLate uint64
+	// MinWaits counts the loop's waits that were batched (Tuning.MinWait).
+	MinWaits uint64
+	// RecvRevived counts receives the loop's probe found silent on a
+	// ready socket and armed again (talaris.Metrics.RecvRevived).
+	RecvRevived uint64
+}
+
+// Stats returns the counters of *talaris.Pool pool. Package talaris sets
+// it (linux and cgo only; nil elsewhere).
+var Stats func(pool any) PoolStats
