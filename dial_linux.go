@@ -59,6 +59,7 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 		p.gens[s] = 1
 	}
 	p.refs[s] = refs
+	p.counted[s].Store(p.gens[s])
 	p.nconns.Add(1)
 	// The loop is done with this slot (its final event was consumed):
 	// reset what Go reads of it before the dial command goes out.
@@ -80,6 +81,14 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	d.bellKey.Store(0)
 	sh.sendMu.Unlock()
 	return s, p.gens[s], nil
+}
+
+// uncount takes slot's connection of generation gen out of ConnCount,
+// once: the first of its final event and its failed Dial does.
+func (p *Pool) uncount(slot, gen uint32) {
+	if p.counted[slot].CompareAndSwap(gen, 0) {
+		p.nconns.Add(-1)
+	}
 }
 
 // unref drops one reference to slot; the last frees it.
@@ -248,7 +257,7 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 	}
 	sh := p.shardOf[slot]
 	if rc := C.tl_dial_prepare(sh.loop, C.uint32_t(slot-sh.base), &dp); rc != 0 {
-		p.nconns.Add(-1)
+		p.uncount(slot, gen)
 		p.unref(slot)
 		return 0, 0, fmt.Errorf("%w: preparing the dial: %w", ErrDial, unix.Errno(-rc))
 	}
@@ -410,6 +419,9 @@ func (w *dialWait) outcome(s uint32) (Conn, error) {
 		p.quiet[slot].CompareAndSwap(gen, 0)
 		return w.c, nil
 	}
+	// The connection ended for the caller with this error: ConnCount no
+	// longer holds it, even while its quiet events wait for a pump.
+	p.uncount(slot, gen)
 	if !p.closed.Load() {
 		p.reapFailed(slot, gen)
 	}

@@ -137,10 +137,11 @@
 // Pump delivers every event to its EventFunc. PumpData, PumpSpin and
 // PumpNowait deliver data to their DataFunc and every other event to
 // Config.OnEvent, on the same goroutine and in order, so a consumer that
-// only pumps data still sees each open, close and error. PumpData never
-// blocks on a pool with no connection left: once the last connection's
+// only pumps data still sees each open, close and error. No blocking pump
+// waits on a pool with no connection left: once the last connection's
 // final event has been consumed (that event wakes it) it returns
-// ErrNoConns; ConnCount says how many connections have not ended.
+// ErrNoConns; ConnCount says how many connections have not ended (a
+// failed synchronous Dial's connection ended when Dial returned).
 //
 // Pool.Close may be called at any time from any goroutine, including a
 // pump callback: calls racing it return ErrPoolClosed (Conn.State

@@ -267,7 +267,7 @@ func (r *evConsumer) one(i uint64, fe EventFunc, fd DataFunc, fs StampedFunc) in
 		}
 	}
 	if pool != nil && e.flags&C.TL_EVF_FINAL != 0 {
-		pool.nconns.Add(-1)
+		pool.uncount(slot, uint32(e.gen))
 		pool.unref(slot)
 	}
 	return n

@@ -206,7 +206,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 				i = 0
 				continue
 			}
-			if fd != nil && p.nconns.Load() == 0 {
+			if p.nconns.Load() == 0 { // the end rule (see Pool.Pump)
 				// Nothing pending and no connection left to deliver
 				// anything: the last final event was just consumed (it
 				// woke us), or there never was one.
@@ -400,7 +400,7 @@ func (p *Pool) pumpInline(fe EventFunc, fd DataFunc, fs StampedFunc, mode C.int,
 			}
 			continue
 		}
-		if mode == C.TL_INLINE_BLOCK && fd != nil && p.nconns.Load() == 0 {
+		if mode == C.TL_INLINE_BLOCK && p.nconns.Load() == 0 { // the end rule (see Pool.Pump)
 			if C.tl_loop_inline_owner(loop) == 0 {
 				return 0, ErrNotLoopThread // (the cold path: the drive below says it otherwise)
 			}

@@ -43,8 +43,10 @@ func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
 // when the loop stopped.
 func (p *Pool) Close() error { return p.close() }
 
-// ConnCount returns the number of connections of the pool that have not
-// yet delivered their final event.
+// ConnCount returns the number of live connections: dialing, open,
+// closing or reconnecting. A connection leaves the count when its final
+// event is consumed, or, for a synchronous Dial that failed, when Dial
+// returns the error (whether or not anything pumps).
 func (p *Pool) ConnCount() int { return p.connCount() }
 
 // Dial connects, upgrades and returns an open connection, or the reason it
@@ -89,20 +91,22 @@ func (p *Pool) DialMemory() (Conn, error) { return p.dialMemory() }
 // and releases their payload memory when fn has returned for the whole
 // batch. It blocks until at least one event was delivered and returns how
 // many were. Only one goroutine may pump a Pool at a time; a second gets
-// ErrConcurrentPump. After Close it returns ErrPoolClosed.
+// ErrConcurrentPump.
+//
+// Every blocking pump (Pump, PumpData, PumpStamped) ends the same way. It
+// returns ErrPoolClosed once Close ran, and ErrNoConns instead of blocking
+// when nothing is pending and the pool has no connection left (ConnCount
+// is 0): none was dialed, or the last one's final event was just consumed
+// (that event wakes a sleeping pump). A Dial or DialAsync counts from the
+// moment it is called, so a program dials, then pumps; a connection that
+// reconnects counts until its policy gives up.
 func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, nil) }
 
 // PumpData is Pump for data messages: open, ping, pong, close and error
 // events go to Config.OnEvent, in order with the data, or are consumed
 // without a callback when it is nil (pings were answered by the loop
 // already). It blocks until at least one callback ran and returns how
-// many did.
-//
-// It returns ErrNoConns instead of blocking when nothing is pending and
-// the pool has no connection left (ConnCount is 0): none was dialed, or
-// the last one's final event was just consumed (that event wakes a
-// sleeping PumpData). A Dial or DialAsync counts from the moment it is
-// called. Pump, by contrast, blocks until Close.
+// many did. It ends as Pump does.
 func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn, nil) }
 
 // PumpSpin busy-polls the ring up to iters times and delivers the first
@@ -122,7 +126,7 @@ func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(n
 // caller can relate its own clock (an exchange timestamp, say) to the
 // moment the kernel handed over the bytes. It blocks until at least one
 // message was delivered, allocates nothing per message, and records the
-// sampled messages in Metrics like the other pumps.
+// sampled messages in Metrics like the other pumps. It ends as Pump does.
 func (p *Pool) PumpStamped(fn StampedFunc) (int, error) { return p.pumpStamped(fn) }
 
 // Metrics returns the pool's stage latency histograms, cumulative since

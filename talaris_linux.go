@@ -166,7 +166,12 @@ type pool struct {
 	// pub[s] is global slot s's public block in its shard's loop
 	pub []*C.struct_tl_conn_pub
 
+	// nconns is ConnCount: the connections that have not ended. counted[s]
+	// is the generation slot s is counted for (0: not counted), so that a
+	// connection leaves the count once (uncount), whichever comes first:
+	// its final event consumed, or its synchronous Dial returning the error.
 	nconns  atomic.Int32
+	counted []atomic.Uint32
 	pumping atomic.Int32
 
 	// inlineAff is the CPU mask the thread of an inline loop had before
@@ -351,6 +356,7 @@ func newPool(cfg Config) (*Pool, error) {
 	p.gens = make([]uint32, d.MaxConns)
 	p.refs = make([]int32, d.MaxConns)
 	p.quiet = make([]atomic.Uint32, d.MaxConns)
+	p.counted = make([]atomic.Uint32, d.MaxConns)
 	p.drained = make(chan struct{})
 	return p, nil
 }

@@ -1,6 +1,7 @@
 package talaris
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -143,6 +144,20 @@ func (o *TLSOptions) policy() (*tlsPolicy, error) {
 	if err := pol.loadClientCert(o); err != nil {
 		return nil, err
 	}
+	// The roots file is read here, once per dial, so that a missing or
+	// unreadable file is an error naming it and the OS's reason (the
+	// digest below needs its bytes anyway); the loop loads it again.
+	var caFile []byte
+	if o.RootCAFile != "" {
+		b, err := os.ReadFile(o.RootCAFile)
+		if err != nil {
+			return nil, tlsConfigErr("RootCAFile: %v", err)
+		}
+		if !bytes.Contains(b, []byte("-----BEGIN CERTIFICATE-----")) {
+			return nil, tlsConfigErr("RootCAFile: %s holds no PEM certificate", o.RootCAFile)
+		}
+		caFile = b
+	}
 
 	// The digest keys the session cache: a session made under one set of
 	// trust settings is never offered under another (a resumed handshake
@@ -156,8 +171,7 @@ func (o *TLSOptions) policy() (*tlsPolicy, error) {
 	}
 	field([]byte(o.RootCAFile))
 	if o.RootCAFile != "" {
-		b, _ := os.ReadFile(o.RootCAFile)
-		field(b)
+		field(caFile)
 	}
 	field(o.RootCAPEM)
 	if o.InsecureSkipVerify {

@@ -93,6 +93,23 @@ func TestHandshakeError(t *testing.T) {
 		// whole seconds in the header, and the test may be slow
 		checkHandshake429(t, err, body, time.Second, 5*time.Second)
 	})
+	t.Run("plain-to-tls-server", func(t *testing.T) {
+		// ws:// to an https server: Go's server answers the plain
+		// request with an HTTP/1.0 400 and a body saying why; the
+		// HandshakeError carries both.
+		srv := httptest.NewTLSServer(http.NotFoundHandler())
+		defer srv.Close()
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		_, err := p.Dial(ctx, "ws://"+srv.Listener.Addr().String()+"/", nil)
+		var he *talaris.HandshakeError
+		if !errors.As(err, &he) {
+			t.Fatalf("error %v (%T) is not a *HandshakeError", err, err)
+		}
+		if he.StatusCode != 400 || !strings.Contains(string(he.Body), "HTTP request to an HTTPS server") {
+			t.Errorf("StatusCode %d Body %q, want 400 and Go's plain-to-TLS text", he.StatusCode, he.Body)
+		}
+	})
 	t.Run("absent-and-async", func(t *testing.T) {
 		srv := refusing429(t, "soon", body) // malformed: 0
 		c, err := p.DialAsync(srv.URL, nil)

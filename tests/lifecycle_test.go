@@ -357,49 +357,92 @@ func TestOnEventEveryPump(t *testing.T) {
 	})
 }
 
-// TestPumpDataNoConns: PumpData on a pool that never had a connection
-// returns ErrNoConns at once; a PumpData sleeping on an idle connection is
-// woken by that connection's final event and returns ErrNoConns; Pump
-// still blocks until Close.
-func TestPumpDataNoConns(t *testing.T) {
-	p := newTestPool(t, talaris.Config{}, hangGuard)
-	nop := func(talaris.Conn, talaris.Opcode, []byte) {}
-	if n, err := p.PumpData(nop); n != 0 || !errors.Is(err, talaris.ErrNoConns) {
-		t.Fatalf("PumpData on an empty pool: %d, %v; want ErrNoConns", n, err)
+// TestPumpNoConns: every blocking pump (Pump, PumpData, PumpStamped) ends
+// the same way: on a pool that never had a connection it returns
+// ErrNoConns at once; asleep on an idle connection it is woken by that
+// connection's final event and returns ErrNoConns once the event was
+// delivered; after Close it returns ErrPoolClosed.
+func TestPumpNoConns(t *testing.T) {
+	pumps := map[string]func(p *talaris.Pool) (int, error){
+		"Pump":     func(p *talaris.Pool) (int, error) { return p.Pump(func(talaris.Conn, talaris.Event) {}) },
+		"PumpData": func(p *talaris.Pool) (int, error) { return p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}) },
+		"PumpStamped": func(p *talaris.Pool) (int, error) {
+			return p.PumpStamped(func(talaris.Conn, talaris.Opcode, []byte, talaris.Stamps) {})
+		},
 	}
-	// An idle connection: the server holds it, then drops it.
-	release := make(chan struct{})
-	srv := wstest.NewRaw(func(c *wstest.RawConn) { <-release }).Start(t)
-	var events []talaris.EventKind
-	p2 := newTestPool(t, talaris.Config{OnEvent: func(_ talaris.Conn, ev talaris.Event) { events = append(events, ev.Kind) }}, hangGuard)
-	dial(t, p2, srv.URL)
-	if p2.ConnCount() != 1 {
-		t.Fatalf("ConnCount %d, want 1", p2.ConnCount())
-	}
-	done := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := p2.PumpData(nop); err != nil {
-				done <- err
-				return
+	for name, pump := range pumps {
+		t.Run(name, func(t *testing.T) {
+			p := newTestPool(t, talaris.Config{}, hangGuard)
+			if n, err := pump(p); n != 0 || !errors.Is(err, talaris.ErrNoConns) {
+				t.Fatalf("%s on an empty pool: %d, %v; want ErrNoConns", name, n, err)
 			}
+			// An idle connection: the server holds it, then drops it.
+			release := make(chan struct{})
+			srv := wstest.NewRaw(func(c *wstest.RawConn) { <-release }).Start(t)
+			var events []talaris.EventKind
+			p2 := newTestPool(t, talaris.Config{OnEvent: func(_ talaris.Conn, ev talaris.Event) { events = append(events, ev.Kind) }}, hangGuard)
+			dial(t, p2, srv.URL)
+			if p2.ConnCount() != 1 {
+				t.Fatalf("ConnCount %d, want 1", p2.ConnCount())
+			}
+			done := make(chan error, 1)
+			go func() {
+				for {
+					if _, err := pump(p2); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
+			time.Sleep(300 * time.Millisecond) // the pump is asleep on the idle connection
+			select {
+			case err := <-done:
+				t.Fatalf("%s returned %v while a connection was live", name, err)
+			default:
+			}
+			close(release) // the server drops the connection
+			if err := <-done; !errors.Is(err, talaris.ErrNoConns) {
+				t.Fatalf("%s after the last connection ended: %v, want ErrNoConns", name, err)
+			}
+			if name != "Pump" && (len(events) != 2 || events[0] != talaris.EventOpen || events[1] != talaris.EventError) {
+				t.Errorf("OnEvent saw %v, want [open error]", events)
+			}
+			if p2.ConnCount() != 0 {
+				t.Errorf("ConnCount %d after the final event, want 0", p2.ConnCount())
+			}
+			p2.Close()
+			if _, err := pump(p2); !errors.Is(err, talaris.ErrPoolClosed) {
+				t.Errorf("%s after Close: %v, want ErrPoolClosed", name, err)
+			}
+		})
+	}
+}
+
+// TestConnCountLive: ConnCount counts live connections only. Failed
+// synchronous Dials leave it when Dial returns, even while nobody pumps
+// and their quiet events wait behind the live connections' data.
+func TestConnCountLive(t *testing.T) {
+	srv := wstest.NewGorilla().Start(t)
+	refused := refusedAddr(t)
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	// Four live connections, each with an echo waiting in the ring: the
+	// failed dials' events queue behind data nobody pumps.
+	for range 4 {
+		c := dial(t, p, srv.URL+"/echo")
+		if err := c.SendText([]byte("hi")); err != nil {
+			t.Fatal(err)
 		}
-	}()
-	time.Sleep(300 * time.Millisecond) // PumpData is asleep on the idle connection
-	select {
-	case err := <-done:
-		t.Fatalf("PumpData returned %v while a connection was live", err)
-	default:
 	}
-	close(release) // the server drops the connection
-	if err := <-done; !errors.Is(err, talaris.ErrNoConns) {
-		t.Fatalf("PumpData after the last connection ended: %v, want ErrNoConns", err)
-	}
-	if len(events) != 2 || events[0] != talaris.EventOpen || events[1] != talaris.EventError {
-		t.Errorf("OnEvent saw %v, want [open error]", events)
-	}
-	if p2.ConnCount() != 0 {
-		t.Errorf("ConnCount %d after the final event, want 0", p2.ConnCount())
+	for i := range 7 {
+		ctx, cancel := dialCtx(t)
+		_, err := p.Dial(ctx, "ws://"+refused, nil)
+		cancel()
+		if err == nil {
+			t.Fatal("Dial to a refused port succeeded")
+		}
+		if got := p.ConnCount(); got != 4 {
+			t.Fatalf("ConnCount after %d failed dials beside 4 live connections: %d, want 4", i+1, got)
+		}
 	}
 }
 

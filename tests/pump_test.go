@@ -174,9 +174,17 @@ func testPumpAllocs(t *testing.T, cfg talaris.Config) {
 func TestConcurrentPump(t *testing.T) {
 	t.Run("blocked", func(t *testing.T) {
 		p := newTestPool(t, talaris.Config{}, hangGuard)
+		// An idle connection keeps the first Pump asleep until Close.
+		release := make(chan struct{})
+		defer close(release)
+		srv := wstest.NewRaw(func(c *wstest.RawConn) { <-release }).Start(t)
+		dial(t, p, srv.URL)
+		if _, err := p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {}); err != nil { // the open
+			t.Fatal(err)
+		}
 		errc := make(chan error, 1)
 		go func() {
-			_, err := p.Pump(func(talaris.Conn, talaris.Event) {}) // no connections: blocks until Close
+			_, err := p.Pump(func(talaris.Conn, talaris.Event) {}) // an idle connection: blocks until Close
 			errc <- err
 		}()
 		deadline := time.Now().Add(hangGuard)

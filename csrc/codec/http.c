@@ -313,7 +313,7 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 	struct seen s;
 	unsigned nhdr = 0;
 	size_t i;
-	int status;
+	int status, http10 = 0;
 
 	out->status = 0;
 	out->head_len = 0;
@@ -327,11 +327,16 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 	s.content_length = -1;
 
 	/* status-line = HTTP-version SP status-code SP [reason-phrase] CRLF;
-	 * the SP before an empty reason is also tolerated as missing. */
+	 * the SP before an empty reason is also tolerated as missing. An
+	 * HTTP/1.0 line is read too, so that a refusal from an HTTP/1.0
+	 * server (Go's TLS server answers a plaintext request with one) is
+	 * reported as the status it is; it can never be the upgrade. */
 	for (i = 0; i < sizeof prefix - 1; i++) {
 		if (i >= lim)
 			return starved;
-		if (p[i] != (uint8_t)prefix[i])
+		if (i == 7 && p[i] == '0')
+			http10 = 1;
+		else if (p[i] != (uint8_t)prefix[i])
 			return TL_HTTP_ERR_SYNTAX;
 	}
 	status = 0;
@@ -358,6 +363,8 @@ int tl_http_parse_response(const char *buf, size_t len, const char *key,
 	if (p[i + 1] != '\n')
 		return TL_HTTP_ERR_SYNTAX;
 	i += 2;
+	if (http10 && status == 101)
+		return TL_HTTP_ERR_SYNTAX; /* a protocol switch is HTTP/1.1 only */
 	out->status = status;
 
 	for (;;) {
@@ -515,7 +522,7 @@ const char *tl_http_strerror(int code)
 	switch (code) {
 	case TL_HTTP_OK: return "ok";
 	case TL_HTTP_NEED_MORE: return "incomplete response head";
-	case TL_HTTP_ERR_SYNTAX: return "malformed HTTP/1.1 response";
+	case TL_HTTP_ERR_SYNTAX: return "malformed HTTP response";
 	case TL_HTTP_ERR_TOO_LARGE: return "response head too large (over 16 KiB or 256 header lines)";
 	case TL_HTTP_ERR_STATUS: return "unexpected HTTP status (want 101)";
 	case TL_HTTP_ERR_UPGRADE: return "missing or wrong Upgrade header";

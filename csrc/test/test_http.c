@@ -150,6 +150,8 @@ static const struct rcase rcases[] = {
 	{"426", "HTTP/1.1 426 Upgrade Required\r\n" UPG CONN END, "", TL_HTTP_ERR_STATUS, 426, NULL},
 	{"100", "HTTP/1.1 100 Continue\r\n" END, "", TL_HTTP_ERR_STATUS, 100, NULL},
 	{"401 with accept", "HTTP/1.1 401 No\r\n" UPG CONN ACC END, "", TL_HTTP_ERR_STATUS, 401, NULL},
+	/* An HTTP/1.0 refusal is its status (Go's TLS server answering plaintext). */
+	{"HTTP/1.0 400", "HTTP/1.0 400 Bad Request\r\n" END, "", TL_HTTP_ERR_STATUS, 400, NULL},
 
 	/* Upgrade / Connection */
 	{"no upgrade", H101 CONN ACC END, "", TL_HTTP_ERR_UPGRADE, 101, NULL},
@@ -194,7 +196,7 @@ static const struct rcase rcases[] = {
 	{"protocol empty", H101 UPG CONN ACC "Sec-WebSocket-Protocol:\r\n" END, "chat", TL_HTTP_ERR_PROTOCOL, 101, NULL},
 
 	/* syntax */
-	{"HTTP/1.0", "HTTP/1.0 101 Switching Protocols\r\n" UPG CONN ACC END, "", TL_HTTP_ERR_SYNTAX, 0, NULL},
+	{"HTTP/1.0 101", "HTTP/1.0 101 Switching Protocols\r\n" UPG CONN ACC END, "", TL_HTTP_ERR_SYNTAX, 0, NULL},
 	{"lowercase version", "http/1.1 101 Switching Protocols\r\n" UPG CONN ACC END, "", TL_HTTP_ERR_SYNTAX, 0, NULL},
 	{"ICY", "ICY 200 OK\r\n" END, "", TL_HTTP_ERR_SYNTAX, 0, NULL},
 	{"two spaces", "HTTP/1.1  101 X\r\n" END, "", TL_HTTP_ERR_SYNTAX, 0, NULL},

@@ -25,6 +25,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 const char *tl_tls_backend(void)
@@ -143,7 +144,13 @@ int tl_tls_start(struct tl_loop *l, struct tl_conn *c)
 		if (d->insecure) {
 			SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
 		} else if (d->ca_file_len && SSL_CTX_load_verify_locations(ctx, d->ca_file, NULL) != 1) {
-			tl_tls_fail(l, c, TL_TLS_CONFIG, "cannot load RootCAFile");
+			/* The Go side checked that the file reads and holds a PEM
+			 * certificate: what is left is the library's reason. */
+			char why[88];
+			unsigned long e = ERR_peek_last_error();
+			const char *r = e ? ERR_reason_error_string(e) : NULL;
+			snprintf(why, sizeof(why), "cannot load RootCAFile: %s", r ? r : "no usable certificate");
+			tl_tls_fail(l, c, TL_TLS_CONFIG, why);
 			return -1;
 		} else if (d->ca_pem_len && add_pem_roots(ctx, d->ca_pem, d->ca_pem_len) < 0) {
 			tl_tls_fail(l, c, TL_TLS_CONFIG, "RootCAPEM holds no certificate");

@@ -61,10 +61,10 @@ void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c)
 		tl_conn_refusal_end(l, c); /* a close-delimited body ended, or the server hung up */
 	} else if (c->state < TL_ST_OPEN) {
 		tl_conn_fail(l, c, TL_E_LOST, c->eof_errno, 0,
-			     c->eof_errno ? strerror(c->eof_errno) : "connection closed during the handshake");
+			     c->eof_errno ? strerror(c->eof_errno) : "the server closed TCP during the handshake");
 	} else {
 		/* (A failed send may have taken the socket's error: report it.) */
 		int e = c->eof_errno ? c->eof_errno : c->send_errno;
-		tl_conn_fail(l, c, TL_E_LOST, e, 1006, e ? strerror(e) : "connection closed without a close frame");
+		tl_conn_fail(l, c, TL_E_LOST, e, 1006, e ? strerror(e) : "the server closed TCP (EOF)");
 	}
 }
