@@ -276,9 +276,11 @@
 // packet of the host; the stage stays in the histograms, empty.
 //
 // Config.Logger (a *slog.Logger; nil logs nothing) receives the lifecycle
-// of each connection: dialing, TLS done (seen by Dial), open, closed with
-// its code at Info; failures with their class (the sentinel's name, e.g.
-// tls_unknown_ca, category tls) at Warn. Records are written by the
+// of each connection, named by pool, slot and gen (the halves of Conn.ID):
+// dialing, TLS done (seen by Dial), open, closed with its code at Info;
+// failures with their class (the sentinel's name, e.g. tls_unknown_ca) and,
+// for TLS and handshake failures, their category (tls, handshake) at Warn.
+// Records are written by the
 // goroutine that dials and by the pump when it passes a non-data event,
 // never per message.
 //

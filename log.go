@@ -64,8 +64,22 @@ func errClass(err error) (class, category string) {
 	return "other", ""
 }
 
+// logConnAttrs names the connection a record is about: its slot and the
+// generation of that slot (the two halves of Conn.ID, readable apart: a
+// reconnect keeps both, a new dial on a reused slot has a new gen).
 func logConnAttrs(pool string, c Conn) []slog.Attr {
-	return []slog.Attr{slog.String("pool", pool), slog.Uint64("conn", c.ID()), slog.Int("slot", c.Slot())}
+	return []slog.Attr{slog.String("pool", pool), slog.Int("slot", c.Slot()), slog.Uint64("gen", uint64(c.gen))}
+}
+
+// errAttrs are the class of err and, when it has one, its category: a
+// record for a failure that is neither TLS nor handshake carries no empty
+// category.
+func errAttrs(err error) []slog.Attr {
+	class, cat := errClass(err)
+	if cat == "" {
+		return []slog.Attr{slog.String("class", class)}
+	}
+	return []slog.Attr{slog.String("class", class), slog.String("category", cat)}
 }
 
 // logDialing records the start of a dial.
@@ -90,9 +104,8 @@ func logDialFailed(l *slog.Logger, pool string, url string, err error) {
 	if l == nil {
 		return
 	}
-	class, cat := errClass(err)
-	l.LogAttrs(context.Background(), slog.LevelWarn, "talaris: dial failed", slog.String("pool", pool),
-		slog.String("url", url), slog.String("class", class), slog.String("category", cat), slog.Any("err", err))
+	attrs := append([]slog.Attr{slog.String("pool", pool), slog.String("url", url)}, errAttrs(err)...)
+	l.LogAttrs(context.Background(), slog.LevelWarn, "talaris: dial failed", append(attrs, slog.Any("err", err))...)
 }
 
 // logLifecycle records a non-data event: open (Info), close (Info), error
@@ -107,10 +120,8 @@ func logLifecycle(l *slog.Logger, pool string, c Conn, ev *Event) {
 		l.LogAttrs(context.Background(), slog.LevelInfo, "talaris: closed",
 			append(logConnAttrs(pool, c), slog.Int("code", ev.Code), slog.String("reason", string(ev.Reason)))...)
 	case EventError:
-		class, cat := errClass(ev.Err)
-		l.LogAttrs(context.Background(), slog.LevelWarn, "talaris: connection failed",
-			append(logConnAttrs(pool, c), slog.Int("code", ev.Code), slog.String("class", class),
-				slog.String("category", cat), slog.Any("err", ev.Err))...)
+		attrs := append(append(logConnAttrs(pool, c), slog.Int("code", ev.Code)), errAttrs(ev.Err)...)
+		l.LogAttrs(context.Background(), slog.LevelWarn, "talaris: connection failed", append(attrs, slog.Any("err", ev.Err))...)
 	}
 }
 
@@ -122,8 +133,6 @@ func logReconnecting(l *slog.Logger, pool string, c Conn, reason error, delay ti
 	if l == nil {
 		return
 	}
-	class, cat := errClass(reason)
-	l.LogAttrs(context.Background(), slog.LevelWarn, "talaris: reconnecting",
-		append(logConnAttrs(pool, c), slog.Duration("delay", delay), slog.Int("attempt", attempt),
-			slog.String("class", class), slog.String("category", cat), slog.Any("reason", reason))...)
+	attrs := append(append(logConnAttrs(pool, c), slog.Duration("delay", delay), slog.Int("attempt", attempt)), errAttrs(reason)...)
+	l.LogAttrs(context.Background(), slog.LevelWarn, "talaris: reconnecting", append(attrs, slog.Any("reason", reason))...)
 }

@@ -600,5 +600,16 @@ func TestLoggerLifecycle(t *testing.T) {
 	}
 	if r := findRecord(out.records(t), "talaris: dial failed"); r == nil || r["level"] != "WARN" || r["class"] != "bad_url" {
 		t.Errorf("dial failed record %v", r)
+	} else if _, ok := r["category"]; ok {
+		t.Errorf("dial failed record %v: a failure outside TLS and the handshake carries no category", r)
+	}
+	// A connection's records name it by slot and generation, as numbers.
+	if r := findRecord(recs, "talaris: open"); r != nil {
+		if _, ok := r["slot"].(float64); !ok {
+			t.Errorf("open record %v: no numeric slot", r)
+		}
+		if g, ok := r["gen"].(float64); !ok || g < 1 {
+			t.Errorf("open record %v: no generation", r)
+		}
 	}
 }
