@@ -278,6 +278,9 @@ func newPool(cfg Config) (*Pool, error) {
 		cc.min_wait_nr = C.uint32_t(d.MinWaitCompletions)
 	}
 	cc.conn_max_events = C.uint32_t(d.MaxConnPendingEvents)
+	if d.Tuning.Prefault {
+		cc.prefault = 1
+	}
 	p := &Pool{}
 	if d.Tuning.InlineLoop {
 		cc.inline_loop = 1

@@ -80,6 +80,10 @@ struct tl_config {
 	 * long for min_wait_nr completions before it takes what came
 	 * (loop/wait.c, wait_batched). */
 	uint64_t min_wait_ns;
+	/* Tuning.Prefault: populate the arena and the receive slots at setup
+	 * (otherwise their pages fault in the first time data passes them). */
+	uint32_t prefault;
+	uint32_t pad0;
 };
 
 /* TL_PRESEND is how long the loop's reply spin waits, after a publish to
@@ -250,7 +254,7 @@ void tl_decoder_free(struct tl_loop *l);
 const char *tl_tls_backend(void);
 
 /* Layouts Go fills in or reads (see ring.h for the rings). */
-_Static_assert(sizeof(struct tl_config) == 160, "tl_config size");
+_Static_assert(sizeof(struct tl_config) == 168, "tl_config size");
 TL_LAYOUT(tl_config, sq_entries, 0);
 TL_LAYOUT(tl_config, ring_flags, 8);
 TL_LAYOUT(tl_config, sq_thread_cpu, 16);
@@ -273,6 +277,7 @@ TL_LAYOUT(tl_config, reply_spin_ns, 136);
 TL_LAYOUT(tl_config, tls_record_layer, 144);
 TL_LAYOUT(tl_config, min_wait_nr, 148);
 TL_LAYOUT(tl_config, min_wait_ns, 152);
+TL_LAYOUT(tl_config, prefault, 160);
 _Static_assert(sizeof(struct tl_pool_stats) == 144, "tl_pool_stats size");
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);

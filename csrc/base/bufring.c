@@ -30,7 +30,10 @@ int tl_bufring_init(struct tl_bufring *b, struct io_uring *ring, uint16_t bgid, 
 		tl_bufring_free(b, NULL);
 		return -ENOMEM;
 	}
-	b->base = mmap(NULL, b->base_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	/* The slots' memory is mapped lazily (the kernel faults a page in
+	 * the first time it receives into it); tl_loop_prefault populates it
+	 * up front when Tuning.Prefault asks. */
+	b->base = mmap(NULL, b->base_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (b->base == MAP_FAILED) {
 		int err = errno;
 		b->base = NULL;

@@ -16,10 +16,10 @@
 
 #define STAT_ADD(s, f, n) __atomic_store_n(&(s)->f, (s)->f + (n), __ATOMIC_RELAXED)
 
-static void *evq_map(size_t n)
+static void *evq_map(size_t n, int populate)
 {
-	/* Populated now: the hot path must not take a first-touch fault. */
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1,
+		       0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
@@ -29,16 +29,19 @@ int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_
 	memset(q, 0, sizeof(*q));
 	q->stats = stats;
 	q->arena_size = arena_size;
-	q->r = evq_map(sizeof(*q->r));
+	q->r = evq_map(sizeof(*q->r), 1); /* small and touched at once: populated */
 	q->arena_end = calloc(size, sizeof(uint64_t));
-	q->arena = evq_map(arena_size);
+	/* The arena is the largest mapping of a pool: mapped lazily, its pages
+	 * fault in the first time the ring passes them (tl_loop_prefault
+	 * populates it up front when Tuning.Prefault asks). */
+	q->arena = evq_map(arena_size, 0);
 	q->owners = owners ? owners : 1;
 	q->own_events = calloc(q->owners, sizeof(uint32_t));
 	q->own_bytes = calloc(q->owners, sizeof(uint64_t));
 	q->runs = calloc(size, sizeof(*q->runs)); /* (pages touched only while counting) */
 	if (!q->r || !q->arena_end || !q->arena || !q->own_events || !q->own_bytes || !q->runs)
 		return -ENOMEM;
-	q->r->ev = evq_map(sizeof(struct tl_event) * size);
+	q->r->ev = evq_map(sizeof(struct tl_event) * size, 1);
 	if (!q->r->ev)
 		return -ENOMEM;
 	q->r->size = size;
@@ -47,7 +50,7 @@ int tl_evq_init(struct tl_evq *q, uint32_t size, uint64_t arena_size, struct tl_
 	q->size = size;
 	q->mask = size - 1;
 	if (stamped) {
-		q->r->stamps = evq_map(sizeof(struct tl_stamp) * size);
+		q->r->stamps = evq_map(sizeof(struct tl_stamp) * size, 1);
 		q->stamp_pend = calloc(TL_EVQ_EARLY_PUBLISH, sizeof(uint32_t));
 		if (!q->r->stamps || !q->stamp_pend)
 			return -ENOMEM;
