@@ -143,6 +143,12 @@ type Metrics struct {
 	// those of them decrypted with talaris' own AES-GCM (on CPUs with
 	// VAES and VPCLMULQDQ, unless Config.Tuning.NoOwnGCM).
 	TLSRecords, TLSRecordsOwnGCM uint64
+	// GCMSelfTestFailures is 1 when talaris' own AES-GCM failed its
+	// power-on self-test in this process (a miscompile, a CPU erratum, a
+	// hypervisor that reports VAES and mis-executes it): the own GCM is
+	// then off and the library's opens every record. 0 otherwise,
+	// including where the CPU does not run the own GCM at all.
+	GCMSelfTestFailures uint64
 }
 
 // EachCounter calls fn for every counter of m in a fixed order with its
@@ -167,6 +173,7 @@ func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {
 	fn("talaris_recv_revived_total", "Receives found silent on a ready socket and armed again (a lost kernel completion).", m.RecvRevived)
 	fn("talaris_tls_records_total", "TLS application-data records opened by talaris' own record layer.", m.TLSRecords)
 	fn("talaris_tls_records_own_gcm_total", "Of those, records decrypted with talaris' own AES-GCM.", m.TLSRecordsOwnGCM)
+	fn("talaris_gcm_selftest_failures_total", "1 when talaris' own AES-GCM failed its power-on self-test and is off for the process.", m.GCMSelfTestFailures)
 	fn("talaris_sampled_messages_total", "Messages whose stage stamps were recorded in the latency histograms.", m.Sampled)
 }
 

@@ -94,6 +94,7 @@ func (p *Pool) metrics(reset bool) Metrics {
 	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full)+p.txFullTotal.Load(), uint64(s.reconnects)
 	m.RecvRevived = uint64(s.recv_revived)
 	m.TLSRecords, m.TLSRecordsOwnGCM = uint64(s.tls_records), uint64(s.tls_records_gcm)
+	m.GCMSelfTestFailures = uint64(C.tl_gcm_selftest_failed())
 	return m
 }
 

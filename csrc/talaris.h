@@ -114,6 +114,10 @@ struct tl_loop;
  * self-test failed and the library's AES-GCM opens every record. */
 int tl_gcm_selftest_failed(void);
 
+/* tl_gcm_supported (gcm.h): 1 when this CPU runs the own AES-GCM and its
+ * self-test (run by the first call) passed, else 0. */
+int tl_gcm_supported(void);
+
 /* tl_loop_new creates the io_uring loop and its thread, waiting until the
  * thread has set the ring up. On failure returns NULL with a negative errno
  * in *err and a message in errbuf (errcap bytes). The loop owns every

@@ -140,6 +140,17 @@ func TestTLSRecordLayer(t *testing.T) {
 				} else if own != 0 {
 					t.Errorf("Metrics.TLSRecordsOwnGCM = %d with NoOwnGCM %v, own GCM %v", own, r.cfg.Tuning.NoOwnGCM, testhook.OwnGCM())
 				}
+				// The self-test passed here (the C suite forces its
+				// failure path): the metric says 0, and the Prometheus
+				// exposition carries the series.
+				m := p.Metrics()
+				if m.GCMSelfTestFailures != 0 {
+					t.Errorf("Metrics.GCMSelfTestFailures = %d on a machine whose self-test passes", m.GCMSelfTestFailures)
+				}
+				var prom bytes.Buffer
+				if err := talaris.WriteMetricsPrometheus(&prom, "t", m); err != nil || !bytes.Contains(prom.Bytes(), []byte(`talaris_gcm_selftest_failures_total{pool="t"} 0`)) {
+					t.Errorf("Prometheus exposition lacks talaris_gcm_selftest_failures_total 0 (err %v)", err)
+				}
 			})
 		}
 	}
