@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x7111235da686320f
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xe5b77f1bb02bd25b
 import "C"
 
-const csrcHash = "7111235da686320f"
+const csrcHash = "e5b77f1bb02bd25b"

@@ -114,9 +114,11 @@ struct tl_loop;
  * self-test failed and the library's AES-GCM opens every record. */
 int tl_gcm_selftest_failed(void);
 
-/* tl_gcm_supported (gcm.h): 1 when this CPU runs the own AES-GCM and its
- * self-test (run by the first call) passed, else 0. */
+/* tl_gcm_supported (gcm.h): 1 when this CPU runs the own AES-GCM, its
+ * self-test (run by the first call) passed and it outran the library's,
+ * else 0. tl_gcm_library_faster: 1 when only the speed race ruled it out. */
 int tl_gcm_supported(void);
+int tl_gcm_library_faster(void);
 
 /* tl_loop_new creates the io_uring loop and its thread, waiting until the
  * thread has set the ring up. On failure returns NULL with a negative errno

@@ -15,8 +15,10 @@
 struct tl_gcm;
 
 /* tl_gcm_supported says whether this CPU (and the kernel's saving of its
- * vector registers) can run tl_gcm and its power-on self-test passed:
- * 1 or 0. Always 0 off x86-64. */
+ * vector registers) can run tl_gcm, its power-on self-test passed and
+ * (outside TL_DEBUG builds) it opened records faster than the library's
+ * AES-GCM in the speed race run once after the self-test: 1 or 0. Always 0
+ * off x86-64. */
 int tl_gcm_supported(void);
 
 /* tl_gcm_selftest_failed says whether the power-on self-test (run once,
@@ -24,6 +26,12 @@ int tl_gcm_supported(void);
  * found a message that did not open as the library's AES-GCM sealed it:
  * 1, and tl_gcm is then off for the process (tl_gcm_supported 0), else 0. */
 int tl_gcm_selftest_failed(void);
+
+/* tl_gcm_library_faster says whether the self-test passed but the library's
+ * AES-GCM opened records faster than tl_gcm in this process's speed race
+ * (run once after the self-test, in builds without TL_DEBUG): 1, and
+ * tl_gcm is then off for the process (tl_gcm_supported 0), else 0. */
+int tl_gcm_library_faster(void);
 
 #ifdef TL_DEBUG
 /* tl_gcm_selftest_hook (test builds) forgets the self-test's answer and
@@ -34,6 +42,11 @@ void tl_gcm_selftest_hook(int spoil_row);
 /* tl_gcm_new allocates an unkeyed state (32-byte aligned). Returns NULL
  * when out of memory or !tl_gcm_supported(). Free with tl_gcm_free. */
 struct tl_gcm *tl_gcm_new(void);
+
+/* tl_gcm_new_unraced is tl_gcm_new for benchmarks: it also allocates where
+ * only the speed race ruled tl_gcm out (tl_gcm_library_faster), so the two
+ * can still be measured side by side. */
+struct tl_gcm *tl_gcm_new_unraced(void);
 
 /* tl_gcm_free wipes g's key schedule, hash key and state and frees it.
  * Safe on NULL. */

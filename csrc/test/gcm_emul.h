@@ -16,12 +16,14 @@
 
 #define tl_gcm_supported tl_gcm_emul_supported
 #define tl_gcm_new tl_gcm_emul_new
+#define tl_gcm_new_unraced tl_gcm_emul_new_unraced
 #define tl_gcm_free tl_gcm_emul_free
 #define tl_gcm_setkey tl_gcm_emul_setkey
 #define tl_gcm_begin tl_gcm_emul_begin
 #define tl_gcm_decrypt tl_gcm_emul_decrypt
 #define tl_gcm_finish tl_gcm_emul_finish
 #define tl_gcm_selftest_failed tl_gcm_emul_selftest_failed
+#define tl_gcm_library_faster tl_gcm_emul_library_faster
 #define tl_gcm_selftest_hook tl_gcm_emul_selftest_hook
 
 #if defined(__x86_64__) && defined(TL_GCM_EMUL)
