@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xe5b77f1bb02bd25b
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x602a4829b2eb0c27
 import "C"
 
-const csrcHash = "e5b77f1bb02bd25b"
+const csrcHash = "602a4829b2eb0c27"

@@ -16,10 +16,10 @@
 #define _GNU_SOURCE
 #endif
 #include "crypto/gcm.h"
+#include "base/timer.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #if defined(__x86_64__)
 
@@ -613,13 +613,6 @@ static int gcm_selftest(void)
 #define RACE_ROUNDS 16
 #define RACE_MARGIN_PCT 5
 
-static uint64_t race_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* gcm_race returns 1 when the own GCM won, 0 when the library did, and 1
  * when the race could not run (out of memory, a library error: the
  * self-test that passed is the verdict that counts then). */
@@ -649,19 +642,19 @@ static int gcm_race(void)
 		if (kat_seal(key, sizeof(key), nonce, aad, sizeof(aad), pt, n, ct, tag) != 0)
 			goto out;
 		for (int r = 0; r < RACE_ROUNDS; r++) {
-			uint64_t t0 = race_ns(), t1, t2;
+			uint64_t t0 = tl_timer_now_ns(), t1, t2;
 			int ok;
 
 			tl_gcm_begin(g, nonce, aad, sizeof(aad));
 			tl_gcm_decrypt(g, ct, out, n);
 			ok = tl_gcm_finish(g, tag) == 0;
-			t1 = race_ns();
+			t1 = tl_timer_now_ns();
 			ok = ok && EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
 			     EVP_DecryptUpdate(ctx, NULL, &outl, aad, (int)sizeof(aad)) == 1 &&
 			     EVP_DecryptUpdate(ctx, out, &outl, ct, (int)n) == 1 &&
 			     EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, tag) == 1 &&
 			     EVP_DecryptFinal_ex(ctx, out + outl, &outl) == 1;
-			t2 = race_ns();
+			t2 = tl_timer_now_ns();
 			if (!ok)
 				goto out;
 			if (t1 - t0 < own)
