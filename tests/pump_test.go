@@ -179,8 +179,11 @@ func TestConcurrentPump(t *testing.T) {
 		defer close(release)
 		srv := wstest.NewRaw(func(c *wstest.RawConn) { <-release }).Start(t)
 		dial(t, p, srv.URL)
-		if _, err := p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {}); err != nil { // the open
-			t.Fatal(err)
+		// Dial returns once the state word says open; the EventOpen may
+		// reach the ring a moment later, so take it with a blocking pump.
+		var kind talaris.EventKind
+		if n, err := p.Pump(func(_ talaris.Conn, ev talaris.Event) { kind = ev.Kind }); err != nil || n != 1 || kind != talaris.EventOpen {
+			t.Fatalf("the open: %d events (last %v), %v", n, kind, err)
 		}
 		errc := make(chan error, 1)
 		go func() {
@@ -189,6 +192,11 @@ func TestConcurrentPump(t *testing.T) {
 		}()
 		deadline := time.Now().Add(hangGuard)
 		for testhook.PumpClaim(p) != 1 {
+			select {
+			case err := <-errc:
+				t.Fatalf("the first Pump returned before Close: %v", err)
+			default:
+			}
 			if time.Now().After(deadline) {
 				t.Fatal("the first pumper never started")
 			}
