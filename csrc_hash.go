@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x602a4829b2eb0c27
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x6bee74e42b671ed6
 import "C"
 
-const csrcHash = "602a4829b2eb0c27"
+const csrcHash = "6bee74e42b671ed6"

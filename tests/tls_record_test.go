@@ -661,14 +661,14 @@ func TestTLSRecordUserCanceled(t *testing.T) {
 	}
 }
 
-// TestTLSRecordKeyUpdateFlood: 64 KeyUpdates with update_requested in a
+// TestTLSRecordKeyUpdateFlood: 32 KeyUpdates (the cap) with update_requested in a
 // row, then data. RFC 8446 4.6.3: a receiver of several KeyUpdates while
 // silent answers with a single one - not one per record, which a peer that
 // does not read would pile up in our send buffer without bound. The
 // client's records after the hand-over are its KeyUpdate(s) and its
 // close_notify: a handful, never one per request.
 func TestTLSRecordKeyUpdateFlood(t *testing.T) {
-	const n = 64
+	const n = 32
 	url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
 		var b []byte
 		b = append(b, s.seal(ctData, frame(0, 64), 0)...)
@@ -709,6 +709,35 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 			}
 			return r
 		}},
+		// Caps as BoringSSL's: 32 empty records, 32 KeyUpdates without
+		// data between; an empty record is no data, so it does not reset
+		// the user_canceled count.
+		{"empty-x33", "too many empty records", func(s *recSealer) []byte {
+			var r []byte
+			for range 33 {
+				r = append(r, s.seal(ctData, nil, 0)...)
+			}
+			return r
+		}},
+		{"keyupdate-x33", "too many KeyUpdates", func(s *recSealer) []byte {
+			var r []byte
+			for range 33 {
+				r = append(r, s.seal(ctHandshake, keyUpdateMsg(0), 0)...)
+				s.update()
+			}
+			return r
+		}},
+		{"empty-between-user-canceled", "too many user_canceled", func(s *recSealer) []byte {
+			var r []byte
+			for i := range 5 {
+				r = append(r, s.seal(ctAlert, []byte{1, 90}, 0)...)
+				if i == 2 {
+					r = append(r, s.seal(ctData, nil, 0)...)
+				}
+			}
+			return r
+		}},
+		{"close-notify-fatal", "close_notify at the fatal level", func(s *recSealer) []byte { return s.seal(ctAlert, []byte{2, 0}, 0) }},
 		// RFC 8446 5.1: no other record type inside a handshake message;
 		// a close_notify there is no clean end (a NewSessionTicket
 		// announcing 100 body bytes, 10 sent).

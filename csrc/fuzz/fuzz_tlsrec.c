@@ -14,7 +14,8 @@
  *   flags bits 4-7: padding zeros, times 64 (0..960: after a content
  *                   near 2^14, the record is too long);
  *   cut:            the record is fed in pieces of cut bytes (0: whole).
- * Checked: a sealed legal application-data record between records opens;
+ * Checked: a sealed legal application-data record between records opens
+ * (an empty one only below the cap on empty records in a row);
  * a sealed record the harness flipped a bit of ends the stream
  * (unless the layer was mid-record from a raw one, and so never took it);
  * the layer never reads or writes out of bounds (sanitizers). */
@@ -106,16 +107,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t flags = data[at], cut = data[at + 1];
 		size_t len = (size_t)data[at + 2] << 8 | data[at + 3], n, pad = (size_t)(flags >> 4) * 64;
 		const uint8_t *p;
-		int rc = 0;
-		/* A sealed, untouched application-data record of legal size,
-		 * taken between records and outside a handshake message, must
-		 * open (after KeyUpdates too: the harness follows them). */
-		int must_open = !(flags & 0xc) && (flags & 3) == 0 && tl_tlsrec_boundary(&r) && !r.hs_have && !r.hs_left &&
-				(len < (1u << 14) ? len : (1u << 14)) + 1 + pad <= (1u << 14) + 1;
+		int rc = 0, must_open;
 
 		at += 4;
 		if (len > size - at)
 			len = size - at;
+		/* A sealed, untouched application-data record of legal size,
+		 * taken between records and outside a handshake message, must
+		 * open (after KeyUpdates too: the harness follows them). */
+		must_open = !(flags & 0xc) && (flags & 3) == 0 && tl_tlsrec_boundary(&r) && !r.hs_have && !r.hs_left &&
+				(len < (1u << 14) ? len : (1u << 14)) + 1 + pad <= (1u << 14) + 1 &&
+				(len > 0 || r.empty_records < TL_REC_MAX_EMPTY); /* one empty past the cap is refused */
 		if (flags & 4) {
 			n = len < sizeof(rec) ? len : sizeof(rec);
 			memcpy(rec, data + at, n);

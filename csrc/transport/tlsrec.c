@@ -22,7 +22,6 @@
 #define TLREC_HS_NEW_SESSION_TICKET 4
 #define TLREC_HS_KEY_UPDATE 24
 #define TLREC_USER_CANCELED 90
-#define TLREC_MAX_USER_CANCELED 4 /* BoringSSL's kMaxWarningAlerts */
 
 static int rec_unhex(int ch)
 {
@@ -228,6 +227,8 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 				return rec_fail(r, "KeyUpdate with an unknown request");
 			r->hs_have = 0;
 			r->hs_left = 0;
+			if (++r->key_updates > TL_REC_MAX_KEY_UPDATES)
+				return rec_fail(r, "too many KeyUpdates without application data");
 			rc = rec_key_update(r);
 			if (rc == TL_REC_AGAIN && p[0] == 1)
 				rc = TL_REC_KEYREQ; /* update_requested: ours must follow */
@@ -316,39 +317,24 @@ static int rec_decrypt(struct tl_tlsrec *r, const uint8_t *p, size_t k)
 	return 0;
 }
 
-/* rec_finish verifies the tag and reports the verified record by its inner
- * content type (5.4: the last non-zero byte; zeros after it are padding). */
-static int rec_finish(struct tl_tlsrec *r, size_t *n)
+/* rec_wipe clears the plaintext this record wrote (dst, then tail): after a
+ * bad tag it is unverified and must not linger in the plaintext slot, and a
+ * handshake message's or alert's is nobody's to read once handled. */
+static void rec_wipe(struct tl_tlsrec *r)
 {
-	uint8_t scratch[16];
-	int outl = 0;
-	size_t i;
-	uint8_t type = 0;
+	size_t n = r->ct_have;
 
-	if (r->gcm ? tl_gcm_finish(r->gcm, r->tag) != 0
-		   : EVP_CIPHER_CTX_ctrl(r->ctx, EVP_CTRL_GCM_SET_TAG, TLREC_TAG, r->tag) != 1 ||
-			     EVP_DecryptFinal_ex(r->ctx, scratch, &outl) != 1)
-		return rec_fail(r, "bad record MAC (decryption failed)");
-	r->hdr_have = 0;
-	r->seq++;
-	for (i = r->ct_len; i > 0; i--) {
-		size_t at = i - 1;
-		type = at < r->room ? r->dst[at] : r->tail[at - r->room];
-		if (type != 0)
-			break;
-	}
-	if (i == 0)
-		return rec_fail(r, "record without a content type");
-	i--; /* content length: the bytes before the type byte, all in dst */
-	if (i > TLREC_MAX_CONTENT || i > r->room)
-		return rec_fail(r, "record content too long");
+	OPENSSL_cleanse(r->dst, n < r->room ? n : r->room);
+	if (n > r->room)
+		OPENSSL_cleanse(r->tail, n - r->room);
+}
+
+/* rec_control handles a verified record that is not application data: its
+ * inner type and content length i (the content at dst). Returns what
+ * rec_finish returns. */
+static int rec_control(struct tl_tlsrec *r, uint8_t type, size_t i)
+{
 	switch (type) {
-	case 23:
-		if (r->hs_have || r->hs_left)
-			return rec_fail(r, "application data inside a handshake message");
-		r->user_canceled = 0;
-		*n = i;
-		return i ? TL_REC_DATA : TL_REC_AGAIN; /* zero-length data is allowed */
 	case 22:
 		if (i == 0)
 			return rec_fail(r, "empty handshake record");
@@ -361,13 +347,17 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 			return rec_fail(r, "alert inside a handshake message");
 		if (i != 2)
 			return rec_fail(r, "malformed alert");
+		/* close_notify is a clean end only as the warning it is (BoringSSL
+		 * and OpenSSL read a fatal one as a fatal alert). */
+		if (r->dst[1] == 0 && r->dst[0] != 1)
+			return rec_fail(r, "close_notify at the fatal level");
 		if (r->dst[1] == 0)
 			return TL_REC_EOF; /* close_notify */
 		/* user_canceled as a warning is skipped, as both libraries do in
 		 * TLS 1.3 (JDK 11 servers send it before close_notify), but only
 		 * a few in a row, as they do: a stream of them is no data. */
 		if (r->dst[0] == 1 && r->dst[1] == TLREC_USER_CANCELED) {
-			if (++r->user_canceled > TLREC_MAX_USER_CANCELED)
+			if (++r->user_canceled > TL_REC_MAX_USER_CANCELED)
 				return rec_fail(r, "too many user_canceled alerts");
 			return TL_REC_AGAIN;
 		}
@@ -376,6 +366,61 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 	default:
 		return rec_fail(r, "unexpected inner content type");
 	}
+}
+
+/* rec_finish verifies the tag and reports the verified record by its inner
+ * content type (5.4: the last non-zero byte; zeros after it are padding). */
+static int rec_finish(struct tl_tlsrec *r, size_t *n)
+{
+	uint8_t scratch[16];
+	int outl = 0;
+	size_t i;
+	uint8_t type = 0;
+
+	if (r->gcm ? tl_gcm_finish(r->gcm, r->tag) != 0
+		   : EVP_CIPHER_CTX_ctrl(r->ctx, EVP_CTRL_GCM_SET_TAG, TLREC_TAG, r->tag) != 1 ||
+			     EVP_DecryptFinal_ex(r->ctx, scratch, &outl) != 1) {
+		rec_wipe(r);
+		return rec_fail(r, "bad record MAC (decryption failed)");
+	}
+	r->hdr_have = 0;
+	r->seq++;
+	for (i = r->ct_len; i > 0; i--) {
+		size_t at = i - 1;
+		type = at < r->room ? r->dst[at] : r->tail[at - r->room];
+		if (type != 0)
+			break;
+	}
+	if (i == 0) {
+		rec_wipe(r);
+		return rec_fail(r, "record without a content type");
+	}
+	i--; /* content length: the bytes before the type byte, all in dst */
+	if (i > TLREC_MAX_CONTENT || i > r->room) {
+		rec_wipe(r);
+		return rec_fail(r, "record content too long");
+	}
+	if (type != 23) {
+		/* Not the user's: read it, then wipe it (rec_wipe). */
+		int rc = rec_control(r, type, i);
+		rec_wipe(r);
+		return rc;
+	}
+	if (r->hs_have || r->hs_left)
+		return rec_fail(r, "application data inside a handshake message");
+	if (i == 0) {
+		/* Zero-length data is allowed (5.4), a stream of it is not; nor
+		 * does it count as the data that ends a run of user_canceled
+		 * alerts or KeyUpdates. */
+		if (++r->empty_records > TL_REC_MAX_EMPTY)
+			return rec_fail(r, "too many empty records");
+		return TL_REC_AGAIN;
+	}
+	r->user_canceled = 0;
+	r->empty_records = 0;
+	r->key_updates = 0;
+	*n = i;
+	return TL_REC_DATA;
 }
 
 /* rec_step feeds up to avail ciphertext bytes at p to the record being

@@ -42,6 +42,15 @@ enum {
  * may not fit. */
 #define TL_REC_TAIL 1
 
+/* Records that bring the user nothing, in a row, as BoringSSL caps them
+ * (kMaxWarningAlerts, kMaxEmptyRecords, kMaxKeyUpdates): a server
+ * streaming them keeps the loop decrypting without one byte of data.
+ * One past a cap fails the stream; application data with content resets
+ * all three counters. */
+#define TL_REC_MAX_USER_CANCELED 4
+#define TL_REC_MAX_EMPTY 32
+#define TL_REC_MAX_KEY_UPDATES 32
+
 struct tl_tlsrec {
 	void *ctx;             /* EVP_CIPHER_CTX, keyed with the current read key */
 	struct tl_gcm *gcm;    /* our AES-GCM (gcm.h), keyed the same, or NULL: ctx opens the records */
@@ -68,6 +77,8 @@ struct tl_tlsrec {
 	uint32_t hs_left;      /* body bytes of the current message still to come */
 	uint8_t hs_type;
 	uint8_t user_canceled; /* user_canceled alerts skipped since the last application data */
+	uint8_t empty_records; /* empty application-data records since the last data */
+	uint8_t key_updates;   /* KeyUpdates since the last application data */
 	char err[96];
 };
 
