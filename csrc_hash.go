@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x6bee74e42b671ed6
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xcf60c6bf0895f6f1
 import "C"
 
-const csrcHash = "6bee74e42b671ed6"
+const csrcHash = "cf60c6bf0895f6f1"

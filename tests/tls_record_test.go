@@ -424,21 +424,27 @@ func TestTLSRecordKeyUpdateFirst(t *testing.T) {
 // server's application traffic secret from the KeyLogWriter (RFC 8446 5.2,
 // 5.3, 7.1-7.3), so it can send what crypto/tls never would.
 
-// keyLog keeps the SERVER_TRAFFIC_SECRET_0 line of one handshake.
+// keyLog keeps the application traffic secrets of one handshake: the
+// server's (secret) and the client's (client).
 type keyLog struct {
-	mu     sync.Mutex
-	secret []byte
+	mu             sync.Mutex
+	secret, client []byte
 }
 
 func (k *keyLog) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(string(p), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 3 && f[0] == "SERVER_TRAFFIC_SECRET_0" {
-			if s, err := hex.DecodeString(f[2]); err == nil {
-				k.mu.Lock()
+		if len(f) != 3 || (f[0] != "SERVER_TRAFFIC_SECRET_0" && f[0] != "CLIENT_TRAFFIC_SECRET_0") {
+			continue
+		}
+		if s, err := hex.DecodeString(f[2]); err == nil {
+			k.mu.Lock()
+			if f[0] == "SERVER_TRAFFIC_SECRET_0" {
 				k.secret = s
-				k.mu.Unlock()
+			} else {
+				k.client = s
 			}
+			k.mu.Unlock()
 		}
 	}
 	return len(p), nil
@@ -488,6 +494,13 @@ func (s *recSealer) seal(typ byte, content []byte, pad int) []byte {
 	inner := append(append(append([]byte{}, content...), typ), make([]byte, pad)...)
 	hdr := []byte{23, 3, 3, 0, 0}
 	binary.BigEndian.PutUint16(hdr[3:], uint16(len(inner)+16))
+	nonce := s.nextNonce()
+	return s.aead.Seal(hdr, nonce, inner, hdr)
+}
+
+// nextNonce is the next record's nonce (5.3): the IV with the sequence
+// number, which it then advances.
+func (s *recSealer) nextNonce() []byte {
 	nonce := append([]byte{}, s.iv...)
 	var sq [8]byte
 	binary.BigEndian.PutUint64(sq[:], s.seq)
@@ -495,7 +508,30 @@ func (s *recSealer) seal(typ byte, content []byte, pad int) []byte {
 		nonce[4+i] ^= sq[i]
 	}
 	s.seq++
-	return s.aead.Seal(hdr, nonce, inner, hdr)
+	return nonce
+}
+
+// open opens one record sealed under s's keys (the client's, on the
+// crafted server) and returns its inner type and content; a KeyUpdate
+// moves s to the next secret, as the sender did after it.
+func (s *recSealer) open(rec []byte) (byte, []byte, error) {
+	nonce := s.nextNonce()
+	inner, err := s.aead.Open(nil, nonce, rec[5:], rec[:5])
+	if err != nil {
+		return 0, nil, err
+	}
+	i := len(inner) - 1
+	for i >= 0 && inner[i] == 0 {
+		i--
+	}
+	if i < 0 {
+		return 0, nil, errors.New("record without a content type")
+	}
+	typ, content := inner[i], inner[:i]
+	if typ == ctHandshake && len(content) > 0 && content[0] == 24 {
+		s.update()
+	}
+	return typ, content, nil
 }
 
 // Inner content types and post-handshake messages.
@@ -512,12 +548,21 @@ func keyUpdateMsg(req byte) []byte { return []byte{24, 0, 0, 1, req} }
 // connection; the client's records after the hand-over are counted and
 // reported on the returned channel once the client ends its side.
 func craftServer(t *testing.T, script func(s *recSealer, w io.Writer)) (string, <-chan int) {
+	url, recs, _ := craftServerAlerts(t, script)
+	return url, recs
+}
+
+// craftServerAlerts is craftServer that also opens the client's records
+// and reports, after the record count, the descriptions of the alerts
+// among them (nil when there were none; [255] when a record did not open).
+func craftServerAlerts(t *testing.T, script func(s *recSealer, w io.Writer)) (string, <-chan int, <-chan []byte) {
 	kl := &keyLog{}
 	cfg := serverTLS(t, testCertFile, testKeyFile, tls.VersionTLS13, tls.VersionTLS13)
 	cfg.NextProtos = []string{"http/1.1"}
 	cfg.SessionTicketsDisabled = true
 	cfg.KeyLogWriter = kl
 	clientRecs := make(chan int, 1)
+	clientAlerts := make(chan []byte, 1)
 	url := tlsRawServer(t, cfg, func(tc *tls.Conn, bc *batchConn, br *bufio.Reader) {
 		s := &recSealer{seq: 1}
 		switch tc.ConnectionState().CipherSuite {
@@ -527,27 +572,42 @@ func craftServer(t *testing.T, script func(s *recSealer, w io.Writer)) (string, 
 			s.newHash, s.keyLen = sha512.New384, 32
 		default:
 			clientRecs <- -1
+			clientAlerts <- nil
 			return
 		}
 		kl.mu.Lock()
 		s.secret = kl.secret
+		// The client's records: its request was record 0 (crypto/tls
+		// read it), the rest come raw.
+		cs := &recSealer{seq: 1, newHash: s.newHash, keyLen: s.keyLen, secret: kl.client}
 		kl.mu.Unlock()
 		s.rekey()
+		cs.rekey()
 		done := make(chan int, 1)
 		go func() {
 			// The client's records from now on (none were sent before the
 			// hand-over: the request was its only application data).
 			n := 0
-			var hdr [5]byte
+			var alerts []byte
 			for {
-				if _, err := io.ReadFull(bc.Conn, hdr[:]); err != nil {
+				rec := make([]byte, 5)
+				if _, err := io.ReadFull(bc.Conn, rec); err != nil {
 					break
 				}
-				if _, err := io.CopyN(io.Discard, bc.Conn, int64(binary.BigEndian.Uint16(hdr[3:]))); err != nil {
+				rec = append(rec, make([]byte, binary.BigEndian.Uint16(rec[3:]))...)
+				if _, err := io.ReadFull(bc.Conn, rec[5:]); err != nil {
 					break
 				}
 				n++
+				typ, content, err := cs.open(rec)
+				switch {
+				case err != nil:
+					alerts = append(alerts, 255)
+				case typ == ctAlert && len(content) == 2:
+					alerts = append(alerts, content[1])
+				}
 			}
+			clientAlerts <- alerts
 			done <- n
 		}()
 		script(s, bc.Conn)
@@ -556,9 +616,10 @@ func craftServer(t *testing.T, script func(s *recSealer, w io.Writer)) (string, 
 			clientRecs <- n
 		case <-time.After(hangGuard):
 			clientRecs <- -2
+			clientAlerts <- nil
 		}
 	})
-	return url, clientRecs
+	return url, clientRecs, clientAlerts
 }
 
 // craftRun dials url and pumps until the end: the messages checked in
@@ -691,18 +752,29 @@ func TestTLSRecordKeyUpdateFlood(t *testing.T) {
 // good frame: nothing of the bad record arrives, the error is ErrTLS.
 func TestTLSRecordCraftedBad(t *testing.T) {
 	big := bytes.Repeat([]byte{0}, 1<<14+1)
+	// The alert the client must send (RFC 8446 5.2, 6.2; 0: none, the
+	// server's own fatal alert ended it).
+	const (
+		alUnexpected = 10
+		alBadMAC     = 20
+		alOverflow   = 22
+		alIllegal    = 47
+		alDecode     = 50
+		alVersion    = 70
+	)
 	cases := []struct {
 		name, want string
+		alert      byte
 		rec        func(s *recSealer) []byte
 	}{
-		{"all-padding", "without a content type", func(s *recSealer) []byte { return s.seal(0, nil, 10) }},
-		{"inner-type-20", "unexpected inner content type", func(s *recSealer) []byte { return s.seal(20, []byte{1}, 0) }},
-		{"inner-type-99", "unexpected inner content type", func(s *recSealer) []byte { return s.seal(99, frame(1, 64), 0) }},
-		{"content-2^14+1", "bad record length", func(s *recSealer) []byte { return s.seal(ctData, big, 0) }},
-		{"inner-over-2^14+1", "bad record length", func(s *recSealer) []byte { return s.seal(ctData, frame(1, 64), 1<<14) }},
-		{"alert-3-bytes", "malformed alert", func(s *recSealer) []byte { return s.seal(ctAlert, []byte{1, 0, 0}, 0) }},
-		{"fatal-alert", "alert 40", func(s *recSealer) []byte { return s.seal(ctAlert, []byte{2, 40}, 0) }},
-		{"user-canceled-x5", "too many user_canceled", func(s *recSealer) []byte {
+		{"all-padding", "without a content type", alUnexpected, func(s *recSealer) []byte { return s.seal(0, nil, 10) }},
+		{"inner-type-20", "unexpected inner content type", alUnexpected, func(s *recSealer) []byte { return s.seal(20, []byte{1}, 0) }},
+		{"inner-type-99", "unexpected inner content type", alUnexpected, func(s *recSealer) []byte { return s.seal(99, frame(1, 64), 0) }},
+		{"content-2^14+1", "bad record length", alOverflow, func(s *recSealer) []byte { return s.seal(ctData, big, 0) }},
+		{"inner-over-2^14+1", "bad record length", alOverflow, func(s *recSealer) []byte { return s.seal(ctData, frame(1, 64), 1<<14) }},
+		{"alert-3-bytes", "malformed alert", alDecode, func(s *recSealer) []byte { return s.seal(ctAlert, []byte{1, 0, 0}, 0) }},
+		{"fatal-alert", "alert 40", 0, func(s *recSealer) []byte { return s.seal(ctAlert, []byte{2, 40}, 0) }},
+		{"user-canceled-x5", "too many user_canceled", alUnexpected, func(s *recSealer) []byte {
 			var r []byte
 			for range 5 {
 				r = append(r, s.seal(ctAlert, []byte{1, 90}, 0)...)
@@ -712,14 +784,14 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 		// Caps as BoringSSL's: 32 empty records, 32 KeyUpdates without
 		// data between; an empty record is no data, so it does not reset
 		// the user_canceled count.
-		{"empty-x33", "too many empty records", func(s *recSealer) []byte {
+		{"empty-x33", "too many empty records", alUnexpected, func(s *recSealer) []byte {
 			var r []byte
 			for range 33 {
 				r = append(r, s.seal(ctData, nil, 0)...)
 			}
 			return r
 		}},
-		{"keyupdate-x33", "too many KeyUpdates", func(s *recSealer) []byte {
+		{"keyupdate-x33", "too many KeyUpdates", alUnexpected, func(s *recSealer) []byte {
 			var r []byte
 			for range 33 {
 				r = append(r, s.seal(ctHandshake, keyUpdateMsg(0), 0)...)
@@ -727,7 +799,7 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 			}
 			return r
 		}},
-		{"empty-between-user-canceled", "too many user_canceled", func(s *recSealer) []byte {
+		{"empty-between-user-canceled", "too many user_canceled", alUnexpected, func(s *recSealer) []byte {
 			var r []byte
 			for i := range 5 {
 				r = append(r, s.seal(ctAlert, []byte{1, 90}, 0)...)
@@ -737,29 +809,29 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 			}
 			return r
 		}},
-		{"close-notify-fatal", "close_notify at the fatal level", func(s *recSealer) []byte { return s.seal(ctAlert, []byte{2, 0}, 0) }},
+		{"close-notify-fatal", "close_notify at the fatal level", 0, func(s *recSealer) []byte { return s.seal(ctAlert, []byte{2, 0}, 0) }},
 		// RFC 8446 5.1: no other record type inside a handshake message;
 		// a close_notify there is no clean end (a NewSessionTicket
 		// announcing 100 body bytes, 10 sent).
-		{"close-notify-inside-ticket", "alert inside a handshake message", func(s *recSealer) []byte {
+		{"close-notify-inside-ticket", "alert inside a handshake message", alUnexpected, func(s *recSealer) []byte {
 			r := s.seal(ctHandshake, append([]byte{4, 0, 0, 100}, make([]byte, 10)...), 0)
 			return append(r, s.seal(ctAlert, []byte{1, 0}, 0)...)
 		}},
-		{"keyupdate-2", "unknown request", func(s *recSealer) []byte { return s.seal(ctHandshake, keyUpdateMsg(2), 0) }},
-		{"keyupdate-then-more", "not at the end of its record", func(s *recSealer) []byte {
+		{"keyupdate-2", "unknown request", alIllegal, func(s *recSealer) []byte { return s.seal(ctHandshake, keyUpdateMsg(2), 0) }},
+		{"keyupdate-then-more", "not at the end of its record", alUnexpected, func(s *recSealer) []byte {
 			return s.seal(ctHandshake, append(keyUpdateMsg(0), 4, 0, 0, 1, 0), 0)
 		}},
-		{"keyupdate-len-2", "malformed KeyUpdate", func(s *recSealer) []byte { return s.seal(ctHandshake, []byte{24, 0, 0, 2, 0, 0}, 0) }},
-		{"certificate-request", "unexpected post-handshake", func(s *recSealer) []byte { return s.seal(ctHandshake, []byte{13, 0, 0, 1, 0}, 0) }},
-		{"outer-type-22", "unexpected record type", func(s *recSealer) []byte { r := s.seal(ctData, frame(1, 64), 0); r[0] = 22; return r }},
-		{"outer-version", "bad record version", func(s *recSealer) []byte { r := s.seal(ctData, frame(1, 64), 0); r[2] = 4; return r }},
-		{"skipped-seq", "bad record MAC", func(s *recSealer) []byte { s.seq++; return s.seal(ctData, frame(1, 64), 0) }},
-		{"repeated-seq", "bad record MAC", func(s *recSealer) []byte { s.seq--; return s.seal(ctData, frame(1, 64), 0) }},
-		{"short", "bad record length", func(s *recSealer) []byte { return []byte{23, 3, 3, 0, 16} }},
+		{"keyupdate-len-2", "malformed KeyUpdate", alDecode, func(s *recSealer) []byte { return s.seal(ctHandshake, []byte{24, 0, 0, 2, 0, 0}, 0) }},
+		{"certificate-request", "unexpected post-handshake", alUnexpected, func(s *recSealer) []byte { return s.seal(ctHandshake, []byte{13, 0, 0, 1, 0}, 0) }},
+		{"outer-type-22", "unexpected record type", alUnexpected, func(s *recSealer) []byte { r := s.seal(ctData, frame(1, 64), 0); r[0] = 22; return r }},
+		{"outer-version", "bad record version", alVersion, func(s *recSealer) []byte { r := s.seal(ctData, frame(1, 64), 0); r[2] = 4; return r }},
+		{"skipped-seq", "bad record MAC", alBadMAC, func(s *recSealer) []byte { s.seq++; return s.seal(ctData, frame(1, 64), 0) }},
+		{"repeated-seq", "bad record MAC", alBadMAC, func(s *recSealer) []byte { s.seq--; return s.seal(ctData, frame(1, 64), 0) }},
+		{"short", "bad record length", alBadMAC, func(s *recSealer) []byte { return []byte{23, 3, 3, 0, 16} }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
+			url, recs, alerts := craftServerAlerts(t, func(s *recSealer, w io.Writer) {
 				b := s.seal(ctData, frame(0, 64), 0)
 				b = append(b, tc.rec(s)...)
 				b = append(b, s.seal(ctData, frame(1, 64), 0)...)
@@ -776,6 +848,41 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 			if !strings.Contains(f.Err.Error(), tc.want) {
 				t.Errorf("error %q, want one naming %q", f.Err, tc.want)
 			}
+			// OpenSSL 3 has no call to send an alert: the library is
+			// led to send record_overflow, bad_record_mac, or
+			// unexpected_message for every other failure.
+			want := tc.alert
+			if talaris.TLSBackend() == "openssl" && want != 0 && want != alOverflow && want != alBadMAC {
+				want = alUnexpected
+			}
+			read := <-alerts
+			if want == 0 && len(read) != 0 || want != 0 && !bytes.Equal(read, []byte{want}) {
+				t.Errorf("the server read alerts %v from the client, want [%d]", read, want)
+			}
 		})
+	}
+}
+
+// TestTLSRecordBadAfterClose: a record whose tag fails after the server's
+// close frame fails the connection as it would before it (EventError
+// ErrTLS, not a clean close), and the server reads our bad_record_mac.
+func TestTLSRecordBadAfterClose(t *testing.T) {
+	url, recs, alerts := craftServerAlerts(t, func(s *recSealer, w io.Writer) {
+		b := s.seal(ctData, frame(0, 64), 0)
+		b = append(b, s.seal(ctData, ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "")), 0)...)
+		s.seq++ // the next record's nonce is wrong: its tag fails
+		b = append(b, s.seal(ctData, frame(1, 64), 0)...)
+		w.Write(b)
+		w.(interface{ CloseWrite() error }).CloseWrite()
+	})
+	got, f, _, _ := craftRun(t, talaris.Config{}, url, recs, 64)
+	if got != 1 {
+		t.Errorf("got %d messages, want 1", got)
+	}
+	if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrTLS) || !strings.Contains(f.Err.Error(), "bad record MAC") {
+		t.Fatalf("final %+v, want EventError ErrTLS naming the bad record MAC", f)
+	}
+	if read := <-alerts; !bytes.Equal(read, []byte{20}) {
+		t.Errorf("the server read alerts %v from the client, want [20] (bad_record_mac)", read)
 	}
 }

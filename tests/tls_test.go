@@ -764,15 +764,15 @@ func TestTLSTestPKI(t *testing.T) {
 // TestTLSCloseNotifyLater: the server answers our close frame, then, in a
 // later TCP segment, ends its TLS stream, and keeps TCP open until we end
 // (or closes it). Both close frames have crossed, so the connection ends
-// cleanly at once (EventClose 1000), for every way the stream ends:
-//   - close_notify: its close_notify (before the fix the loop dropped every
-//     byte after the close frame, never saw it and waited out CloseTimeout:
-//     ErrCloseTimeout; found by a hostile review, both backends);
-//   - junk: a record no key opens (nothing after the close handshake is a
-//     failure: it ends the stream as a close_notify would);
+// at once, never waiting out CloseTimeout, for every way the stream ends:
+//   - close_notify: its close_notify, a clean end (EventClose 1000; the
+//     loop must read the bytes after the close frame to see it);
+//   - junk: a record no key opens. That is a failure even after the close
+//     handshake (a tampered or forged record is no end of stream):
+//     EventError ErrTLS;
 //   - junk2, junk2+fin: two such records in one segment, then nothing or a
-//     FIN (found by a review of the fix: the second record, still queued,
-//     held the end until CloseTimeout, even after the FIN).
+//     FIN: the first fails the connection at once (the second, still
+//     queued, holds nothing up).
 //
 // TLS 1.2 and 1.3, our record layer and the library's.
 func TestTLSCloseNotifyLater(t *testing.T) {
@@ -838,8 +838,14 @@ func TestTLSCloseNotifyLater(t *testing.T) {
 						t.Fatal(err)
 					}
 					f := pumpCount(t, p, c, chk, 1<<30)
-					if f == nil || f.Kind != talaris.EventClose || f.Code != 1000 {
-						t.Fatalf("final %+v, want EventClose 1000 (the close handshake crossed and the stream ended)", f)
+					if end == "close_notify" {
+						if f == nil || f.Kind != talaris.EventClose || f.Code != 1000 {
+							t.Fatalf("final %+v, want EventClose 1000 (the close handshake crossed and the stream ended)", f)
+						}
+						return
+					}
+					if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrTLS) || errors.Is(f.Err, talaris.ErrCloseTimeout) {
+						t.Fatalf("final %+v, want EventError ErrTLS (a record that does not open, after the close handshake)", f)
 					}
 				})
 			}

@@ -75,6 +75,15 @@ void tl_tls_make_slot_method(void);
 /* tls_send.c: failure and its alert. */
 void tl_tls_send_alert_now(struct tl_conn *c);
 void tl_tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char *what);
+/* tl_tls_rec_alert has the library send the fatal alert a failure of our
+ * record layer calls for (tl_tlsrec.alert; RFC 8446 5.2, 6.2): the write
+ * side and its keys are the library's. Nothing for TL_REC_ALERT_NONE or
+ * after our close_notify. BoringSSL sends it as named
+ * (SSL_send_fatal_alert). OpenSSL 3 has no such call: its own reader is
+ * handed a record it refuses with the same alert, record_overflow or
+ * bad_record_mac, or unexpected_message for every other failure. The
+ * alert lands in the out buffer, which tl_tls_fail then sends. */
+void tl_tls_rec_alert(struct tl_tls *t, uint8_t alert);
 
 /* tls_handover.c: our record layer taking over. */
 void tl_tls_rec_stop(struct tl_tls *t);

@@ -325,16 +325,11 @@ static int rec_read(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 		peer_closed(c);
 		return 0;
 	default:
+		/* A failure, after the WebSocket close too: a record that does
+		 * not open is no end of stream, whenever it comes. The server
+		 * learns why (the alert), then the connection fails. */
 		t->rec_end = 1;
-		if (c->close_rcvd) {
-			/* After the close handshake what comes is no failure of the
-			 * connection (as on the SSL_read path): the stream ends here,
-			 * as at a close_notify (the input still queued is dropped at
-			 * teardown: tl_life_drive does not wait for it). */
-			tl_tlsrec_free(&t->rec);
-			peer_closed(c);
-			return 0;
-		}
+		tl_tls_rec_alert(t, t->rec.alert);
 		tl_tls_fail(l, c, TL_TLS_GENERIC, t->rec.err);
 		tl_tlsrec_free(&t->rec);
 		return -1;
@@ -421,13 +416,13 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				peer_closed(c);
 				break;
 			}
-			if (c->eof || c->close_rcvd) {
+			if (c->eof || (c->close_rcvd && e != SSL_ERROR_SSL)) {
 				/* Transport EOF without close_notify: BoringSSL says
 				 * SYSCALL, OpenSSL "unexpected eof". Report both the same way,
-				 * through the EOF path. After the close handshake the
-				 * stream is over for us: what the library says about the
-				 * rest is no failure of the connection either, and it
-				 * ends the stream as a close_notify would. */
+				 * through the EOF path. After the close frame the stream
+				 * may end so too; but a record that does not open is a
+				 * failure whenever it comes (SSL_ERROR_SSL, below: the
+				 * library has sent its alert). */
 				ERR_clear_error();
 				if (!c->eof)
 					peer_closed(c);

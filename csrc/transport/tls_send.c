@@ -24,6 +24,51 @@ void tl_tls_send_alert_now(struct tl_conn *c)
 	ob->len = 0;
 }
 
+#ifndef OPENSSL_IS_BORINGSSL
+/* Records OpenSSL's own reader refuses with the alert named (RFC 8446
+ * 5.1, 5.2): a header past its largest record, a plaintext handshake
+ * record after the handshake, a record that cannot open. */
+static const uint8_t rec_overflow[] = {23, 3, 3, 0xff, 0xff};
+static const uint8_t rec_unexpected[] = {22, 3, 3, 0, 1, 0};
+static const uint8_t rec_bad_mac[5 + 17] = {23, 3, 3, 0, 17};
+#endif
+
+void tl_tls_rec_alert(struct tl_tls *t, uint8_t alert)
+{
+	if (alert == TL_REC_ALERT_NONE || t->shutdown_sent)
+		return;
+#ifdef OPENSSL_IS_BORINGSSL
+	SSL_send_fatal_alert(t->ssl, alert);
+#else
+	{
+		const uint8_t *rec = rec_unexpected;
+		int len = (int)sizeof(rec_unexpected);
+		BIO *slot = SSL_get_rbio(t->ssl), *mem;
+		char byte;
+		if (alert == TL_REC_ALERT_RECORD_OVERFLOW) {
+			rec = rec_overflow;
+			len = (int)sizeof(rec_overflow);
+		} else if (alert == TL_REC_ALERT_BAD_RECORD_MAC) {
+			rec = rec_bad_mac;
+			len = (int)sizeof(rec_bad_mac);
+		}
+		mem = BIO_new_mem_buf(rec, len);
+		if (!mem || !BIO_up_ref(slot)) {
+			BIO_free(mem);
+			ERR_clear_error();
+			return;
+		}
+		/* SSL_set0_rbio frees the reader it replaces: the reference
+		 * taken above keeps the slot BIO (still the writer), and goes
+		 * back with it afterwards, freeing the memory BIO. */
+		SSL_set0_rbio(t->ssl, mem);
+		SSL_read(t->ssl, &byte, 1);
+		SSL_set0_rbio(t->ssl, slot);
+	}
+#endif
+	ERR_clear_error();
+}
+
 void tl_tls_fail(struct tl_loop *l, struct tl_conn *c, int cause, const char *what)
 {
 	char buf[88];

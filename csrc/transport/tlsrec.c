@@ -169,8 +169,9 @@ void tl_tlsrec_free(struct tl_tlsrec *r)
 	r->secret_len = 0;
 }
 
-static int rec_fail(struct tl_tlsrec *r, const char *what)
+static int rec_fail(struct tl_tlsrec *r, uint8_t alert, const char *what)
 {
+	r->alert = alert;
 	snprintf(r->err, sizeof(r->err), "TLS record: %s", what);
 	return TL_REC_ERR;
 }
@@ -188,7 +189,7 @@ static int rec_key_update(struct tl_tlsrec *r)
 	}
 	OPENSSL_cleanse(next, sizeof(next));
 	if (rc < 0)
-		return rec_fail(r, "cannot derive the KeyUpdate keys");
+		return rec_fail(r, TL_REC_ALERT_INTERNAL_ERROR, "cannot derive the KeyUpdate keys");
 	r->seq = 0;
 	return TL_REC_AGAIN;
 }
@@ -212,23 +213,23 @@ static int rec_handshake(struct tl_tlsrec *r, const uint8_t *p, size_t n)
 			r->hs_type = r->hs_hdr[0];
 			r->hs_left = (uint32_t)r->hs_hdr[1] << 16 | (uint32_t)r->hs_hdr[2] << 8 | r->hs_hdr[3];
 			if (r->hs_type == TLREC_HS_KEY_UPDATE && r->hs_left != 1)
-				return rec_fail(r, "malformed KeyUpdate");
+				return rec_fail(r, TL_REC_ALERT_DECODE_ERROR, "malformed KeyUpdate");
 			if (r->hs_type != TLREC_HS_KEY_UPDATE && r->hs_type != TLREC_HS_NEW_SESSION_TICKET)
-				return rec_fail(r, "unexpected post-handshake message");
+				return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "unexpected post-handshake message");
 			if (r->hs_left == 0)
-				return rec_fail(r, "empty NewSessionTicket");
+				return rec_fail(r, TL_REC_ALERT_DECODE_ERROR, "empty NewSessionTicket");
 			continue;
 		}
 		if (r->hs_type == TLREC_HS_KEY_UPDATE) {
 			int rc;
 			if (n != 1)
-				return rec_fail(r, "KeyUpdate not at the end of its record");
+				return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "KeyUpdate not at the end of its record");
 			if (p[0] > 1)
-				return rec_fail(r, "KeyUpdate with an unknown request");
+				return rec_fail(r, TL_REC_ALERT_ILLEGAL_PARAMETER, "KeyUpdate with an unknown request");
 			r->hs_have = 0;
 			r->hs_left = 0;
 			if (++r->key_updates > TL_REC_MAX_KEY_UPDATES)
-				return rec_fail(r, "too many KeyUpdates without application data");
+				return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "too many KeyUpdates without application data");
 			rc = rec_key_update(r);
 			if (rc == TL_REC_AGAIN && p[0] == 1)
 				rc = TL_REC_KEYREQ; /* update_requested: ours must follow */
@@ -259,21 +260,23 @@ static int rec_begin_record(struct tl_tlsrec *r, uint8_t *dst, size_t room)
 	 * type application_data, legacy version 0x0303 (5.1, 5.2). A
 	 * change_cipher_spec is only allowed before the server's Finished. */
 	if (r->hdr[0] != 23)
-		return rec_fail(r, "unexpected record type after the handshake");
+		return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "unexpected record type after the handshake");
 	if (r->hdr[1] != 3 || r->hdr[2] != 3)
-		return rec_fail(r, "bad record version");
-	/* At least the type byte and the tag; at most the largest inner
-	 * plaintext plus the tag (record_overflow: 5.2 and 5.4). */
+		return rec_fail(r, TL_REC_ALERT_PROTOCOL_VERSION, "bad record version");
+	/* At least the type byte and the tag (shorter cannot authenticate:
+	 * bad_record_mac, as BoringSSL); at most the largest inner plaintext
+	 * plus the tag (record_overflow: 5.2 and 5.4). */
 	if (len < 1 + TLREC_TAG || len > TLREC_MAX_INNER + TLREC_TAG)
-		return rec_fail(r, "bad record length");
+		return rec_fail(r, len < 1 + TLREC_TAG ? TL_REC_ALERT_BAD_RECORD_MAC : TL_REC_ALERT_RECORD_OVERFLOW,
+				"bad record length");
 	/* Never reached with the callers' room (>= 2^14): checked so that a
 	 * smaller one cannot write past dst and the tail. */
 	if (room + TL_REC_TAIL < len - TLREC_TAG)
-		return rec_fail(r, "no room for the record");
+		return rec_fail(r, TL_REC_ALERT_INTERNAL_ERROR, "no room for the record");
 	/* A sequence number must not wrap (5.3): the server must have rekeyed
 	 * long before. */
 	if (r->seq == UINT64_MAX)
-		return rec_fail(r, "sequence number exhausted");
+		return rec_fail(r, TL_REC_ALERT_INTERNAL_ERROR, "sequence number exhausted");
 	memcpy(nonce, r->iv, sizeof(nonce));
 	for (int i = 0; i < 8; i++)
 		nonce[11 - i] ^= (uint8_t)(r->seq >> (8 * i));
@@ -281,7 +284,7 @@ static int rec_begin_record(struct tl_tlsrec *r, uint8_t *dst, size_t room)
 		tl_gcm_begin(r->gcm, nonce, r->hdr, TLREC_HDR);
 	else if (EVP_DecryptInit_ex(r->ctx, NULL, NULL, NULL, nonce) != 1 ||
 	    EVP_DecryptUpdate(r->ctx, NULL, &outl, r->hdr, TLREC_HDR) != 1)
-		return rec_fail(r, "cipher setup failed");
+		return rec_fail(r, TL_REC_ALERT_INTERNAL_ERROR, "cipher setup failed");
 	r->ct_len = len - TLREC_TAG;
 	r->ct_have = 0;
 	r->tag_have = 0;
@@ -337,20 +340,20 @@ static int rec_control(struct tl_tlsrec *r, uint8_t type, size_t i)
 	switch (type) {
 	case 22:
 		if (i == 0)
-			return rec_fail(r, "empty handshake record");
+			return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "empty handshake record");
 		return rec_handshake(r, r->dst, i);
 	case 21:
 		/* An alert is two bytes, level and description (6); like any
 		 * other record type it must not come inside a handshake message
 		 * (5.1): a close_notify there is no clean end. */
 		if (r->hs_have || r->hs_left)
-			return rec_fail(r, "alert inside a handshake message");
+			return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "alert inside a handshake message");
 		if (i != 2)
-			return rec_fail(r, "malformed alert");
+			return rec_fail(r, TL_REC_ALERT_DECODE_ERROR, "malformed alert");
 		/* close_notify is a clean end only as the warning it is (BoringSSL
 		 * and OpenSSL read a fatal one as a fatal alert). */
 		if (r->dst[1] == 0 && r->dst[0] != 1)
-			return rec_fail(r, "close_notify at the fatal level");
+			return rec_fail(r, TL_REC_ALERT_NONE, "close_notify at the fatal level");
 		if (r->dst[1] == 0)
 			return TL_REC_EOF; /* close_notify */
 		/* user_canceled as a warning is skipped, as both libraries do in
@@ -358,13 +361,14 @@ static int rec_control(struct tl_tlsrec *r, uint8_t type, size_t i)
 		 * a few in a row, as they do: a stream of them is no data. */
 		if (r->dst[0] == 1 && r->dst[1] == TLREC_USER_CANCELED) {
 			if (++r->user_canceled > TL_REC_MAX_USER_CANCELED)
-				return rec_fail(r, "too many user_canceled alerts");
+				return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "too many user_canceled alerts");
 			return TL_REC_AGAIN;
 		}
+		r->alert = TL_REC_ALERT_NONE; /* the server ended it: nothing goes back */
 		snprintf(r->err, sizeof(r->err), "TLS alert %u from the server", r->dst[1]);
 		return TL_REC_ERR;
 	default:
-		return rec_fail(r, "unexpected inner content type");
+		return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "unexpected inner content type");
 	}
 }
 
@@ -381,7 +385,7 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 		   : EVP_CIPHER_CTX_ctrl(r->ctx, EVP_CTRL_GCM_SET_TAG, TLREC_TAG, r->tag) != 1 ||
 			     EVP_DecryptFinal_ex(r->ctx, scratch, &outl) != 1) {
 		rec_wipe(r);
-		return rec_fail(r, "bad record MAC (decryption failed)");
+		return rec_fail(r, TL_REC_ALERT_BAD_RECORD_MAC, "bad record MAC (decryption failed)");
 	}
 	r->hdr_have = 0;
 	r->seq++;
@@ -393,12 +397,12 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 	}
 	if (i == 0) {
 		rec_wipe(r);
-		return rec_fail(r, "record without a content type");
+		return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "record without a content type");
 	}
 	i--; /* content length: the bytes before the type byte, all in dst */
 	if (i > TLREC_MAX_CONTENT || i > r->room) {
 		rec_wipe(r);
-		return rec_fail(r, "record content too long");
+		return rec_fail(r, TL_REC_ALERT_RECORD_OVERFLOW, "record content too long");
 	}
 	if (type != 23) {
 		/* Not the user's: read it, then wipe it (rec_wipe). */
@@ -407,13 +411,13 @@ static int rec_finish(struct tl_tlsrec *r, size_t *n)
 		return rc;
 	}
 	if (r->hs_have || r->hs_left)
-		return rec_fail(r, "application data inside a handshake message");
+		return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "application data inside a handshake message");
 	if (i == 0) {
 		/* Zero-length data is allowed (5.4), a stream of it is not; nor
 		 * does it count as the data that ends a run of user_canceled
 		 * alerts or KeyUpdates. */
 		if (++r->empty_records > TL_REC_MAX_EMPTY)
-			return rec_fail(r, "too many empty records");
+			return rec_fail(r, TL_REC_ALERT_UNEXPECTED_MESSAGE, "too many empty records");
 		return TL_REC_AGAIN;
 	}
 	r->user_canceled = 0;
@@ -447,7 +451,7 @@ static int rec_step(struct tl_tlsrec *r, const uint8_t *p, size_t avail, size_t 
 			k = r->ct_len - r->ct_have;
 			k = k < avail ? k : avail;
 			if (rec_decrypt(r, p, k) < 0)
-				return rec_fail(r, "decryption failed");
+				return rec_fail(r, TL_REC_ALERT_INTERNAL_ERROR, "decryption failed");
 			*used += k;
 		} else {
 			k = TLREC_TAG - r->tag_have;

@@ -32,7 +32,21 @@ enum {
 	TL_REC_MORE = -1,  /* the queue ends inside a record: wait for more ciphertext */
 	TL_REC_KEYREQ = -2, /* KeyUpdate with update_requested: send ours, then call again */
 	TL_REC_EOF = -3,   /* close_notify: the stream ended cleanly */
-	TL_REC_ERR = -4,   /* the connection must fail: tl_tlsrec.err says why */
+	TL_REC_ERR = -4,   /* the connection must fail: tl_tlsrec.err says why, tl_tlsrec.alert what to send */
+};
+
+/* Alert descriptions (RFC 8446 6) a failure of ours asks to send in
+ * tl_tlsrec.alert; TL_REC_ALERT_NONE when the server's own fatal alert
+ * ended the stream (nothing is sent back). */
+enum {
+	TL_REC_ALERT_NONE = 0,
+	TL_REC_ALERT_UNEXPECTED_MESSAGE = 10,
+	TL_REC_ALERT_BAD_RECORD_MAC = 20,
+	TL_REC_ALERT_RECORD_OVERFLOW = 22,
+	TL_REC_ALERT_ILLEGAL_PARAMETER = 47,
+	TL_REC_ALERT_DECODE_ERROR = 50,
+	TL_REC_ALERT_PROTOCOL_VERSION = 70,
+	TL_REC_ALERT_INTERNAL_ERROR = 80,
 };
 
 /* TL_REC_TAIL is how many bytes of a record's inner plaintext may land
@@ -79,6 +93,7 @@ struct tl_tlsrec {
 	uint8_t user_canceled; /* user_canceled alerts skipped since the last application data */
 	uint8_t empty_records; /* empty application-data records since the last data */
 	uint8_t key_updates;   /* KeyUpdates since the last application data */
+	uint8_t alert;         /* after TL_REC_ERR: the alert the failure calls for (TL_REC_ALERT_*) */
 	char err[96];
 };
 
