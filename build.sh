@@ -3,7 +3,7 @@
 # runs the demo and the benchmarks.
 #
 #   ./build.sh demo     embedded local feed + a Pool receiving from it
-#   ./build.sh test     everything CI runs (both TLS backends, race, C sanitizers, fuzz smoke)
+#   ./build.sh test     everything CI runs (both TLS backends, own TLS record layer on and off, race, C sanitizers, fuzz smoke)
 #   ./build.sh bench    the side-by-side benchmark; rewrites docs/BENCH.md and the plots
 #   ./build.sh fuzz     the C fuzzers for FUZZ_SECONDS each (default 600)
 #   ./build.sh build    go build ./... of every module and the CLI into build/talaris
@@ -259,6 +259,10 @@ test)
 	# so a second lane runs beside it and prints its log when done.
 	lane_start build/lane2.log lane2
 	each_module test -count=1 -timeout 30m ./...
+	# The TLS tests again with the library's SSL_read only (no own record
+	# layer or AES-GCM: tests/tlsonly_test.go), the read path a user gets
+	# with Config.Tuning.NoTLSRecordLayer or a ChaCha20 or TLS 1.2 server.
+	step env TALARIS_TEST_NO_TLSREC=1 TALARIS_TEST_TLS_ONLY=1 go -C tests test -count=1 -timeout 30m .
 	step fetch_vectors
 	step make -s -f cgo.mk test
 	step make -s -f cgo.mk test TLS=openssl BUILD=build/openssl

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xcf60c6bf0895f6f1
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x966b7ec35e94d76e
 import "C"
 
-const csrcHash = "cf60c6bf0895f6f1"
+const csrcHash = "966b7ec35e94d76e"

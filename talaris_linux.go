@@ -239,6 +239,9 @@ func newPool(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	if testhook.NoTLSRecordLayer {
+		d.Tuning.NoTLSRecordLayer = true // the test suite's pass with the library's SSL_read only
+	}
 	var cc C.struct_tl_config
 	cc.sq_entries = C.uint32_t(d.SQEntries)
 	cc.cq_entries = C.uint32_t(d.CQEntries)

@@ -433,7 +433,7 @@ func TestTLSInPlaceCloseRace(t *testing.T) {
 						t.Errorf("conn %d: %v (%d payloads of unknown origin)", i, r.err, r.otherOrg)
 					}
 				}
-				if n, off := testhook.Stats(p).TLSRecords, cc.cfg.Tuning.NoTLSRecordLayer; (n > 0) == off {
+				if n, off := testhook.Stats(p).TLSRecords, cc.cfg.Tuning.NoTLSRecordLayer || noTLSRec; (n > 0) == off {
 					t.Errorf("TLSRecords = %d with NoTLSRecordLayer %v: the wrong record path ran", n, off)
 				}
 			})

@@ -71,6 +71,7 @@ func recServer(t *testing.T, s ipStream, v uint16, suite *atomic.Uint32) string 
 // every record after the 101 (the library's last) is ours, none lost or
 // read twice. ChaCha20, TLS 1.2 and NoTLSRecordLayer keep SSL_read (0).
 func TestTLSRecordLayer(t *testing.T) {
+	needOwnRecordLayer(t)
 	t.Logf("TLS backend %s", talaris.TLSBackend())
 	n := scaled(20_000)
 	type row struct {
@@ -162,6 +163,7 @@ func TestTLSRecordLayer(t *testing.T) {
 // for K the library sends our KeyUpdate, which s_server prints, before any
 // further data (the client sends nothing else).
 func TestTLSRecordKeyUpdate(t *testing.T) {
+	needOwnRecordLayer(t)
 	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"} {
 		t.Run(suite, func(t *testing.T) {
 			s := startSServer(t, "-tls1_3", "-ciphersuites", suite)
@@ -248,6 +250,7 @@ func TestTLSRecordChaCha(t *testing.T) {
 // without a close frame (ErrConnectionLost, 1006), and the client answers
 // with its own close_notify and FIN, which the server reads as EOF.
 func TestTLSRecordCloseNotify(t *testing.T) {
+	needOwnRecordLayer(t)
 	n := scaled(5000)
 	sawEOF := make(chan error, 1)
 	cfg := serverTLS(t, testCertFile, testKeyFile, tls.VersionTLS13, tls.VersionTLS13)
@@ -348,6 +351,9 @@ func TestTLSRecordCorrupt(t *testing.T) {
 	const per, size, nth = 10, 256, 50
 	for _, off := range []bool{false, true} {
 		t.Run(map[bool]string{false: "ours", true: "library"}[off], func(t *testing.T) {
+			if !off {
+				needOwnRecordLayer(t)
+			}
 			s := ipStream{msgs: uniform(scaled(2000)+nth*per, size, 1), chunk: per * (size + 4)}
 			url := recServer(t, s, tls.VersionTLS13, nil)
 			addr := corruptProxy(t, strings.TrimPrefix(url, "wss://"), per*(size+4)+1+16, nth)
@@ -386,6 +392,7 @@ func TestTLSRecordCorrupt(t *testing.T) {
 // new keys: every message after it arrives, opened by us, and the library
 // answered with our KeyUpdate.
 func TestTLSRecordKeyUpdateFirst(t *testing.T) {
+	needOwnRecordLayer(t)
 	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"} {
 		t.Run(suite, func(t *testing.T) {
 			s := startSServer(t, "-tls1_3", "-ciphersuites", suite)
@@ -649,6 +656,7 @@ func frame(i, size int) []byte {
 // in records of our making (one padded), then close_notify, arrive whole,
 // opened by our record layer, and end like a close_notify from crypto/tls.
 func TestTLSRecordCraftedControl(t *testing.T) {
+	needOwnRecordLayer(t)
 	url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
 		var b []byte
 		b = append(b, s.seal(ctData, frame(0, 64), 0)...)
@@ -686,6 +694,7 @@ func craftClean(t *testing.T, cfg talaris.Config, url string, recs <-chan int, w
 // handshake message over several records; the key change follows its last
 // byte, which ends its record): the data under the new keys arrives.
 func TestTLSRecordKeyUpdateSplit(t *testing.T) {
+	needOwnRecordLayer(t)
 	url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
 		var b []byte
 		b = append(b, s.seal(ctData, frame(0, 64), 0)...)
@@ -708,6 +717,9 @@ func TestTLSRecordKeyUpdateSplit(t *testing.T) {
 func TestTLSRecordUserCanceled(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		t.Run(map[bool]string{false: "ours", true: "library"}[off], func(t *testing.T) {
+			if !off {
+				needOwnRecordLayer(t)
+			}
 			url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
 				var b []byte
 				b = append(b, s.seal(ctData, frame(0, 64), 0)...)
@@ -729,6 +741,7 @@ func TestTLSRecordUserCanceled(t *testing.T) {
 // client's records after the hand-over are its KeyUpdate(s) and its
 // close_notify: a handful, never one per request.
 func TestTLSRecordKeyUpdateFlood(t *testing.T) {
+	needOwnRecordLayer(t)
 	const n = 32
 	url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
 		var b []byte
@@ -839,6 +852,18 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 				w.(interface{ CloseWrite() error }).CloseWrite()
 			})
 			got, f, _, _ := craftRun(t, talaris.Config{}, url, recs, 64)
+			if noTLSRec {
+				// The library's SSL_read (TALARIS_TEST_NO_TLSREC): its
+				// own caps, texts and alerts. What must hold on it too:
+				// the hostile record ends the connection with an error,
+				// at once (BoringSSL and OpenSSL let an empty record end
+				// a run of user_canceled, so frame 1 may come first).
+				if got < 1 || got > 2 || f == nil || f.Kind != talaris.EventError {
+					t.Fatalf("library read path: %d messages, final %+v; want 1 or 2 and an EventError", got, f)
+				}
+				<-alerts
+				return
+			}
 			if got != 1 {
 				t.Errorf("got %d messages, want 1", got)
 			}
@@ -865,24 +890,55 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 
 // TestTLSRecordBadAfterClose: a record whose tag fails after the server's
 // close frame fails the connection as it would before it (EventError
-// ErrTLS, not a clean close), and the server reads our bad_record_mac.
+// ErrTLS, not a clean close), and the server reads our bad_record_mac; on
+// both read paths (the library names the failure its own way).
 func TestTLSRecordBadAfterClose(t *testing.T) {
-	url, recs, alerts := craftServerAlerts(t, func(s *recSealer, w io.Writer) {
-		b := s.seal(ctData, frame(0, 64), 0)
-		b = append(b, s.seal(ctData, ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "")), 0)...)
-		s.seq++ // the next record's nonce is wrong: its tag fails
-		b = append(b, s.seal(ctData, frame(1, 64), 0)...)
-		w.Write(b)
-		w.(interface{ CloseWrite() error }).CloseWrite()
-	})
-	got, f, _, _ := craftRun(t, talaris.Config{}, url, recs, 64)
-	if got != 1 {
-		t.Errorf("got %d messages, want 1", got)
+	for _, lib := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ours", true: "library"}[lib], func(t *testing.T) {
+			url, recs, alerts := craftServerAlerts(t, func(s *recSealer, w io.Writer) {
+				b := s.seal(ctData, frame(0, 64), 0)
+				b = append(b, s.seal(ctData, ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "")), 0)...)
+				s.seq++ // the next record's nonce is wrong: its tag fails
+				b = append(b, s.seal(ctData, frame(1, 64), 0)...)
+				w.Write(b)
+				w.(interface{ CloseWrite() error }).CloseWrite()
+			})
+			got, f, _, _ := craftRun(t, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: lib}}, url, recs, 64)
+			if got != 1 {
+				t.Errorf("got %d messages, want 1", got)
+			}
+			if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrTLS) ||
+				!strings.Contains(strings.ReplaceAll(strings.ToLower(f.Err.Error()), "_", " "), "bad record mac") {
+				t.Fatalf("final %+v, want EventError ErrTLS naming the bad record MAC", f)
+			}
+			if read := <-alerts; !bytes.Equal(read, []byte{20}) {
+				t.Errorf("the server read alerts %v from the client, want [20] (bad_record_mac)", read)
+			}
+		})
 	}
-	if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrTLS) || !strings.Contains(f.Err.Error(), "bad record MAC") {
-		t.Fatalf("final %+v, want EventError ErrTLS naming the bad record MAC", f)
-	}
-	if read := <-alerts; !bytes.Equal(read, []byte{20}) {
-		t.Errorf("the server read alerts %v from the client, want [20] (bad_record_mac)", read)
+}
+
+// TestTLSBytesAfterCloseNotify: a server that sends a record after its
+// close_notify and keeps TCP open. Nothing after close_notify is read
+// (RFC 8446 6.1); the connection, which got no close frame, ends at once
+// as a lost one, on both read paths. (The queued record used to hold the
+// end for good: the EOF path waited for a queue nothing read.)
+func TestTLSBytesAfterCloseNotify(t *testing.T) {
+	for _, lib := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ours", true: "library"}[lib], func(t *testing.T) {
+			url, recs := craftServer(t, func(s *recSealer, w io.Writer) {
+				b := s.seal(ctData, frame(0, 64), 0)
+				b = append(b, s.seal(ctAlert, []byte{1, 0}, 0)...)
+				b = append(b, s.seal(ctData, frame(1, 64), 0)...)
+				w.Write(b) // and no FIN: the client ends it
+			})
+			got, f, _, _ := craftRun(t, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: lib}}, url, recs, 64)
+			if got != 1 {
+				t.Errorf("got %d messages, want 1 (nothing after close_notify)", got)
+			}
+			if f == nil || f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrConnectionLost) {
+				t.Fatalf("final %+v, want EventError ErrConnectionLost", f)
+			}
+		})
 	}
 }

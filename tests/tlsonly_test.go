@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // TLS-only runs (TALARIS_TEST_TLS_ONLY=1, what ./build.sh test sets for the
@@ -22,7 +24,23 @@ import (
 // An explicit -run wins.
 var tlsOnly = os.Getenv("TALARIS_TEST_TLS_ONLY") != ""
 
+// The pass without the own TLS record layer (TALARIS_TEST_NO_TLSREC=1,
+// with TALARIS_TEST_TLS_ONLY in ./build.sh test): every Pool reads TLS
+// with the library's SSL_read (testhook.NoTLSRecordLayer); the tests of
+// the own record layer itself skip (needOwnRecordLayer).
+var noTLSRec = os.Getenv("TALARIS_TEST_NO_TLSREC") != ""
+
+// needOwnRecordLayer skips a test of the own record layer in the pass
+// that turns it off.
+func needOwnRecordLayer(t *testing.T) {
+	t.Helper()
+	if noTLSRec {
+		t.Skip("tests the own TLS record layer: off in this pass (TALARIS_TEST_NO_TLSREC)")
+	}
+}
+
 func TestMain(m *testing.M) {
+	testhook.NoTLSRecordLayer = noTLSRec
 	if tlsOnly {
 		flag.Parse()
 		if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {

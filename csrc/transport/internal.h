@@ -39,6 +39,7 @@ struct tl_tls {
 	int saw_data;     /* first ciphertext byte checked for "is this TLS at all" */
 	int consumed;     /* the library took ciphertext (or rec_read queued our KeyUpdate) since the last flush check */
 	int shutdown_sent; /* our close_notify is queued */
+	uint8_t ended;     /* the server's close_notify came: nothing after it is read (stream_ended) */
 	/* Our own record layer (tlsrec.h). rec_want: the config allows it
 	 * (TL_TLSREC_ON or TL_TLSREC_LIB_GCM: whose AES-GCM opens) and
 	 * the keylog callback keeps the server's secret; rec_track: the

@@ -258,12 +258,23 @@ static int handshake(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 	return 1;
 }
 
+/* stream_ended drops what is queued behind the end of the server's TLS
+ * stream: after close_notify nothing more is read (RFC 8446 6.1), so the
+ * queue would never drain and the EOF path (which waits for it) never
+ * run. Bytes that still arrive are dropped by the next drive. */
+static void stream_ended(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
+{
+	t->ended = 1;
+	tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
+}
+
 /* peer_closed handles the server's close_notify: the TLS stream ended
  * cleanly. What that means for the WebSocket is decided like a TCP EOF.
  * Answer with ours and our FIN now (the teardown that follows closes the
  * socket without waiting for a send). */
-static void peer_closed(struct tl_conn *c)
+static void peer_closed(struct tl_loop *l, struct tl_conn *c)
 {
+	stream_ended(l, c, c->tls);
 	c->eof = 1;
 	if (!c->shut_wr && !(c->todo & TL_DO_SHUT_WR) && c->fd >= 0) {
 		tl_tls_close_notify(c);
@@ -322,7 +333,7 @@ static int rec_read(struct tl_loop *l, struct tl_conn *c, struct tl_tls *t)
 	case TL_REC_EOF:
 		t->rec_end = 1;
 		tl_tlsrec_free(&t->rec);
-		peer_closed(c);
+		peer_closed(l, c);
 		return 0;
 	default:
 		/* A failure, after the WebSocket close too: a record that does
@@ -343,6 +354,10 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 
 	if (!t)
 		return TL_FEED_DEAD;
+	if (t->ended) {
+		stream_ended(l, c, t); /* bytes after close_notify: dropped */
+		return TL_FEED_OK;
+	}
 	if (!t->handshake_done) {
 		r = handshake(l, c, t);
 		if (r <= 0)
@@ -413,7 +428,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			}
 			if (e == SSL_ERROR_ZERO_RETURN) {
 				ERR_clear_error();
-				peer_closed(c);
+				peer_closed(l, c);
 				break;
 			}
 			if (c->eof || (c->close_rcvd && e != SSL_ERROR_SSL)) {
@@ -425,7 +440,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				 * library has sent its alert). */
 				ERR_clear_error();
 				if (!c->eof)
-					peer_closed(c);
+					peer_closed(l, c);
 				break;
 			}
 			tl_tls_fail(l, c, TL_TLS_GENERIC, NULL);

@@ -4,6 +4,13 @@
 // to what a black-box test cannot observe otherwise.
 package testhook
 
+// NoTLSRecordLayer, when set before a Pool is made, gives it
+// Config.Tuning.NoTLSRecordLayer whatever its Config says: the test
+// suite's TestMain sets it for its pass with the library's SSL_read only
+// (TALARIS_TEST_NO_TLSREC=1), so every TLS test also runs without the own
+// record layer and AES-GCM.
+var NoTLSRecordLayer bool
+
 // PumpClaim returns the state of a *talaris.Pool's pump claim: 0 nobody
 // pumps, 1 a goroutine is inside a Pump call, 2 the pool was closed and
 // freed. Package talaris sets it (linux and cgo only; nil elsewhere).
