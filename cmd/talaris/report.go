@@ -57,7 +57,7 @@ func (b *bench) markdownTables() string {
 	}
 	errCell := func(r Result) string { return "error: " + strings.ReplaceAll(r.Err, "|", "/") }
 	if rs := by("decode"); len(rs) > 0 {
-		fmt.Fprintf(&s, "### decode: in-memory, %d mixed messages (1/3 binary u64, 2/3 text {\"id\":i}), 4096-byte reads, best of %d rounds (the in-process clients' rounds interleaved)\n\n", b.decodeN, b.decodeRounds)
+		fmt.Fprintf(&s, "### decode: in-memory, %d mixed messages (1/3 binary u64, 2/3 text {\"id\":i}), 4096-byte reads, best of %d rounds (the in-process clients' rounds interleaved); the talaris Pool with Config.Tuning.Prefault, as the rounds pass the arena's memory once only, where a zero Config takes its page faults (steady state: each page faults once per process)\n\n", b.decodeN, b.decodeRounds)
 		s.WriteString("| client | ns/msg | M msg/s |\n|---|---:|---:|\n")
 		for _, r := range rs {
 			if r.Err != "" {
