@@ -71,15 +71,11 @@ func (c Conn) stats() ConnStats {
 	pb := c.p.pub[c.slot]
 	d := &c.p.direct[c.slot]
 	ld := func(v *C.uint64_t) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(v))) }
-	// Handoffs before sends: sendDirect adds a send before its handoff,
-	// so read the other way round DirectHandoffs <= DirectSends holds.
-	hs := d.handoffs.Load()
 	ds := d.sends.Load()
 	st := ConnStats{
 		MsgsIn: ld(&pb.msgs_in), BytesIn: ld(&pb.bytes_in),
 		MsgsOut: ld(&pb.msgs_out) + ds, BytesOut: ld(&pb.bytes_out) + d.bytes.Load(),
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out) + d.wire.Load(),
-		DirectSends: ds, DirectHandoffs: hs,
 		Resumed:    atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.resumed))) != 0,
 		SendQueued: c.queued(c.p.txAcc[c.slot].Load()), SendQueueFull: c.p.txFull[c.slot].Load(),
 		Reconnects: ld(&pb.reconnects),
@@ -92,6 +88,25 @@ func (c Conn) stats() ConnStats {
 		return ConnStats{}
 	}
 	return st
+}
+
+// directSends is testhook.DirectSends: the messages of c the sending
+// goroutine wrote to the socket itself, and those of them the socket took
+// only part of (the loop wrote the rest); zero once c ended.
+func (c Conn) directSends() (sends, handoffs uint64) {
+	if !c.enter() {
+		return 0, 0
+	}
+	defer c.p.exit()
+	d := &c.p.direct[c.slot]
+	// Handoffs before sends: sendDirect adds a send before its handoff,
+	// so read the other way round handoffs <= sends holds.
+	handoffs = d.handoffs.Load()
+	sends = d.sends.Load()
+	if !c.live() {
+		return 0, 0 // ended, or the slot is another connection's now
+	}
+	return sends, handoffs
 }
 
 // inGap reports whether c waits to reconnect (from its EventReconnecting

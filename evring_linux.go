@@ -377,6 +377,7 @@ func init() {
 	testhook.PumpClaim = func(p any) int32 { return p.(*Pool).pumping.Load() }
 	testhook.Stats = func(p any) testhook.PoolStats { return p.(*Pool).poolStats() }
 	testhook.OwnGCM = func() bool { return C.tl_gcm_supported() != 0 }
+	testhook.DirectSends = func(c any) (uint64, uint64) { return c.(Conn).directSends() }
 	testhook.ConnLoop = func(p any, slot int) int {
 		pool := p.(*Pool)
 		return slices.Index(pool.shards, pool.shardOf[slot])

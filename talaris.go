@@ -13,6 +13,8 @@ import (
 	"io"
 	"time"
 	"unicode/utf8"
+
+	"github.com/talaris-go/talaris/ws"
 )
 
 // Pool owns one C loop thread (Config.Loops: or several, each with its own
@@ -155,23 +157,24 @@ func (p *Pool) WritePrometheus(w io.Writer) error {
 	return writePrometheus(w, p.name(), &m)
 }
 
-// Close codes (RFC 6455 section 7.4.1 and the IANA registry).
+// Close codes (RFC 6455 section 7.4.1 and the IANA registry), as package
+// ws defines them: here so that a Close call needs no second import.
 const (
-	CloseNormal             = 1000
-	CloseGoingAway          = 1001
-	CloseProtocolError      = 1002
-	CloseUnsupportedData    = 1003
-	CloseNoStatus           = 1005 // never sent: the close frame carried no code
-	CloseAbnormal           = 1006 // never sent: the connection dropped without a close frame
-	CloseInvalidPayload     = 1007
-	ClosePolicyViolation    = 1008
-	CloseMessageTooBig      = 1009
-	CloseMandatoryExtension = 1010
-	CloseInternalError      = 1011
-	CloseServiceRestart     = 1012
-	CloseTryAgainLater      = 1013
-	CloseBadGateway         = 1014
-	CloseTLSHandshake       = 1015 // never sent
+	CloseNormal             = ws.CloseNormal
+	CloseGoingAway          = ws.CloseGoingAway
+	CloseProtocolError      = ws.CloseProtocolError
+	CloseUnsupportedData    = ws.CloseUnsupportedData
+	CloseNoStatus           = ws.CloseNoStatus // never sent: the close frame carried no code
+	CloseAbnormal           = ws.CloseAbnormal // never sent: the connection dropped without a close frame
+	CloseInvalidPayload     = ws.CloseInvalidPayload
+	ClosePolicyViolation    = ws.ClosePolicyViolation
+	CloseMessageTooBig      = ws.CloseMessageTooBig
+	CloseMandatoryExtension = ws.CloseMandatoryExtension
+	CloseInternalError      = ws.CloseInternalError
+	CloseServiceRestart     = ws.CloseServiceRestart
+	CloseTryAgainLater      = ws.CloseTryAgainLater
+	CloseBadGateway         = ws.CloseBadGateway
+	CloseTLSHandshake       = ws.CloseTLSHandshake // never sent
 )
 
 // State is a connection's lifecycle state.
@@ -221,11 +224,6 @@ type ConnStats struct {
 	// SendContext calls that had to wait, because the queue was full.
 	SendQueueFull uint64
 	Reconnects    uint64 // successful re-opens under a ReconnectPolicy
-	// DirectSends counts the messages (of MsgsOut) the sending goroutine
-	// wrote to the socket itself (Config.Tuning.NoDirectSend); DirectHandoffs
-	// those of them the socket took only part of, whose rest the loop
-	// wrote.
-	DirectSends, DirectHandoffs uint64
 }
 
 // Conn is a handle to one connection of a Pool. It is a small value: copy
@@ -380,25 +378,16 @@ const (
 	cmdDirect = 9
 )
 
-// Opcode is a WebSocket data opcode as seen by a DataFunc.
-type Opcode uint8
+// Opcode is a WebSocket data opcode as seen by a DataFunc (package ws's
+// type: one definition for the library, its parser's reference and the
+// tests).
+type Opcode = ws.Opcode
 
 // Data opcodes (RFC 6455 section 5.2). Control frames never reach a DataFunc.
 const (
-	OpText   Opcode = 1
-	OpBinary Opcode = 2
+	OpText   = ws.OpText
+	OpBinary = ws.OpBinary
 )
-
-// String returns "text" or "binary".
-func (o Opcode) String() string {
-	switch o {
-	case OpText:
-		return "text"
-	case OpBinary:
-		return "binary"
-	}
-	return fmt.Sprintf("opcode(%d)", uint8(o))
-}
 
 // EventKind says what an Event reports.
 type EventKind uint8

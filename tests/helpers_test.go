@@ -1000,7 +1000,7 @@ func runConcurrentSenders(t *testing.T, senders int, cfg talaris.Config, send fu
 // runConcurrentSendersCheck is runConcurrentSenders; check, if not nil,
 // also gets the connection's stats once every message arrived.
 func runConcurrentSendersCheck(t *testing.T, senders int, cfg talaris.Config, send func(c talaris.Conn, ctx context.Context, op talaris.Opcode, b []byte) error,
-	check func(t *testing.T, st talaris.ConnStats)) {
+	check func(t *testing.T, st talaris.ConnStats, directSends uint64)) {
 	perSender := scaled(2000)
 	var mu sync.Mutex
 	var recv [][]int
@@ -1060,10 +1060,11 @@ func runConcurrentSendersCheck(t *testing.T, senders int, cfg talaris.Config, se
 			mu.Unlock()
 			t.Fatalf("server received %d of %d messages", n, senders*perSender)
 		}
+		ds, _ := testhook.DirectSends(c)
 		st := c.Stats()
 		t.Logf("stats %+v", st)
 		if check != nil {
-			check(t, st)
+			check(t, st, ds)
 		}
 		if f := closeAndWait(t, p, c); f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)

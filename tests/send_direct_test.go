@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -23,7 +24,7 @@ import (
 // loop. The peers are real servers on loopback that parse every frame (a
 // byte of one frame inside another fails the parse) and check every
 // message's number and content. wss:// runs the same tests through the
-// loop path (DirectSends stays 0).
+// loop path (testhook.DirectSends stays 0).
 
 // TestDirectSendConcurrentSenders: 16 goroutines send sequence-numbered
 // messages on one connection with SendBinary (retrying on ErrWouldBlock),
@@ -45,12 +46,12 @@ func TestDirectSendConcurrentSenders(t *testing.T) {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
-	runConcurrentSendersCheck(t, 16, talaris.Config{MaxSendQueue: 256 << 10}, send, func(t *testing.T, st talaris.ConnStats) {
-		if st.DirectSends == 0 {
+	runConcurrentSendersCheck(t, 16, talaris.Config{MaxSendQueue: 256 << 10}, send, func(t *testing.T, st talaris.ConnStats, ds uint64) {
+		if ds == 0 {
 			t.Errorf("no message went out directly (stats %+v)", st)
 		}
-		if st.DirectSends >= st.MsgsOut {
-			t.Errorf("every message went out directly: the mix with queued sends was not exercised (stats %+v)", st)
+		if ds >= st.MsgsOut {
+			t.Errorf("every message went out directly: the mix with queued sends was not exercised (%d direct, stats %+v)", ds, st)
 		}
 	})
 }
@@ -77,15 +78,16 @@ func TestDirectSendPeerStopsReading(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		fillUntilBlocked(t, c, &next, 1000, 1<<30)
+		ds, hs := testhook.DirectSends(c)
 		st := c.Stats()
-		t.Logf("refused after %d messages: %+v", next, st)
+		t.Logf("refused after %d messages: %+v, %d direct sends, %d handed off", next, st, ds, hs)
 		if useTLS {
-			if st.DirectSends != 0 {
-				t.Errorf("wss: %d direct sends, want 0 (the loop owns the TLS session)", st.DirectSends)
+			if ds != 0 {
+				t.Errorf("wss: %d direct sends, want 0 (the loop owns the TLS session)", ds)
 			}
 		} else {
-			if st.DirectSends == 0 || st.DirectHandoffs == 0 {
-				t.Errorf("want direct sends and at least one handoff to the loop (stats %+v)", st)
+			if ds == 0 || hs == 0 {
+				t.Errorf("want direct sends and at least one handoff to the loop (%d, %d)", ds, hs)
 			}
 			if st.SendQueued == 0 {
 				t.Errorf("queue empty at ErrWouldBlock (stats %+v)", st)
@@ -218,6 +220,7 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 		}
 		close(stopPing)
 		<-pingDone
+		ds, _ := testhook.DirectSends(c)
 		st := c.Stats()
 		if err := c.Close(talaris.CloseNormal, "done"); err != nil {
 			t.Fatalf("Close: %v", err)
@@ -242,7 +245,7 @@ func TestDirectSendControlInterleaved(t *testing.T) {
 		if f == nil || f.Kind != talaris.EventClose {
 			t.Errorf("final %+v, want EventClose", f)
 		}
-		if !useTLS && st.DirectSends == 0 {
+		if !useTLS && ds == 0 {
 			t.Errorf("no direct sends (stats %+v)", st)
 		}
 	})
@@ -294,7 +297,8 @@ func directRaceOnce(t *testing.T, useTLS bool, how string, reading bool) {
 					return
 				}
 				if g == 0 {
-					direct.Store(int64(c.Stats().DirectSends))
+					ds, _ := testhook.DirectSends(c)
+					direct.Store(int64(ds))
 				}
 			}
 		}()
@@ -408,6 +412,7 @@ func TestDirectSendReconnect(t *testing.T) {
 				t.Fatalf("send %d: %v", i, err)
 			}
 		}
+		ds, _ := testhook.DirectSends(c)
 		st := c.Stats()
 		if err := c.Close(talaris.CloseNormal, ""); err != nil {
 			t.Fatalf("Close: %v", err)
@@ -425,14 +430,14 @@ func TestDirectSendReconnect(t *testing.T) {
 		if st.Reconnects != 1 {
 			t.Errorf("reconnects %d, want 1", st.Reconnects)
 		}
-		if !useTLS && st.DirectSends == 0 {
+		if !useTLS && ds == 0 {
 			t.Errorf("no direct sends (stats %+v)", st)
 		}
 	})
 }
 
 // TestNoDirectSend: with Config.Tuning.NoDirectSend every send goes through the
-// loop (DirectSends stays 0) and arrives as before.
+// loop (testhook.DirectSends stays 0) and arrives as before.
 func TestNoDirectSend(t *testing.T) {
 	s := newSink(t, false, true, 0)
 	p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, hangGuard)
@@ -444,7 +449,10 @@ func TestNoDirectSend(t *testing.T) {
 		}
 	}
 	s.waitCount(t, 1000)
-	if st := c.Stats(); st.DirectSends != 0 || st.MsgsOut != 1000 {
+	if ds, _ := testhook.DirectSends(c); ds != 0 {
+		t.Errorf("%d direct sends, want none", ds)
+	}
+	if st := c.Stats(); st.MsgsOut != 1000 {
 		t.Errorf("stats %+v: want 1000 messages, none direct", st)
 	}
 }

@@ -36,6 +36,14 @@ var PayloadOrigin func(pool any, b []byte) int
 // elsewhere).
 var OwnGCM func() bool
 
+// DirectSends returns how many messages of a talaris.Conn conn the
+// sending goroutine wrote to the socket itself (a direct send: ws://,
+// unless Config.Tuning.NoDirectSend), and how many of those the socket
+// took only part of, whose rest the loop wrote; handoffs <= sends. Both
+// are 0 once the connection ended. Package talaris sets it (linux and cgo
+// only; nil elsewhere).
+var DirectSends func(conn any) (sends, handoffs uint64)
+
 // ConnLoop returns the index of the loop thread (Config.Loops) that serves
 // connection slot slot of *talaris.Pool pool. Package talaris sets it
 // (linux and cgo only; nil elsewhere).
