@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x966b7ec35e94d76e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x4abc2a5c895d149e
 import "C"
 
-const csrcHash = "966b7ec35e94d76e"
+const csrcHash = "4abc2a5c895d149e"

@@ -103,7 +103,7 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 		tl_life_after(l, c);
 		return;
 	}
-	if (c->rc_wait) {
+	if (c->rc == TL_RC_BACKOFF) {
 		tl_life_fail(l, c, TL_E_ABORTED, 0, 1006, "closed while waiting to reconnect"); /* as an Abort */
 	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */

@@ -151,6 +151,15 @@ void tl_life_finish(struct tl_loop *l, struct tl_conn *c)
 	l->live--;
 }
 
+void tl_life_rc_set(struct tl_loop *l, struct tl_conn *c, uint8_t to)
+{
+	if (c->rc == TL_RC_BACKOFF)
+		l->rc_waits--;
+	if (to == TL_RC_BACKOFF)
+		l->rc_waits++;
+	c->rc = to;
+}
+
 void tl_life_stop_reconnect(struct tl_conn *c)
 {
 	c->rc_stop = 1;
@@ -220,7 +229,7 @@ static int reconnect_wanted(struct tl_loop *l, struct tl_conn *c)
 /* reconnect_begin publishes EventReconnecting (not final) for c's end and
  * arms the backoff deadline; on_deadline re-dials the same slot and
  * generation. When the ring is full the connection waits on the stall
- * list (rc_pending) and tl_life_end_or_reconnect runs again. */
+ * list (TL_RC_ANNOUNCE) and tl_life_end_or_reconnect runs again. */
 static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];
@@ -231,7 +240,7 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	uint16_t code = c->fail_err ? c->fail_code : c->close_code;
 	uint64_t delay;
 
-	if (!c->rc_pending) {
+	if (c->rc != TL_RC_ANNOUNCE) {
 		if (c->was_open)
 			c->rc_attempts = 0;
 		c->rc_delay_ns = rc_backoff(l, c);
@@ -249,11 +258,11 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	memcpy(buf + 12, &zero, 4);
 	memcpy(buf + 16, why, wn);
 	if (tl_life_emit(l, c, TL_EV_RECONNECTING, buf, 16 + wn, code, c->fail_err, c->fail_aux, 0) < 0) {
-		c->rc_pending = 1;
+		tl_life_rc_set(l, c, TL_RC_ANNOUNCE);
 		tl_life_stall(l, c);
 		return;
 	}
-	c->rc_pending = 0;
+	tl_life_rc_set(l, c, TL_RC_NONE); /* (the reset below clears the rest of the attempt) */
 	__atomic_store_n(&p->gap, 1, __ATOMIC_RELAXED);
 	p->proto[0] = 0;
 	delay = c->rc_delay_ns;
@@ -262,9 +271,8 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	tl_conn_tx_drop_all(l, c);
 	tl_conn_reset_keep(c);
 	tl_pub_set_state(l, c, TL_ST_CONNECTING);
-	c->rc_wait = 1;
+	tl_life_rc_set(l, c, TL_RC_BACKOFF);
 	c->rc_delay_ns = delay;
-	l->rc_waits++;
 	tl_timer_set_deadline(l, c, delay);
 }
 
@@ -277,7 +285,7 @@ void tl_life_end_or_reconnect(struct tl_loop *l, struct tl_conn *c)
 		reconnect_begin(l, c);
 		return;
 	}
-	c->rc_pending = 0;
+	tl_life_rc_set(l, c, TL_RC_NONE);
 	tl_life_free_dial(c->dial);
 	c->dial = NULL;
 	tl_life_finish(l, c);
@@ -286,7 +294,7 @@ void tl_life_end_or_reconnect(struct tl_loop *l, struct tl_conn *c)
 /* tl_life_maybe_finish closes the socket once no operation is in flight. */
 void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c)
 {
-	if (!c->dying || c->rc_pending || tl_rx_in_kernel(c) || c->send_inflight || c->cancel_inflight ||
+	if (!c->dying || c->rc == TL_RC_ANNOUNCE || tl_rx_in_kernel(c) || c->send_inflight || c->cancel_inflight ||
 	    c->connect_inflight)
 		return;
 	if (c->fd >= 0 && !tl_tx_seize(l, c))
@@ -299,10 +307,8 @@ void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c)
 		tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
 		tl_timer_clear_deadline(l, c);
 		tl_timer_hb_clear(l, c);
-		if (c->rc_wait) {
-			c->rc_wait = 0;
-			l->rc_waits--;
-		}
+		if (c->rc == TL_RC_BACKOFF)
+			tl_life_rc_set(l, c, TL_RC_NONE);
 		tl_tls_free(c);
 		free(c->hs);
 		c->hs = NULL;

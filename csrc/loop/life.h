@@ -79,6 +79,15 @@ void tl_life_finish(struct tl_loop *l, struct tl_conn *c);
  * closed and no operation of it is in flight. */
 void tl_life_end_or_reconnect(struct tl_loop *l, struct tl_conn *c);
 
+/* tl_life_rc_set moves c's reconnect state (tl_conn.rc) to to, the one
+ * place it changes, and keeps l->rc_waits (the connections in
+ * TL_RC_BACKOFF) with it. The transitions: NONE -> ANNOUNCE (the ring had
+ * no room for EventReconnecting), NONE or ANNOUNCE -> BACKOFF (announced),
+ * BACKOFF -> NONE (the deadline starts the next attempt, or the connection
+ * ends while it waits), ANNOUNCE -> NONE (no reconnect after all: the
+ * final event follows). */
+void tl_life_rc_set(struct tl_loop *l, struct tl_conn *c, uint8_t to);
+
 /* tl_life_stop_reconnect ends c's reconnect policy: its next end is
  * final (Conn.Close, and an abort, call it before ending c). */
 void tl_life_stop_reconnect(struct tl_conn *c);

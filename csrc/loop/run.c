@@ -34,7 +34,7 @@ static void shutdown_all(struct tl_loop *l)
 			tl_life_finish(l, c); /* shutting down: the event is dropped if there is no room */
 			continue;
 		}
-		if (c->rc_pending) {
+		if (c->rc == TL_RC_ANNOUNCE) {
 			tl_life_end_or_reconnect(l, c); /* no reconnect while shutting down: final */
 			continue;
 		}

@@ -53,7 +53,7 @@ void tl_loop_fair_tick(struct tl_loop *l)
 		/* A connection with input of its own waiting (stalled, held,
 		 * its recv paused or starved of slots) is not light: it is a
 		 * flood the loop holds back, not a message about to arrive. */
-		if (c->state != TL_ST_IDLE && !c->dying && !c->rc_wait && c->fd >= 0 &&
+		if (c->state != TL_ST_IDLE && !c->dying && c->rc != TL_RC_BACKOFF && c->fd >= 0 &&
 		    c->fair_heavy + 1 < l->fair_epoch && !c->stalled && c->rx != TL_RX_WANT &&
 		    c->rx != TL_RX_PAUSING && c->rx != TL_RX_PAUSED && l->evq.own_events[c->slot] < sparse) {
 			c->fair_light = 1;
@@ -84,7 +84,7 @@ int tl_loop_run_stalled(struct tl_loop *l)
 			tl_life_finish(l, c);
 			continue;
 		}
-		if (c->rc_pending) {
+		if (c->rc == TL_RC_ANNOUNCE) {
 			ran++;
 			tl_life_end_or_reconnect(l, c);
 			continue;
@@ -92,7 +92,7 @@ int tl_loop_run_stalled(struct tl_loop *l)
 		/* A connection may have ended while it sat on the list: its slot
 		 * is Go's again and must not be driven (nor one waiting to
 		 * reconnect: it has no socket). */
-		if (c->dying || c->state == TL_ST_IDLE || c->rc_wait)
+		if (c->dying || c->state == TL_ST_IDLE || c->rc == TL_RC_BACKOFF)
 			continue;
 		if (tl_conn_fair_still_held(l, c)) {
 			c->stalled = 1;

@@ -58,9 +58,8 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 	tl_timer_clear_deadline(l, c);
 	if (c->dying)
 		return;
-	if (c->rc_wait) { /* the backoff is over: next attempt */
-		c->rc_wait = 0;
-		l->rc_waits--;
+	if (c->rc == TL_RC_BACKOFF) { /* the backoff is over: next attempt */
+		tl_life_rc_set(l, c, TL_RC_NONE);
 		tl_life_dial_start(l, c);
 		return;
 	}

@@ -139,6 +139,14 @@ struct tl_sqrec {
  * much (plus one frame) of data that is already framed for the wire. */
 #define TL_TX_CHUNK (256u << 10)
 
+/* Where a connection under a reconnect policy stands between two
+ * attempts (tl_conn.rc; its transitions are tl_life_rc_set's). */
+enum tl_rc {
+	TL_RC_NONE = 0,     /* in an attempt, or no reconnect under way */
+	TL_RC_ANNOUNCE = 1, /* the attempt ended; its EventReconnecting waits for ring room (stall list) */
+	TL_RC_BACKOFF = 2,  /* announced; no socket; the deadline starts the next attempt */
+};
+
 struct tl_conn {
 	uint32_t slot, gen;
 	int fd;
@@ -244,8 +252,7 @@ struct tl_conn {
 	/* reconnect (life.c): these survive the reset between attempts */
 	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
 	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */
-	uint8_t rc_wait;       /* waiting for the backoff deadline to re-dial */
-	uint8_t rc_pending;    /* the EventReconnecting waits for ring room */
+	uint8_t rc;            /* TL_RC_*: between attempts; changed only by tl_life_rc_set (life.c) */
 	uint32_t rc_attempts;  /* attempts since the last open (the first dial counts) */
 	uint64_t opens;        /* successful opens of this handle */
 	int64_t retry_after;   /* seconds from a refused upgrade's Retry-After, -1 if none */
