@@ -193,16 +193,17 @@ PY
 # (Not for vectors: cgo.mk's test calls that, and it builds no Go.)
 [ "${1:-}" = vectors ] || go run ./internal/cgohash/gen
 
-# lane2 is the test lane that runs beside the default pass, the C tests
-# and the fuzz smoke: the second TLS backend, then the race detector.
-# The second TLS backend's pass runs what can reach TLS only: the backends
-# differ in the TLS library linked and nothing else, so the default pass
-# runs the rest on the same code. The tests module picks its TLS tests
-# from its source (tests/tlsonly_test.go: whatever names TLS, directly or
-# through a helper) and skips the ws:// halves of forEachTransport, of
-# TestPoolCloseRace and of the conformance run.
+# lane2 is the test lane that runs beside the default pass, the C tests and
+# the fuzz smoke: the second TLS backend, then the race detector. The second
+# TLS backend's passes (own record layer on, then off) run what can reach
+# TLS only: the backends differ in the TLS library linked and nothing else,
+# so the default pass runs the rest on the same code. The tests module picks
+# its TLS tests from its source (tests/tlsonly_test.go: whatever names TLS,
+# directly or through a helper) and skips the ws:// halves of
+# forEachTransport, of TestPoolCloseRace and of the conformance run.
 lane2() {
 	TALARIS_TEST_TLS_ONLY=1 each_module test -count=1 -timeout 30m -tags talaris_openssl ./...
+	step env TALARIS_TEST_NO_TLSREC=1 TALARIS_TEST_TLS_ONLY=1 go -C tests test -count=1 -timeout 30m -tags talaris_openssl .
 	each_module test -count=1 -timeout 30m -race -short ./...
 }
 
