@@ -109,9 +109,9 @@ func (p *Pool) enterPump() error {
 	if p.drained == nil {
 		return ErrPoolClosed // a zero Pool, not made by NewPool
 	}
-	for !p.pumping.CompareAndSwap(0, 1) {
+	for !p.pumping.CompareAndSwap(pumpFree, pumpCalling) {
 		switch p.pumping.Load() {
-		case 0:
+		case pumpFree:
 			continue // released meanwhile
 		case pumpReaping:
 			// A failed Dial passing its quiet events: microseconds. No new
@@ -120,7 +120,7 @@ func (p *Pool) enterPump() error {
 			p.pumpWaiting.Store(true)
 			osYield()
 			continue
-		case 2:
+		case pumpFreed:
 			return ErrPoolClosed
 		}
 		p.pumpWaiting.Store(false)
@@ -140,7 +140,7 @@ func (p *Pool) leavePump() {
 	if p.rec != nil {
 		p.rec.flush()
 	}
-	p.pumping.Store(0)
+	p.pumping.Store(pumpFree)
 	if p.closed.Load() {
 		p.release()
 	}

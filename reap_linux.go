@@ -55,9 +55,15 @@ func (p *Pool) quietEvent(e *C.struct_tl_event, slot uint32, kind EventKind) boo
 	return true
 }
 
-// pumpReaping is the pump claim of reapQuiet (0 free, 1 a pump call, 2
-// freed at Close).
-const pumpReaping = 3
+// The states of the pump claim (pool.pumping): who may consume the event
+// rings. One word, so that a pump call, a failed Dial's reaper and the
+// release at Close exclude each other with one compare-and-swap.
+const (
+	pumpFree    = 0 // nobody consumes
+	pumpCalling = 1 // a Pump* call runs
+	pumpFreed   = 2 // Close released the loop: nobody ever consumes again
+	pumpReaping = 3 // reapQuiet passes a failed Dial's quiet events
+)
 
 // reapAll is reapQuiet for no particular connection: it passes the
 // quiet events of failed synchronous Dials at the head of the rings, when
@@ -85,10 +91,10 @@ func (p *Pool) reapQuiet(slot, gen uint32) bool {
 		if p.pumpWaiting.Load() {
 			return false // a pump call waits for the claim: the events are its
 		}
-		if p.pumping.CompareAndSwap(0, pumpReaping) {
+		if p.pumping.CompareAndSwap(pumpFree, pumpReaping) {
 			break
 		}
-		if c := p.pumping.Load(); c != pumpReaping && c != 0 || passed() {
+		if c := p.pumping.Load(); c != pumpReaping && c != pumpFree || passed() {
 			return false // a pump call (or Close) has the ring, or slot/gen is done
 		}
 		// Another failed Dial reaping: microseconds. Giving up here left

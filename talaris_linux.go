@@ -539,7 +539,7 @@ func (p *Pool) release() {
 	if !p.stopped.Load() {
 		return // Close has not stopped the loop yet; it releases itself
 	}
-	if p.pumping.CompareAndSwap(0, 2) {
+	if p.pumping.CompareAndSwap(pumpFree, pumpFreed) {
 		p.freeMu.Lock()
 		if !p.freed.Load() {
 			for _, sh := range p.shards {
