@@ -272,7 +272,7 @@ func (b *bench) targets() string {
 	if rv > 0 {
 		row("latency p99.9 <= Rust talaris", fmt.Sprintf("%.1f us / %s %.1f us", tv, rw, rv), tv <= rv, tv > 0)
 	}
-	// Issue 9: the default configuration against the best Go peer.
+	// The default configuration against the best Go peer (the one-way and round-trip targets).
 	isDefault := func(r Result) bool { return r.Client == "talaris/default" }
 	for _, t := range []struct {
 		w, name string
