@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x4abc2a5c895d149e
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xdb57536e81a774b8
 import "C"
 
-const csrcHash = "4abc2a5c895d149e"
+const csrcHash = "db57536e81a774b8"

@@ -639,7 +639,7 @@ func TestDialWhilePumping(t *testing.T) {
 						finals++
 					}
 				})
-				if errors.Is(err, talaris.ErrNoConns) {
+				if errors.Is(err, talaris.ErrNoConns) && !t.Failed() {
 					// every connection so far ended; a dialer is between Dials
 					time.Sleep(100 * time.Microsecond)
 					continue

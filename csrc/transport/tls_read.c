@@ -28,6 +28,21 @@ static inline void err_clear(void)
 		ERR_clear_error();
 }
 
+/* read_truncated says whether SSL_read's failure e is the transport's end
+ * without a close_notify: BoringSSL reports it as SSL_ERROR_SYSCALL,
+ * OpenSSL 3 as SSL_ERROR_SSL with "unexpected eof while reading". Any
+ * other SSL_ERROR_SSL is a record the library refused (it sent the alert). */
+static int read_truncated(int e)
+{
+	if (e != SSL_ERROR_SSL)
+		return 1;
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+	return ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING;
+#else
+	return 0;
+#endif
+}
+
 /* tl_tls_rxp_drop gives up t's plaintext slot: back to the free stack, or deferred
  * while an event Go has not passed points into it (tl_slots_release). */
 void tl_tls_rxp_drop(struct tl_loop *l, struct tl_tls *t)
@@ -431,13 +446,13 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				peer_closed(l, c);
 				break;
 			}
-			if (c->eof || (c->close_rcvd && e != SSL_ERROR_SSL)) {
-				/* Transport EOF without close_notify: BoringSSL says
-				 * SYSCALL, OpenSSL "unexpected eof". Report both the same way,
-				 * through the EOF path. After the close frame the stream
-				 * may end so too; but a record that does not open is a
-				 * failure whenever it comes (SSL_ERROR_SSL, below: the
-				 * library has sent its alert). */
+			if ((c->eof || c->close_rcvd) && read_truncated(e)) {
+				/* Transport EOF without close_notify: report it through
+				 * the EOF path, on both backends the same way. After the
+				 * close frame the stream may end so too. A record that
+				 * does not open is a failure whenever it comes, a FIN
+				 * behind it or not (below: the library has sent its
+				 * alert). */
 				ERR_clear_error();
 				if (!c->eof)
 					peer_closed(l, c);

@@ -56,11 +56,12 @@ enum {
  * may not fit. */
 #define TL_REC_TAIL 1
 
-/* Records that bring the user nothing, in a row, as BoringSSL caps them
+/* Records that bring the user nothing, in a row, with BoringSSL's limits
  * (kMaxWarningAlerts, kMaxEmptyRecords, kMaxKeyUpdates): a server
  * streaming them keeps the loop decrypting without one byte of data.
- * One past a cap fails the stream; application data with content resets
- * all three counters. */
+ * One past a cap fails the stream. Only application data with content
+ * resets the counters, all three (stricter than BoringSSL, which resets
+ * each on its own terms). */
 #define TL_REC_MAX_USER_CANCELED 4
 #define TL_REC_MAX_EMPTY 32
 #define TL_REC_MAX_KEY_UPDATES 32

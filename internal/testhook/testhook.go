@@ -13,7 +13,7 @@ var NoTLSRecordLayer bool
 
 // PumpClaim returns the state of a *talaris.Pool's pump claim: 0 nobody
 // pumps, 1 a goroutine is inside a Pump call, 2 the pool was closed and
-// freed. Package talaris sets it (linux and cgo only; nil elsewhere).
+// freed, 3 a failed Dial passes its connection's last events. Package talaris sets it (linux and cgo only; nil elsewhere).
 var PumpClaim func(pool any) int32
 
 // Where a payload handed to a callback lies (PayloadOrigin).
