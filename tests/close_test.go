@@ -217,9 +217,8 @@ func TestAbortRaces(t *testing.T) {
 				go func() {
 					for {
 						_, err := p.Pump(func(talaris.Conn, talaris.Event) {})
-						if errors.Is(err, talaris.ErrNoConns) {
+						if poolEmptied(err) {
 							// every connection ended before Pool.Close
-							time.Sleep(50 * time.Microsecond)
 							continue
 						}
 						if err != nil {
@@ -814,9 +813,8 @@ func closeRaceRound(t *testing.T, round int, url string, opts *talaris.DialOptio
 			} else {
 				_, err = p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {})
 			}
-			if errors.Is(err, talaris.ErrNoConns) {
+			if poolEmptied(err) {
 				// every connection so far ended; more may be dialed
-				time.Sleep(50 * time.Microsecond)
 				continue
 			}
 			if err != nil {

@@ -1089,6 +1089,17 @@ func runConcurrentSendersCheck(t *testing.T, senders int, cfg talaris.Config, se
 	})
 }
 
+// poolEmptied reports whether a blocking pump's err is the end rule's
+// ErrNoConns, after a short pause: for a pumper racing Dials or Pool.Close,
+// a pool with no connection for a moment is no end, so it pumps again.
+func poolEmptied(err error) bool {
+	if !errors.Is(err, talaris.ErrNoConns) {
+		return false
+	}
+	time.Sleep(100 * time.Microsecond)
+	return true
+}
+
 // floodCloseRace pumps p, whose conns flood it, handing every event to
 // check (which returns how many messages that connection has delivered).
 // Once one has delivered 1000, conns[it%len] is closed and the pool is
