@@ -322,7 +322,7 @@ def cell(r, key, fmt="{}", who=False):
     return v + " (" + r["client"] + ")" if who else v
 
 t, dec, rs, g = pick(decode, "talaris"), pick(decode, "talaris-decoder"), pick(decode, "rust-talaris"), best(decode, "ns/msg", True)
-out.append("| decode, ns/msg (Pool; Decoder) | %s; %s | %s | %s |" % (cell(t, "ns/msg"), cell(dec, "ns/msg"), cell(g, "ns/msg", who=True), cell(rs, "ns/msg")))
+out.append("| decode, ns/msg (Pool; synchronous decoder) | %s; %s | %s | %s |" % (cell(t, "ns/msg"), cell(dec, "ns/msg"), cell(g, "ns/msg", who=True), cell(rs, "ns/msg")))
 for tr, frame, conns in (("ws", "64 B", "1"), ("ws", "64 B", "16"), ("wss", "256 B", "1"), ("wss", "256 B", "16")):
     rows = [r for r in ingress if (r["transport"], r["frame"], r["conns"]) == (tr, frame, conns)]
     if not rows:

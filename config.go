@@ -232,7 +232,7 @@ func init() {
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
-// zero field from it, NewDecoder takes MaxMessageSize from it, and the C
+// zero field from it, the decoder (testhook.NewDecoder) takes MaxMessageSize from it, and the C
 // loop always receives the resulting explicit values. Keep the values
 // written beside the Config fields in step.
 var defaults = Config{
@@ -282,11 +282,11 @@ var knobDefaults = testhook.Knobs{
 // if larger, MaxAttempts 0: forever) are in defaultReconnect in
 // reconnect.go, beside the type.
 
-// Derived defaults and the Decoder's sizes.
+// Derived defaults and the decoder's sizes.
 const (
 	cqPerSQ             = 4                     // CQEntries = cqPerSQ x SQEntries
-	decoderEventRing    = 1 << 12               // events in a Decoder's ring
-	decoderMinArenaSize = 1 << 20               // a Decoder's arena: at least this, and 2 x its largest message
+	decoderEventRing    = 1 << 12               // events in a decoder's ring
+	decoderMinArenaSize = 1 << 20               // a decoder's arena: at least this, and 2 x its largest message
 	directMax           = 64 << 10              // the largest message a direct send writes (Tuning.NoDirectSend)
 	reapWait            = 10 * time.Millisecond // a failed Dial waits this long at most for its final event, to pass it itself (reapFailed)
 	bellWindow          = 2 * time.Millisecond  // a pump sleeps on its doorbell this long after a direct send (Knobs.ReplyDoorbell)

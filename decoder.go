@@ -1,37 +1,49 @@
 package talaris
 
-// Decoder runs the C frame parser synchronously on bytes the caller
-// supplies: no loop thread, socket or io_uring. Each Decode call is one cgo
-// call for the whole buffer; messages reach fn through the same event ring
-// a Pool uses, a whole frame's payload pointing into the buffer itself (no
-// copy) and a frame split across calls reassembled. Use it to replay
-// captured server byte streams or to measure the parser. A Decoder is not
-// safe for concurrent use.
-type Decoder struct {
-	decoder // the platform's half: decoder_linux.go or talaris_stub.go
-}
+import (
+	"errors"
 
-// NewDecoder makes a Decoder that accepts messages up to maxMessage bytes
-// (0: Config's MaxMessageSize default, 16 MiB).
-func NewDecoder(maxMessage int) (*Decoder, error) {
-	if maxMessage <= 0 {
-		maxMessage = int(defaults.MaxMessageSize)
+	"github.com/talaris-go/talaris/internal/testhook"
+)
+
+// The decoder runs the C frame parser synchronously on bytes the caller
+// supplies: no loop thread, socket or io_uring. It is not part of the
+// public API (DialMemory and Conn.Inject replay a captured feed through
+// the real pump path); the benchmark and the tests reach it through
+// testhook.NewDecoder. Each Decode call is one cgo call for the whole
+// buffer; messages reach fn through the same event ring a Pool uses, a
+// whole frame's payload pointing into the buffer itself (no copy) and a
+// frame split across calls reassembled. A decoder is not safe for
+// concurrent use. The platform half is decoder_linux.go or
+// talaris_stub.go.
+
+func init() {
+	testhook.NewDecoder = func(maxMessage int) (testhook.Decoder, error) {
+		if maxMessage <= 0 {
+			maxMessage = int(defaults.MaxMessageSize)
+		}
+		d, err := newDecoder(uint64(maxMessage), decoderEventRing, arenaFor(decoderMinArenaSize, uint64(maxMessage)))
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
 	}
-	return newDecoder(uint64(maxMessage), decoderEventRing, arenaFor(decoderMinArenaSize, uint64(maxMessage)))
 }
 
-// Decode parses b as the next bytes of a server's frame stream (frames may
-// be split anywhere across calls) and calls fn for every complete data
-// message; payload is valid only until fn returns, and may alias b, which
-// must not be modified until Decode returns. fn may call Close (Decode
-// then returns ErrClosed after the messages already parsed from b; the
-// memory goes as it returns) but not Decode. Control frames are
-// validated and consumed. It returns the number of messages delivered.
-// Once the stream violates RFC 6455 (or a close frame arrives) every call
-// returns the same error: a *ConnError matching ErrProtocol,
-// ErrInvalidUTF8, ErrMessageTooBig, or ErrClosed after a close frame.
-func (d *Decoder) Decode(b []byte, fn DataFunc) (int, error) { return d.decode(b, fn) }
+// errDecodeFunc is Decode's answer to a callback that is no DataFunc.
+var errDecodeFunc = errors.New("talaris: decoder: the callback is not a DataFunc")
 
-// Close releases the Decoder's C memory (called from Decode's callback:
-// when Decode returns). Later calls to Decode return ErrClosed.
-func (d *Decoder) Close() { d.close() }
+// Decode parses b as the next bytes of a server's frame stream (see
+// testhook.Decoder); fn is a DataFunc or a function literal of its type.
+func (d *decoder) Decode(b []byte, fn any) (int, error) {
+	switch f := fn.(type) {
+	case DataFunc:
+		return d.decode(b, f)
+	case func(Conn, Opcode, []byte):
+		return d.decode(b, f)
+	}
+	return 0, errDecodeFunc
+}
+
+// Close releases the decoder's C memory (see testhook.Decoder).
+func (d *decoder) Close() { d.close() }

@@ -32,20 +32,20 @@ type decoder struct {
 // errDecodeReentrant is Decode's answer when called from its own
 // callback: the inner call would consume the events the outer one is
 // handing out.
-var errDecodeReentrant = errors.New("talaris: Decoder.Decode called from its own callback")
+var errDecodeReentrant = errors.New("talaris: decoder: Decode called from its own callback")
 
-func newDecoder(maxMessage, ringSize, arenaSize uint64) (*Decoder, error) {
+func newDecoder(maxMessage, ringSize, arenaSize uint64) (*decoder, error) {
 	l := C.tl_decoder_new(C.uint64_t(maxMessage), C.uint32_t(ringSize), C.uint64_t(arenaSize))
 	if l == nil {
 		return nil, fmt.Errorf("%w: decoder of %d bytes", ErrInvalidConfig, maxMessage)
 	}
-	d := &Decoder{}
+	d := &decoder{}
 	d.l = l
 	d.ev = newEvConsumer(l, nil)
 	return d, nil
 }
 
-func (d *Decoder) decode(b []byte, fn DataFunc) (int, error) {
+func (d *decoder) decode(b []byte, fn DataFunc) (int, error) {
 	if d.l == nil || d.closing {
 		return 0, ErrClosed
 	}
@@ -82,8 +82,8 @@ func (d *Decoder) decode(b []byte, fn DataFunc) (int, error) {
 }
 
 // endDecode ends a decode call: unpins the caller's buffer and frees the
-// C memory if a callback closed the Decoder.
-func (d *Decoder) endDecode(pinned bool) {
+// C memory if a callback closed the decoder.
+func (d *decoder) endDecode(pinned bool) {
 	if pinned {
 		d.pin.Unpin()
 	}
@@ -94,7 +94,7 @@ func (d *Decoder) endDecode(pinned bool) {
 	}
 }
 
-func (d *Decoder) close() {
+func (d *decoder) close() {
 	if d.busy {
 		d.closing = true // decode frees it as it returns
 		return

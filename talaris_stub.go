@@ -40,6 +40,6 @@ func pinCurrentThreadTo(int) error                               { return ErrUns
 
 type decoder struct{}
 
-func newDecoder(maxMessage, ringSize, arenaSize uint64) (*Decoder, error) { return nil, ErrUnsupported }
-func (d *Decoder) decode([]byte, DataFunc) (int, error)                   { return 0, ErrUnsupported }
-func (d *Decoder) close()                                                 {}
+func newDecoder(maxMessage, ringSize, arenaSize uint64) (*decoder, error) { return nil, ErrUnsupported }
+func (d *decoder) decode([]byte, DataFunc) (int, error)                   { return 0, ErrUnsupported }
+func (d *decoder) close()                                                 {}

@@ -19,6 +19,7 @@ import (
 	gobwas "github.com/gobwas/ws"
 	"github.com/gorilla/websocket"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/internal/wstest"
 	"github.com/talaris-go/talaris/ws"
 )
@@ -104,11 +105,11 @@ func processCPU(b *testing.B) int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
-// benchDecodeDecoder is the same workload through Decoder: the C parser,
+// benchDecodeDecoder is the same workload through testhook.Decoder: the C parser,
 // event ring and Go callback on the calling thread, one cgo call per
 // 4096-byte read.
 func benchDecodeDecoder(b *testing.B, stream []byte, want uint64) {
-	d, err := talaris.NewDecoder(0)
+	d, err := testhook.NewDecoder(0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,15 +9,16 @@ import (
 	"unsafe"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/ws"
 )
 
-// TestDecoder feeds the brief's workload to Decoder split at every chunk
+// TestDecoder feeds the decode workload to testhook.Decoder split at every chunk
 // size from 1 to 64 bytes and checks every message, then the error cases.
 func TestDecoder(t *testing.T) {
 	stream, want := decodeStream(2000)
 	for chunk := 1; chunk <= 64; chunk++ {
-		d, err := talaris.NewDecoder(1 << 16)
+		d, err := testhook.NewDecoder(1 << 16)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +49,7 @@ func TestDecoder(t *testing.T) {
 		{"close", ws.AppendFrame(nil, true, ws.OpClose, ws.ClosePayload(1000, "bye")), talaris.ErrClosed, 1000},
 	}
 	for _, c := range cases {
-		d, _ := talaris.NewDecoder(1 << 20)
+		d, _ := testhook.NewDecoder(1 << 20)
 		wire := append(ws.AppendFrame(nil, true, ws.OpText, []byte("ok")), c.wire...)
 		var msgs [][]byte
 		_, err := d.Decode(wire, func(_ talaris.Conn, _ talaris.Opcode, p []byte) { msgs = append(msgs, bytes.Clone(p)) })
@@ -66,7 +67,7 @@ func TestDecoder(t *testing.T) {
 	}
 }
 
-// TestDecoderInPlace checks that a Decoder delivers a whole frame inside
+// TestDecoderInPlace checks that a testhook.Decoder delivers a whole frame inside
 // the buffer given to Decode in place (its payload points into that buffer,
 // no copy) and a frame split across two calls reassembled (its payload is
 // elsewhere), with the right bytes either way; and that one Decode over
@@ -81,7 +82,7 @@ func TestDecoderInPlace(t *testing.T) {
 		q := uintptr(unsafe.Pointer(&p[0]))
 		return q >= s && q+uintptr(len(p)) <= e
 	}
-	d, err := talaris.NewDecoder(1 << 16)
+	d, err := testhook.NewDecoder(1 << 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestDecoderInPlace(t *testing.T) {
 		t.Fatalf("in place: whole frame %v (want true), split frame %v (want false)", inplace[0], inplace[1])
 	}
 
-	// Ten times the Decoder's event ring (4096) in one call.
+	// Ten times the decoder's event ring (4096) in one call.
 	const n = 40000
 	stream, want := decodeStream(n)
 	var sum uint64
@@ -150,13 +151,13 @@ func TestDecoderInPlace(t *testing.T) {
 	}
 }
 
-// TestDecoderCloseInCallback: a callback that closes its Decoder (the
+// TestDecoderCloseInCallback: a callback that closes its decoder (the
 // event ring it is read from goes when Decode returns, not under it), one
 // that calls Decode again (refused), and Close after the stream ended
 // with a close frame.
 func TestDecoderCloseInCallback(t *testing.T) {
 	stream, _ := decodeStream(5000)
-	d, err := talaris.NewDecoder(1 << 16)
+	d, err := testhook.NewDecoder(1 << 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestDecoderCloseInCallback(t *testing.T) {
 	}
 	d.Close() // again: nothing left to free
 
-	d, _ = talaris.NewDecoder(1 << 16)
+	d, _ = testhook.NewDecoder(1 << 16)
 	wire := ws.AppendFrame(ws.AppendFrame(nil, true, ws.OpText, []byte("a")), true, ws.OpClose, ws.ClosePayload(1000, ""))
 	if _, err := d.Decode(wire, func(talaris.Conn, talaris.Opcode, []byte) {}); !errors.Is(err, talaris.ErrClosed) {
 		t.Fatalf("after a close frame: %v", err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 	"github.com/talaris-go/talaris/ws"
 )
 
@@ -186,13 +187,13 @@ func roundRobin(n, k int, round func(i int) (string, error)) map[string]error {
 	return errs
 }
 
-// talDecoder is the decode workload through talaris.Decoder: the same C
+// talDecoder is the decode workload through testhook.Decoder: the same C
 // parser, event ring and callback on the calling thread, one cgo call per
 // 4096-byte read (no loop thread, so no cross-core handoff).
 func (b *bench) talDecoder(rounds int) (Result, error) {
 	stream := decodeStream(b.decodeN)
 	want := uint64(b.decodeN) * uint64(b.decodeN-1) / 2
-	d, err := talaris.NewDecoder(1 << 20)
+	d, err := testhook.NewDecoder(1 << 20)
 	if err != nil {
 		return Result{}, err
 	}

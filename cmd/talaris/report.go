@@ -306,7 +306,7 @@ func (b *bench) findResult(w, client, tr string, conns int) *Result {
 
 // throughputTargets adds the throughput rows: the default configuration's
 // ingress rate and client CPU per frame against gobwas and the best Go
-// peer, and the decode cost of the Pool and of the Decoder.
+// peer, and the decode cost of the Pool and of the synchronous decoder.
 func (b *bench) throughputTargets(row func(target, value string, ok, have bool), isDefault func(Result) bool) {
 	find := b.findResult
 	for _, c := range []string{"talaris", "talaris-decoder"} {
