@@ -36,7 +36,7 @@
 // Config.LoopCPUs), each serving its own share of the connections: a
 // connection lives on one loop for its whole life, so its events keep
 // their order, and one pump drains every loop's ring. Exactly one goroutine pumps a Pool at a time (Pump,
-// PumpData, PumpSpin, PumpNowait); a second concurrent pump gets
+// PumpData, PumpNowait, ...); a second concurrent pump gets
 // ErrConcurrentPump. For the lowest latency, lock the pumping goroutine to
 // its OS thread and pin it to another CPU (PinCurrentThreadTo). The price
 // of the lock is CPU, not latency: a pump that is not locked passes
@@ -133,7 +133,7 @@
 // at all: the caller gets the error, never the Conn. DialAsync's failure
 // is its EventError.
 //
-// Pump delivers every event to its EventFunc. PumpData, PumpSpin and
+// Pump delivers every event to its EventFunc. PumpData and
 // PumpNowait deliver data to their DataFunc and every other event to
 // Config.OnEvent, on the same goroutine and in order, so a consumer that
 // only pumps data still sees each open, close and error. No blocking pump

@@ -151,8 +151,8 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 	return n
 }
 
-// dataRun hands events [i, stop) to the DataFunc fd (PumpData, PumpSpin,
-// PumpNowait, Decoder) and returns the callbacks made. The per-message
+// dataRun hands events [i, stop) to the DataFunc fd (PumpData,
+// PumpNowait, the decoder) and returns the callbacks made. The per-message
 // path: a data event without flags goes straight to fd (one load of the
 // record, two compares, the call: no bounds check, no stamp or logger
 // test); anything else - control and lifecycle events, a sampled message,

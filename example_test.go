@@ -148,7 +148,7 @@ func ExampleNewPool() {
 		log.Fatal(err)
 	}
 	for {
-		if _, err := p.PumpSpin(1024, func(c talaris.Conn, op talaris.Opcode, payload []byte) {
+		if _, err := p.PumpNowait(func(c talaris.Conn, op talaris.Opcode, payload []byte) {
 			// hot path: decode payload in place
 		}); err != nil {
 			break

@@ -359,23 +359,21 @@ func (p *Pool) sleep() {
 	}
 }
 
-// pumpOnce polls the ring up to iters times and dispatches the first
-// batch found.
-func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc, iters int) (int, error) {
+// pumpOnce polls the ring once and dispatches the batch it finds (the
+// non-blocking pumps).
+func (p *Pool) pumpOnce(fd DataFunc, fe EventFunc) (int, error) {
 	if err := p.enterPump(); err != nil {
 		return 0, err
 	}
 	defer p.leavePump()
 	if p.cfg.Tuning.InlineLoop {
-		return p.pumpInline(fe, fd, nil, C.TL_INLINE_NOWAIT, iters)
+		return p.pumpInline(fe, fd, nil, C.TL_INLINE_NOWAIT, 1)
 	}
-	for i := 0; i < iters; i++ {
-		if n, saw := p.dispatchAll(fe, fd, nil); saw {
-			return n, p.closedErr()
-		}
-		if p.closed.Load() {
-			return 0, ErrPoolClosed
-		}
+	if n, saw := p.dispatchAll(fe, fd, nil); saw {
+		return n, p.closedErr()
+	}
+	if p.closed.Load() {
+		return 0, ErrPoolClosed
 	}
 	return 0, nil
 }

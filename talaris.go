@@ -111,17 +111,15 @@ func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, 
 // many did. It ends as Pump does.
 func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn, nil) }
 
-// PumpSpin busy-polls the ring up to iters times and delivers the first
-// batch it finds (non-data events to Config.OnEvent, as PumpData); it
-// never sleeps. n == 0 means nothing arrived yet.
-func (p *Pool) PumpSpin(iters int, fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, iters) }
-
 // PumpNowait makes one non-blocking pass: it delivers what is pending
-// (non-data events to Config.OnEvent, as PumpData) and returns at once.
-func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil, 1) }
+// (non-data events to Config.OnEvent, as PumpData) and returns at once;
+// n == 0 means nothing arrived yet. A loop over it is a busy-polling
+// pump that never sleeps (Config.Wait picks spinning for the blocking
+// pumps).
+func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil) }
 
 // PumpEventsNowait is PumpNowait for every event kind.
-func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn, 1) }
+func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn) }
 
 // PumpStamped is PumpData whose callback also gets the message's stage
 // stamps: zero unless the message was sampled (Config.SampleEvery), so a

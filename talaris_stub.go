@@ -18,10 +18,10 @@ func (p *Pool) dialAsync(string, *DialOptions) (Conn, error) { return Conn{}, Er
 func (p *Pool) pumpBlocking(EventFunc, DataFunc, StampedFunc) (int, error) {
 	return 0, ErrUnsupported
 }
-func (p *Pool) pumpStamped(StampedFunc) (int, error)           { return 0, ErrUnsupported }
-func (p *Pool) metrics(bool) Metrics                           { return Metrics{} }
-func (p *Pool) name() string                                   { return "" }
-func (p *Pool) pumpOnce(DataFunc, EventFunc, int) (int, error) { return 0, ErrUnsupported }
+func (p *Pool) pumpStamped(StampedFunc) (int, error)      { return 0, ErrUnsupported }
+func (p *Pool) metrics(bool) Metrics                      { return Metrics{} }
+func (p *Pool) name() string                              { return "" }
+func (p *Pool) pumpOnce(DataFunc, EventFunc) (int, error) { return 0, ErrUnsupported }
 func (p *Pool) dial(context.Context, string, *DialOptions) (Conn, error) {
 	return Conn{}, ErrUnsupported
 }

@@ -287,13 +287,13 @@ func TestZeroConnAPI(t *testing.T) {
 	}
 }
 
-// TestOnEventEveryPump: with Config.OnEvent, PumpData, PumpSpin and
-// PumpNowait deliver open, ping, data, close in order on the pumping
+// TestOnEventEveryPump: with Config.OnEvent, PumpData and PumpNowait
+// deliver open, ping, data, close in order on the pumping
 // goroutine; once the last connection's final event was consumed,
 // PumpData returns ErrNoConns instead of blocking.
 func TestOnEventEveryPump(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
-		for _, pump := range []string{"PumpData", "PumpSpin", "PumpNowait"} {
+		for _, pump := range []string{"PumpData", "PumpNowait"} {
 			t.Run(pump, func(t *testing.T) {
 				var got []recorded
 				cfg := talaris.Config{OnEvent: func(c talaris.Conn, ev talaris.Event) {
@@ -313,8 +313,6 @@ func TestOnEventEveryPump(t *testing.T) {
 					switch pump {
 					case "PumpData":
 						_, err = p.PumpData(data)
-					case "PumpSpin":
-						_, err = p.PumpSpin(1000, data)
 					case "PumpNowait":
 						_, err = p.PumpNowait(data)
 						if !final() {
@@ -589,8 +587,6 @@ func TestZeroPool(t *testing.T) {
 	want("DialMemory", err)
 	_, err = p.PumpNowait(nop)
 	want("PumpNowait", err)
-	_, err = p.PumpSpin(10, nop)
-	want("PumpSpin", err)
 	_, err = p.PumpData(nop)
 	want("PumpData", err)
 	_, err = p.Pump(func(talaris.Conn, talaris.Event) {})

@@ -140,14 +140,6 @@ func testPumpAllocs(t *testing.T, cfg talaris.Config) {
 				}
 			}
 		},
-		"PumpSpin": func() {
-			inject()
-			for want := got + want1; got < want; {
-				if _, err := p.PumpSpin(1024, dataFn); err != nil {
-					t.Fatal(err)
-				}
-			}
-		},
 		"PumpNowait": func() {
 			inject()
 			for want := got + want1; got < want; {
@@ -157,7 +149,7 @@ func testPumpAllocs(t *testing.T, cfg talaris.Config) {
 			}
 		},
 	}
-	for _, name := range []string{"PumpData", "Pump", "PumpSpin", "PumpNowait"} {
+	for _, name := range []string{"PumpData", "Pump", "PumpNowait"} {
 		run := runs[name]
 		run() // warm up (the EventOpen, first-touch of ring memory)
 		if a := testing.AllocsPerRun(200, run); a != 0 {
@@ -206,7 +198,6 @@ func TestConcurrentPump(t *testing.T) {
 		checks := map[string]func() (int, error){
 			"Pump":             func() (int, error) { return p.Pump(func(talaris.Conn, talaris.Event) {}) },
 			"PumpData":         func() (int, error) { return p.PumpData(nop) },
-			"PumpSpin":         func() (int, error) { return p.PumpSpin(10, nop) },
 			"PumpNowait":       func() (int, error) { return p.PumpNowait(nop) },
 			"PumpEventsNowait": func() (int, error) { return p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {}) },
 		}
