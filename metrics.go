@@ -153,7 +153,7 @@ type Metrics struct {
 
 // EachCounter calls fn for every counter of m in a fixed order with its
 // Prometheus name (talaris_ prefix and _total suffix included), its help
-// text and its value. WriteMetricsPrometheus and the prom module's
+// text and its value. Pool.WritePrometheus and the prom module's
 // Collector both list the counters through it, so the two expositions
 // cannot drift apart.
 func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {

@@ -4,9 +4,11 @@ import (
 	"io"
 	"math"
 	"strconv"
+
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
-// WriteMetricsPrometheus writes m in the Prometheus text exposition format
+// writePrometheus writes m in the Prometheus text exposition format
 // (version 0.0.4, content type "text/plain; version=0.0.4"), every sample
 // labelled pool="<pool>":
 //
@@ -20,12 +22,9 @@ import (
 //     backwards.
 //
 // Every stage is written, recorded or not, so the set of series is fixed.
-// It is what Pool.WritePrometheus writes, with the pool's Metrics and
-// Config.Name. It makes one Write call.
-func WriteMetricsPrometheus(w io.Writer, pool string, m Metrics) error {
-	return writePrometheus(w, pool, &m)
-}
-
+// Pool.WritePrometheus writes it with the pool's Metrics and Config.Name;
+// the tests reach it with a snapshot of their own through
+// testhook.WritePrometheus. It makes one Write call.
 func writePrometheus(w io.Writer, pool string, m *Metrics) error {
 	b := make([]byte, 0, 16<<10)
 	poolLabel := appendLabel(nil, "pool", pool)
@@ -140,4 +139,11 @@ func formatFloat(v float64) string {
 		return "NaN"
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+func init() {
+	testhook.WritePrometheus = func(w io.Writer, pool string, m any) error {
+		mm := m.(Metrics)
+		return writePrometheus(w, pool, &mm)
+	}
 }

@@ -447,7 +447,7 @@ func TestPromTextSelfCheck(t *testing.T) {
 	pool := "feed \"A\"\\1\nb"
 
 	var buf bytes.Buffer
-	if err := WriteMetricsPrometheus(&buf, pool, m); err != nil {
+	if err := writePrometheus(&buf, pool, &m); err != nil {
 		t.Fatal(err)
 	}
 	types, samples := parsePromText(t, buf.String())

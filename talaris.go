@@ -145,8 +145,20 @@ func (p *Pool) MetricsInterval() Metrics { return p.metrics(true) }
 
 var errNilWriter = errors.New("talaris: WritePrometheus: nil io.Writer")
 
-// WritePrometheus writes Metrics in the Prometheus text format with the
-// label pool="<Config.Name>": see WriteMetricsPrometheus for the families.
+// WritePrometheus writes Metrics in the Prometheus text exposition format
+// (version 0.0.4, content type "text/plain; version=0.0.4"), every sample
+// labelled pool="<Config.Name>", in one Write call:
+//
+//   - each counter of Metrics (see Metrics.EachCounter) as a counter
+//     family named talaris_<name>_total;
+//   - the stage latencies as one histogram family,
+//     talaris_stage_latency_seconds, with a stage label (a Stage's String):
+//     cumulative _bucket samples at LatencyBucketBounds() in seconds plus
+//     le="+Inf", then _sum (seconds) and _count;
+//   - talaris_stage_rejected_total{stage}: samples whose stamps went
+//     backwards.
+//
+// Every stage is written, recorded or not, so the set of series is fixed.
 func (p *Pool) WritePrometheus(w io.Writer) error {
 	if w == nil {
 		return errNilWriter

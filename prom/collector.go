@@ -19,7 +19,7 @@ type MetricsSource interface {
 
 // NewCollector returns a Collector exporting src's metrics with the label
 // pool="<pool>" on every series: the same families, names, help texts,
-// labels and buckets as talaris.WriteMetricsPrometheus (every counter of
+// labels and buckets as talaris.Pool.WritePrometheus (every counter of
 // talaris.Metrics.EachCounter, talaris_stage_rejected_total{stage} and
 // the histogram talaris_stage_latency_seconds{stage} with
 // talaris.LatencyBucketBounds in seconds). It calls src.Metrics once per

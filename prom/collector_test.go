@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/talaris-go/talaris"
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // stageOf builds the StageHistogram a recorder would report for ds,
@@ -78,7 +79,7 @@ const testPool = "feed \"A\" \\ 1\nsecond line"
 func parseText(t *testing.T, pool string, m talaris.Metrics) map[string]*dto.MetricFamily {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := talaris.WriteMetricsPrometheus(&buf, pool, m); err != nil {
+	if err := testhook.WritePrometheus(&buf, pool, m); err != nil {
 		t.Fatal(err)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)

@@ -149,7 +149,7 @@ func TestTLSRecordLayer(t *testing.T) {
 					t.Errorf("Metrics.GCMSelfTestFailures = %d on a machine whose self-test passes", m.GCMSelfTestFailures)
 				}
 				var prom bytes.Buffer
-				if err := talaris.WriteMetricsPrometheus(&prom, "t", m); err != nil || !bytes.Contains(prom.Bytes(), []byte(`talaris_gcm_selftest_failures_total{pool="t"} 0`)) {
+				if err := testhook.WritePrometheus(&prom, "t", m); err != nil || !bytes.Contains(prom.Bytes(), []byte(`talaris_gcm_selftest_failures_total{pool="t"} 0`)) {
 					t.Errorf("Prometheus exposition lacks talaris_gcm_selftest_failures_total 0 (err %v)", err)
 				}
 			})

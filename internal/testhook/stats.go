@@ -1,5 +1,7 @@
 package testhook
 
+import "io"
+
 // PoolStats are a Pool's loop counters, the operational ones (also in
 // talaris.Metrics) and those of the experiments the tests and the bench
 // watch.
@@ -36,3 +38,9 @@ type PoolStats struct {
 // Stats returns the counters of *talaris.Pool pool. Package talaris sets
 // it (linux and cgo only; nil elsewhere).
 var Stats func(pool any) PoolStats
+
+// WritePrometheus writes m, a talaris.Metrics, in the Prometheus text
+// format with the label pool="<pool>": what Pool.WritePrometheus writes
+// for a pool's own snapshot, here for one a test made up. Package talaris
+// sets it.
+var WritePrometheus func(w io.Writer, pool string, m any) error
