@@ -66,15 +66,18 @@ var errNotOpen = fmt.Errorf("%w: the connection is not open yet (control frames 
 var errInternal = errors.New("talaris: internal error")
 
 // ConnError is the error of a failed connection: Is matches the sentinel
-// of the cause (and ErrHandshake or ErrTLS for their sub-causes).
+// of the cause and its category, so errors.Is(err, ErrTLS) and
+// errors.Is(err, ErrHandshake) hold for their sub-causes (ErrTLSExpired,
+// ErrBadStatus ...), and errors.Is(err, ErrClosed) for ErrAborted.
 type ConnError struct {
 	Cause  error  // the most specific sentinel
-	Parent error  // ErrHandshake, ErrTLS or nil
 	Code   int    // close code sent or observed, or HTTP status
 	Detail string // what the loop saw
 	// Errno is the system error behind ErrDial and ErrConnectionLost (0
 	// when none): errors.Is(err, syscall.ECONNREFUSED) sees it.
 	Errno syscall.Errno
+
+	parent error // the cause's category: ErrHandshake, ErrTLS, ErrClosed or nil
 }
 
 func (e *ConnError) Error() string {
@@ -86,7 +89,7 @@ func (e *ConnError) Error() string {
 
 // Is reports whether target is the cause or its parent category.
 func (e *ConnError) Is(target error) bool {
-	return target == e.Cause || (e.Parent != nil && target == e.Parent)
+	return target == e.Cause || (e.parent != nil && target == e.parent)
 }
 
 // Unwrap returns the cause and, when there is one, the errno.
@@ -280,7 +283,7 @@ func makeErr(e, aux int32, code int, detail string) error {
 		// ErrAborted existed this was ErrClosed, and it still matches.
 		parent = ErrClosed
 	}
-	ce := &ConnError{Cause: cause, Parent: parent, Code: code, Detail: detail}
+	ce := &ConnError{Cause: cause, Code: code, Detail: detail, parent: parent}
 	if (e == cErrDial || e == cErrLost) && aux > 0 {
 		ce.Errno = syscall.Errno(aux)
 	}
