@@ -234,8 +234,9 @@
 // # Observability
 //
 // Pool.Metrics returns pool-wide counters (messages, bytes, wire bytes,
-// completions, re-arms, ENOBUFS, stalls, batches, pump sleeps, loop
-// wake-ups, send-queue-full events, reconnects) and, when
+// send-queue-full events, reconnects, TLS records; the loop's internals,
+// completions, re-arms, ENOBUFS, stalls, batches, pump sleeps and loop
+// wake-ups, through Metrics.EachCounter and the Prometheus output) and, when
 // Config.SampleEvery is set, HdrHistogram-style latency histograms per
 // Stage (count, min, max, mean, quantiles). Pool.MetricsInterval gives the
 // histograms of the interval since its previous call, for dashboards.

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // Stage is one leg of a sampled message's way from the kernel to the
@@ -106,7 +108,11 @@ type StageHistogram struct {
 //
 // The stage histograms cover the sampled messages (Config.SampleEvery).
 // The counters are the pool-wide ones the loop and the pump keep;
-// per-connection counters stay in ConnStats.
+// per-connection counters stay in ConnStats. The fields are what a
+// service reads in code; the snapshot also holds the loop's internal
+// counters (events, io_uring completions, re-arms, ENOBUFS, stalls,
+// batches, pump sleeps, loop wake-ups), which EachCounter and
+// Pool.WritePrometheus report with the others.
 type Metrics struct {
 	// Stages holds one histogram per Stage, indexed by it.
 	Stages [NumStages]StageHistogram
@@ -121,14 +127,6 @@ type Metrics struct {
 	Messages      uint64 // data messages delivered to the ring
 	Bytes         uint64 // their payload bytes
 	WireBytes     uint64 // bytes read from the sockets (TLS records and frame headers included)
-	Events        uint64 // events published to the ring (messages, control frames, lifecycle)
-	Completions   uint64 // io_uring completions handled by the loop
-	Rearms        uint64 // multishot recvs re-armed after ending without IORING_CQE_F_MORE
-	NoBufs        uint64 // recvs ended by -ENOBUFS (the provided-buffer ring ran dry)
-	Stalls        uint64 // times the loop held input back because the event ring or arena was full
-	Batches       uint64 // tail publishes of the event ring
-	PumpSleeps    uint64 // times the pump slept waiting for events
-	LoopWakes     uint64 // times Go woke the sleeping loop
 	SendQueueFull uint64 // times a connection's send queue was full: a send refused or made to wait (ConnStats.SendQueueFull, summed), or the loop's own replies passed MaxSendQueue and it stopped reading
 	Reconnects    uint64 // successful re-opens by reconnect policies (DialOptions.Reconnect)
 	// RecvRevived counts receives the loop found silent on a ready
@@ -149,25 +147,29 @@ type Metrics struct {
 	// then off and the library's opens every record. 0 otherwise,
 	// including where the CPU does not run the own GCM at all.
 	GCMSelfTestFailures uint64
+
+	// loop holds the loop's internal counters (see EachCounter).
+	loop testhook.LoopCounters
 }
 
 // EachCounter calls fn for every counter of m in a fixed order with its
 // Prometheus name (talaris_ prefix and _total suffix included), its help
-// text and its value. Pool.WritePrometheus and the prom module's
+// text and its value: the fields of m and the loop's internal counters
+// that are no fields. Pool.WritePrometheus and the prom module's
 // Collector both list the counters through it, so the two expositions
 // cannot drift apart.
 func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {
 	fn("talaris_messages_total", "Data messages delivered to the event ring.", m.Messages)
 	fn("talaris_bytes_total", "Payload bytes of the data messages delivered to the event ring.", m.Bytes)
 	fn("talaris_wire_bytes_total", "Bytes read from the sockets, TLS records and frame headers included.", m.WireBytes)
-	fn("talaris_events_total", "Events published to the event ring.", m.Events)
-	fn("talaris_completions_total", "io_uring completions handled by the loop.", m.Completions)
-	fn("talaris_rearms_total", "Multishot recvs re-armed after they ended.", m.Rearms)
-	fn("talaris_enobufs_total", "Recvs ended by ENOBUFS (provided-buffer ring exhausted).", m.NoBufs)
-	fn("talaris_stalls_total", "Times the loop held input back because the event ring or arena was full.", m.Stalls)
-	fn("talaris_batches_total", "Event ring tail publishes.", m.Batches)
-	fn("talaris_pump_sleeps_total", "Times the pump slept waiting for events.", m.PumpSleeps)
-	fn("talaris_loop_wakeups_total", "Times Go woke the sleeping loop.", m.LoopWakes)
+	fn("talaris_events_total", "Events published to the event ring.", m.loop.Events)
+	fn("talaris_completions_total", "io_uring completions handled by the loop.", m.loop.Completions)
+	fn("talaris_rearms_total", "Multishot recvs re-armed after they ended.", m.loop.Rearms)
+	fn("talaris_enobufs_total", "Recvs ended by ENOBUFS (provided-buffer ring exhausted).", m.loop.NoBufs)
+	fn("talaris_stalls_total", "Times the loop held input back because the event ring or arena was full.", m.loop.Stalls)
+	fn("talaris_batches_total", "Event ring tail publishes.", m.loop.Batches)
+	fn("talaris_pump_sleeps_total", "Times the pump slept waiting for events.", m.loop.PumpSleeps)
+	fn("talaris_loop_wakeups_total", "Times Go woke the sleeping loop.", m.loop.LoopWakes)
 	fn("talaris_send_queue_full_total", "Times a connection's send queue was full (a send refused or waiting, or replies past MaxSendQueue stopped its reads).", m.SendQueueFull)
 	fn("talaris_reconnects_total", "Successful re-opens by reconnect policies.", m.Reconnects)
 	fn("talaris_recv_revived_total", "Receives found silent on a ready socket and armed again (a lost kernel completion).", m.RecvRevived)
@@ -402,4 +404,8 @@ func (s *stageSet) export(m *Metrics) {
 		}
 		h.cumulativeBuckets(latencyBoundsNs[:], out.Buckets[:])
 	}
+}
+
+func init() {
+	testhook.SetLoopCounters = func(m any, c testhook.LoopCounters) { m.(*Metrics).loop = c }
 }

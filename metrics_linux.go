@@ -88,9 +88,11 @@ func (p *Pool) metrics(reset bool) Metrics {
 	}
 	s := p.loadStats()
 	m.Messages, m.Bytes, m.WireBytes = uint64(s.msgs), uint64(s.bytes), uint64(s.wire_bytes)
-	m.Events, m.Completions, m.Rearms = uint64(s.events), uint64(s.cqes), uint64(s.rearms)
-	m.NoBufs, m.Stalls, m.Batches = uint64(s.nobufs), uint64(s.stalls), uint64(s.batches)
-	m.PumpSleeps, m.LoopWakes = uint64(s.pump_sleeps), uint64(s.loop_wakes)
+	m.loop = testhook.LoopCounters{
+		Events: uint64(s.events), Completions: uint64(s.cqes), Rearms: uint64(s.rearms),
+		NoBufs: uint64(s.nobufs), Stalls: uint64(s.stalls), Batches: uint64(s.batches),
+		PumpSleeps: uint64(s.pump_sleeps), LoopWakes: uint64(s.loop_wakes),
+	}
 	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full)+p.txFullTotal.Load(), uint64(s.reconnects)
 	m.RecvRevived = uint64(s.recv_revived)
 	m.TLSRecords, m.TLSRecordsOwnGCM = uint64(s.tls_records), uint64(s.tls_records_gcm)

@@ -68,9 +68,10 @@ func testMetrics() talaris.Metrics {
 	m.Stages[talaris.StageCQEToCallback] = stageOf(1, append(a, c...)...)
 	// StageWireToCallback stays empty: no wire stamps.
 	m.Sampled = 1007
-	m.Messages, m.Bytes, m.WireBytes, m.Events = 64448, 9_000_001, 9_500_003, 64500
-	m.Completions, m.Rearms, m.NoBufs, m.Stalls = 1234, 5, 6, 7
-	m.Batches, m.PumpSleeps, m.LoopWakes, m.SendQueueFull, m.Reconnects = 800, 700, 600, 2, 1
+	m.Messages, m.Bytes, m.WireBytes = 64448, 9_000_001, 9_500_003
+	testhook.SetLoopCounters(&m, testhook.LoopCounters{Events: 64500, Completions: 1234, Rearms: 5, NoBufs: 6, Stalls: 7,
+		Batches: 800, PumpSleeps: 700, LoopWakes: 600})
+	m.SendQueueFull, m.Reconnects = 2, 1
 	return m
 }
 

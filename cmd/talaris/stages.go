@@ -32,8 +32,15 @@ func printStages(w io.Writer, m talaris.Metrics) {
 				fmtNs(int64(h.P90)), fmtNs(int64(h.P99)), fmtNs(int64(h.P999)), fmtNs(int64(h.Max)))
 		}
 	}
-	fmt.Fprintf(w, "loop: %d msgs, %d payload B, %d wire B, %d completions, %d batches, %d re-arms, %d ENOBUFS, %d stalls, %d pump sleeps, %d loop wake-ups, %d send-queue-full\n",
-		m.Messages, m.Bytes, m.WireBytes, m.Completions, m.Batches, m.Rearms, m.NoBufs, m.Stalls, m.PumpSleeps, m.LoopWakes, m.SendQueueFull)
+	// Every counter, the loop's internal ones included, by its Prometheus
+	// name without the talaris_ prefix and _total suffix.
+	fmt.Fprint(w, "loop:")
+	sep := " "
+	m.EachCounter(func(name, _ string, v uint64) {
+		fmt.Fprintf(w, "%s%s %d", sep, strings.TrimSuffix(strings.TrimPrefix(name, "talaris_"), "_total"), v)
+		sep = ", "
+	})
+	fmt.Fprintln(w)
 }
 
 // stagesLine is a one-line p50/p99 of each in-process stage for live

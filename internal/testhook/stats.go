@@ -44,3 +44,22 @@ var Stats func(pool any) PoolStats
 // for a pool's own snapshot, here for one a test made up. Package talaris
 // sets it.
 var WritePrometheus func(w io.Writer, pool string, m any) error
+
+// LoopCounters are the loop's internal counters in a talaris.Metrics
+// snapshot: no exported fields there, but reported by
+// Metrics.EachCounter and the Prometheus output under their names
+// (talaris_events_total ...). A test reads them live from Stats.
+type LoopCounters struct {
+	Events      uint64 // events published to the ring (messages, control frames, lifecycle)
+	Completions uint64 // io_uring completions handled by the loop
+	Rearms      uint64 // multishot recvs re-armed after ending without IORING_CQE_F_MORE
+	NoBufs      uint64 // recvs ended by -ENOBUFS (the provided-buffer ring ran dry)
+	Stalls      uint64 // times the loop held input back because the event ring or arena was full
+	Batches     uint64 // tail publishes of the event ring
+	PumpSleeps  uint64 // times the pump slept waiting for events
+	LoopWakes   uint64 // times Go woke the sleeping loop
+}
+
+// SetLoopCounters stores c in *talaris.Metrics m, for a test that makes
+// up a snapshot. Package talaris sets it.
+var SetLoopCounters func(m any, c LoopCounters)
