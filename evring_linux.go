@@ -77,12 +77,12 @@ func nanotime() int64
 func (r *evConsumer) stampsAt(idx uint64) Stamps {
 	s := &r.stamps[idx]
 	return Stamps{CQE: int64(s.cqe), Plaintext: int64(s.plaintext), Publish: int64(s.publish),
-		Wire: int64(s.wire), Callback: nanotime()}
+		wire: int64(s.wire), Callback: nanotime()}
 }
 
 // record folds a sampled message's stamps into the histograms.
 func (r *evConsumer) record(st *Stamps) {
-	r.rec.record(st.CQE, st.Plaintext, st.Publish, st.Callback, st.Wire)
+	r.rec.record(st.CQE, st.Plaintext, st.Publish, st.Callback, st.wire)
 }
 
 // dataSampled calls fd for a sampled message and records its stamps. Kept

@@ -467,10 +467,11 @@ type Stamps struct {
 	Plaintext int64 // the bytes reached the frame parser (after TLS decryption for wss)
 	Publish   int64 // the event ring's tail store that made the message visible to Go
 	Callback  int64 // the pump was about to call the callback
-	// Wire is the kernel's software receive timestamp. Always 0 today:
-	// the multishot recv the loop uses delivers no control messages, so
-	// SO_TIMESTAMPNS cannot reach it (see doc.go, Observability).
-	Wire int64
+	// wire is the kernel's software receive timestamp, for
+	// StageWireToCallback. Always 0 today: the multishot recv the loop
+	// uses delivers no control messages, so SO_TIMESTAMPNS cannot reach
+	// it (see doc.go, Observability).
+	wire int64
 }
 
 // Sampled reports whether the message carries stamps.
