@@ -238,7 +238,7 @@
 // completions, re-arms, ENOBUFS, stalls, batches, pump sleeps and loop
 // wake-ups, through Metrics.EachCounter and the Prometheus output) and, when
 // Config.SampleEvery is set, HdrHistogram-style latency histograms per
-// Stage (count, min, max, mean, quantiles). Pool.MetricsInterval gives the
+// Stage (count, sum, min, max, quantiles, buckets). Pool.MetricsInterval gives the
 // histograms of the interval since its previous call, for dashboards.
 // Pool.WritePrometheus writes the text exposition (every name prefixed
 // talaris_, the stages as one histogram family

@@ -81,14 +81,13 @@ func LatencyBucketBounds() [NumLatencyBuckets]time.Duration { return latencyBoun
 //
 // The histogram behind it keeps three significant digits (values under
 // 2048 ns exactly, larger ones to within 1/1024 of the value) up to about
-// 68.7 s; Min, Max, Mean and Sum are exact, the quantiles are within that
-// precision.
+// 68.7 s; Min, Max and Sum are exact (the mean is Sum / Count), the
+// quantiles are within that precision.
 type StageHistogram struct {
 	Count uint64        // sampled messages recorded for this stage
 	Sum   time.Duration // exact sum of the recorded latencies
 	Min   time.Duration // 0 when Count is 0
 	Max   time.Duration
-	Mean  time.Duration
 
 	// Quantiles by nearest rank: the 50th, 90th, 99th, 99.9th and 99.99th
 	// percentiles.
@@ -394,7 +393,6 @@ func (s *stageSet) export(m *Metrics) {
 			Sum:      time.Duration(h.Sum()),
 			Min:      time.Duration(h.Min()),
 			Max:      time.Duration(h.Max()),
-			Mean:     time.Duration(h.Mean()),
 			P50:      time.Duration(q[0]),
 			P90:      time.Duration(q[1]),
 			P99:      time.Duration(q[2]),

@@ -215,7 +215,7 @@ func TestMetricsRecorderStages(t *testing.T) {
 	check(StageCQEToCallback, 101, 0, 2000, 3100)
 	check(StageWireToCallback, 100, 0, 2610, 3600)
 	ptp := m.Stages[StagePlaintextToPublish]
-	if ptp.P50 != 500 || ptp.P90 != 900 || ptp.P99 != 990 || ptp.P999 != 1000 || ptp.Mean != 505 || ptp.Sum != 50500 {
+	if ptp.P50 != 500 || ptp.P90 != 900 || ptp.P99 != 990 || ptp.P999 != 1000 || ptp.Sum/time.Duration(ptp.Count) != 505 || ptp.Sum != 50500 {
 		t.Fatalf("plaintext_to_publish quantiles %+v", ptp)
 	}
 	if ptp.Buckets[0] != 10 || ptp.Buckets[1] != 20 || ptp.Buckets[2] != 50 || ptp.Buckets[3] != 100 {

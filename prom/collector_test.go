@@ -36,7 +36,7 @@ func stageOf(rejected uint64, ds ...time.Duration) talaris.StageHistogram {
 		r := int(math.Ceil(p * float64(len(s))))
 		return s[max(r, 1)-1]
 	}
-	h.Min, h.Max, h.Mean = s[0], s[len(s)-1], h.Sum/time.Duration(len(s))
+	h.Min, h.Max = s[0], s[len(s)-1]
 	h.P50, h.P90, h.P99, h.P999, h.P9999 = q(0.5), q(0.9), q(0.99), q(0.999), q(0.9999)
 	for i, b := range talaris.LatencyBucketBounds() {
 		h.Buckets[i] = uint64(sort.Search(len(s), func(j int) bool { return s[j] > b }))
