@@ -68,16 +68,17 @@ var errInternal = errors.New("talaris: internal error")
 // ConnError is the error of a failed connection: Is matches the sentinel
 // of the cause and its category, so errors.Is(err, ErrTLS) and
 // errors.Is(err, ErrHandshake) hold for their sub-causes (ErrTLSExpired,
-// ErrBadStatus ...), and errors.Is(err, ErrClosed) for ErrAborted.
+// ErrBadStatus ...), and errors.Is(err, ErrClosed) for ErrAborted. The
+// system error behind ErrDial and ErrConnectionLost is wrapped too:
+// errors.Is(err, syscall.ECONNREFUSED), or errors.As with a
+// *syscall.Errno.
 type ConnError struct {
 	Cause  error  // the most specific sentinel
 	Code   int    // close code sent or observed, or HTTP status
 	Detail string // what the loop saw
-	// Errno is the system error behind ErrDial and ErrConnectionLost (0
-	// when none): errors.Is(err, syscall.ECONNREFUSED) sees it.
-	Errno syscall.Errno
 
-	parent error // the cause's category: ErrHandshake, ErrTLS, ErrClosed or nil
+	parent error         // the cause's category: ErrHandshake, ErrTLS, ErrClosed or nil
+	errno  syscall.Errno // the system error, 0 when none
 }
 
 func (e *ConnError) Error() string {
@@ -94,8 +95,8 @@ func (e *ConnError) Is(target error) bool {
 
 // Unwrap returns the cause and, when there is one, the errno.
 func (e *ConnError) Unwrap() []error {
-	if e.Errno != 0 {
-		return []error{e.Cause, e.Errno}
+	if e.errno != 0 {
+		return []error{e.Cause, e.errno}
 	}
 	return []error{e.Cause}
 }
@@ -285,7 +286,7 @@ func makeErr(e, aux int32, code int, detail string) error {
 	}
 	ce := &ConnError{Cause: cause, Code: code, Detail: detail, parent: parent}
 	if (e == cErrDial || e == cErrLost) && aux > 0 {
-		ce.Errno = syscall.Errno(aux)
+		ce.errno = syscall.Errno(aux)
 	}
 	return ce
 }
