@@ -32,7 +32,7 @@ type sendAdmission struct {
 	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
 	userClosed  []atomic.Uint32
 	direct      []directSlot // direct sends (direct_linux.go)
-	maxDirect   int          // largest direct message; -1 when Config.Tuning.NoDirectSend
+	maxDirect   int          // largest direct message; -1 with testhook.Knobs.NoDirectSend
 }
 
 // Record flags and the header size (TL_CMDF_* and sizeof(struct tl_cmd)).

@@ -162,15 +162,6 @@ type Tuning struct {
 	// there are none. A trading service that warms up before it trades
 	// can leave it off; one whose first messages must not fault sets it.
 	Prefault bool
-	// NoDirectSend makes every send go through the loop thread. By default
-	// a text or binary message of at most 64 KiB sent on an open ws://
-	// connection whose send queue is empty, and whose socket the loop is
-	// not writing, is framed and written by the calling goroutine itself
-	// (one send(2) on the non-blocking socket; what the socket does not
-	// take is handed to the loop, in order): the loop is neither woken
-	// nor needed for it. wss:// connections always send through the loop
-	// (it alone uses the TLS session).
-	NoDirectSend bool
 	// NoTLSRecordLayer turns off talaris' own TLS record layer. By
 	// default, on a TLS 1.3 connection with an AES-128-GCM or AES-256-GCM
 	// suite, once the library has read the first application data (and
@@ -287,7 +278,7 @@ const (
 	cqPerSQ             = 4                     // CQEntries = cqPerSQ x SQEntries
 	decoderEventRing    = 1 << 12               // events in a decoder's ring
 	decoderMinArenaSize = 1 << 20               // a decoder's arena: at least this, and 2 x its largest message
-	directMax           = 64 << 10              // the largest message a direct send writes (Tuning.NoDirectSend)
+	directMax           = 64 << 10              // the largest message a direct send writes (testhook.Knobs.NoDirectSend)
 	reapWait            = 10 * time.Millisecond // a failed Dial waits this long at most for its final event, to pass it itself (reapFailed)
 	bellWindow          = 2 * time.Millisecond  // a pump sleeps on its doorbell this long after a direct send (Knobs.ReplyDoorbell)
 	bellSpinTimes       = 5                     // after a doorbell wake-up the pump spins up to this many SpinTimes for the loop's publish

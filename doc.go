@@ -106,7 +106,7 @@
 // (one send(2) on the non-blocking socket, as a Go WebSocket client
 // does), and what the socket does not take goes to the loop, in order.
 // The loop's own frames (pongs, the close) and queued sends never mix
-// with it. Config.Tuning.NoDirectSend turns it off. wss:// always sends
+// with it. wss:// always sends
 // through the loop, which alone uses the TLS session.
 //
 // Back-pressure is per connection and decided in Go, without a round

@@ -346,14 +346,14 @@ func newPool(cfg Config) (*Pool, error) {
 	p.txFull = make([]atomic.Uint64, d.MaxConns)
 	p.userClosed = make([]atomic.Uint32, d.MaxConns)
 	p.direct = make([]directSlot, d.MaxConns)
-	if !d.Tuning.NoDirectSend {
+	if !d.NoDirectSend {
 		p.maxDirect = min(directMax, p.maxRecord()-wsMaxHdr)
 	} else {
 		p.maxDirect = -1
 	}
 	p.bellEp, p.bellEfd = -1, -1
 	// (An inline loop's pump never sleeps in Go: it waits inside the loop.)
-	if d.ReplyDoorbell && !d.Tuning.NoDirectSend && d.consumerWait == WaitAdaptive && !d.Tuning.InlineLoop {
+	if d.ReplyDoorbell && !d.NoDirectSend && d.consumerWait == WaitAdaptive && !d.Tuning.InlineLoop {
 		if err := p.openBell(); err != nil {
 			p.freeShards()
 			return nil, err

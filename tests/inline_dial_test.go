@@ -261,7 +261,7 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 			} else {
 				srv = srv.Start(t)
 			}
-			p, c := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true, NoDirectSend: true}}, testhook.Knobs{CmdRingSize: 4096}), srv.URL+"/echo", opts)
+			p, c := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true}}, testhook.Knobs{CmdRingSize: 4096, NoDirectSend: true}), srv.URL+"/echo", opts)
 			type result struct {
 				accepted       int
 				send, ping, sc error
@@ -333,7 +333,7 @@ func TestInlineRingFullNobodyPumps(t *testing.T) {
 func TestInlineDialAbortFullRing(t *testing.T) {
 	slow, _ := slowUpgrade(t, time.Second, false)
 	echo := wstest.NewGorilla().Start(t).URL + "/echo"
-	p, c := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true, NoDirectSend: true}}, testhook.Knobs{CmdRingSize: 4096}), echo, nil)
+	p, c := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true}}, testhook.Knobs{CmdRingSize: 4096, NoDirectSend: true}), echo, nil)
 	start := time.Now()
 	dialed := dialAway(p, slow, nil, 300*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // the DIAL is in the ring

@@ -518,7 +518,7 @@ func TestInlineSendersShareRing(t *testing.T) {
 			} else {
 				sink, echo = sink.Start(t), echo.Start(t)
 			}
-			p, a := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true, NoDirectSend: true}}, testhook.Knobs{CmdRingSize: 64 << 10}), echo.URL+"/echo", opts)
+			p, a := dialOpts(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true}}, testhook.Knobs{CmdRingSize: 64 << 10, NoDirectSend: true}), echo.URL+"/echo", opts)
 			ctx, cancel := dialCtx(t)
 			defer cancel()
 			// B is dialed from another goroutine while this one pumps

@@ -35,11 +35,12 @@ import (
 // every call answers ErrClosed or ErrPoolClosed, and Stats is zero.
 func TestHostileAPIRaces(t *testing.T) {
 	cfgs := []struct {
-		name string
-		cfg  talaris.Config
+		name     string
+		cfg      talaris.Config
+		noDirect bool
 	}{
-		{"default", talaris.Config{}},
-		{"nodirect-fair", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, testhook.Knobs{MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096})},
+		{"default", talaris.Config{}, false},
+		{"nodirect-fair", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{NoDirectSend: true, MaxConnPendingEvents: 16, MaxConnPendingBytes: 4096}), true},
 	}
 	iters := 2
 	if testing.Short() { // (the race run: every iteration costs several times more)
@@ -51,7 +52,7 @@ func TestHostileAPIRaces(t *testing.T) {
 				t.Run(peer+"/"+end+"/"+cf.name, func(t *testing.T) {
 					forEachTransport(t, func(t *testing.T, useTLS bool) {
 						for it := range iters {
-							hostileOnce(t, useTLS, peer, end, cf.cfg, it)
+							hostileOnce(t, useTLS, peer, end, cf.cfg, cf.noDirect, it)
 						}
 					})
 				})
@@ -107,7 +108,7 @@ func hostilePeer(peer string) func(rc *wstest.RawConn) {
 	}
 }
 
-func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config, it int) {
+func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config, noDirect bool, it int) {
 	srv := wstest.NewRaw(hostilePeer(peer))
 	opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
 	cfg.CloseTimeout = 300 * time.Millisecond
@@ -171,7 +172,7 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 			if hs > ds || (st != (talaris.ConnStats{}) && ds > st.MsgsOut) {
 				report("%d handoffs, %d direct sends, %d messages out", hs, ds, st.MsgsOut)
 			}
-			if (useTLS || cfg.Tuning.NoDirectSend) && ds != 0 {
+			if (useTLS || noDirect) && ds != 0 {
 				report("%d direct sends on a connection that takes none", ds)
 			}
 			ps := testhook.Stats(p)

@@ -18,7 +18,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// Direct-send tests (Config.Tuning.NoDirectSend): on ws:// a
+// Direct-send tests (testhook.Knobs.NoDirectSend): on ws:// a
 // send finding the connection's queue empty and the loop not writing is
 // written by the calling goroutine; a short write hands the rest to the
 // loop. The peers are real servers on loopback that parse every frame (a
@@ -436,11 +436,11 @@ func TestDirectSendReconnect(t *testing.T) {
 	})
 }
 
-// TestNoDirectSend: with Config.Tuning.NoDirectSend every send goes through the
+// TestNoDirectSend: with testhook.Knobs.NoDirectSend every send goes through the
 // loop (testhook.DirectSends stays 0) and arrives as before.
 func TestNoDirectSend(t *testing.T) {
 	s := newSink(t, false, true, 0)
-	p := newTestPool(t, talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, hangGuard)
+	p := newTestPool(t, testhook.WithKnobs(talaris.Config{}, testhook.Knobs{NoDirectSend: true}), hangGuard)
 	c := dialSink(t, p, s)
 	buf := make([]byte, 300)
 	for i := range 1000 {

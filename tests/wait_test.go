@@ -38,7 +38,7 @@ func TestReplyDoorbell(t *testing.T) {
 	}{
 		{"bell/ws", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), url, nil, true},
 		{"default/ws", talaris.Config{}, url, nil, false},
-		{"bell-nodirect/ws", testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, testhook.Knobs{ReplyDoorbell: true}), url, nil, false},
+		{"bell-nodirect/ws", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true, NoDirectSend: true}), url, nil, false},
 		{"bell-block/ws", testhook.WithKnobs(talaris.Config{Wait: talaris.WaitBlock}, testhook.Knobs{ReplyDoorbell: true}), url, nil, false},
 		// wss sends go through the loop: no direct send, no doorbell.
 		{"bell/wss", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{ReplyDoorbell: true}), secure, tlsOpts, false},
@@ -207,7 +207,7 @@ func TestReplySpin(t *testing.T) {
 	}{
 		{"default/ws", talaris.Config{}, fast, nil, spun, "ReplySpins > 0"},
 		{"default/wss", talaris.Config{}, secure, tlsOpts, spun, "ReplySpins > 0"},
-		{"nodirect/ws", talaris.Config{Tuning: talaris.Tuning{NoDirectSend: true}}, fast, nil, spun, "ReplySpins > 0"},
+		{"nodirect/ws", testhook.WithKnobs(talaris.Config{}, testhook.Knobs{NoDirectSend: true}), fast, nil, spun, "ReplySpins > 0"},
 		{"off/ws", talaris.Config{Tuning: talaris.Tuning{ReplySpin: -1}}, fast, nil, never, "no reply spin"},
 		{"block/ws", talaris.Config{Wait: talaris.WaitBlock}, fast, nil, never, "no reply spin"},
 		{"late/ws", talaris.Config{}, late, nil, latched, "at most the first of 50 sends spins"},
@@ -260,7 +260,7 @@ func TestReplySpinSilentPeerCPU(t *testing.T) {
 	run := func(spin time.Duration) (used, wall time.Duration, st testhook.PoolStats) {
 		// Sends through the loop: each wakes it, so it reaches its reply
 		// spin on every send (a direct send leaves a sleeping loop asleep).
-		p, c := bellDial(t, talaris.Config{Tuning: talaris.Tuning{ReplySpin: spin, NoDirectSend: true}}, srv.URL+"/collect")
+		p, c := bellDial(t, testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{ReplySpin: spin}}, testhook.Knobs{NoDirectSend: true}), srv.URL+"/collect")
 		done := make(chan error, 1)
 		go func() {
 			for {

@@ -17,11 +17,11 @@ import (
 
 func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error) {
 	cfg := talaris.Config{SpinTime: v.spinTime, SampleEvery: sampleEvery, Loops: v.loops, BufSize: v.bufSize, BufCount: v.bufCount,
-		Tuning: talaris.Tuning{NoDirectSend: v.noDirect, NoTLSRecordLayer: v.noTLSRec, NoOwnGCM: v.libGCM, ReplySpin: v.replySpin,
+		Tuning: talaris.Tuning{NoTLSRecordLayer: v.noTLSRec, NoOwnGCM: v.libGCM, ReplySpin: v.replySpin,
 			InlineLoop: v.inline, MinWait: v.minWait}}
 	testhook.SetKnobs(&cfg, &testhook.Knobs{LoopWait: int(v.loop) + 1, ConsumerWait: int(v.cons) + 1, RingFlags: v.ringFlags,
 		EventRingSize: v.evRing, MaxConnPendingEvents: v.connEvents, ReplyDoorbell: v.bell, NoRecvBundle: v.noBundle,
-		MinWaitCompletions: v.minWaitN})
+		MinWaitCompletions: v.minWaitN, NoDirectSend: v.noDirect})
 	if b.loopCPU >= 0 {
 		cfg.LoopCPUs = []int{b.loopCPU}
 	}

@@ -18,7 +18,7 @@ type talVariant struct {
 	ringFlags  uint32        // testhook.Knobs.RingFlags (0: the default)
 	evRing     uint32        // testhook.Knobs.EventRingSize (0: the default)
 	connEvents uint32        // testhook.Knobs.MaxConnPendingEvents (0: the default)
-	noDirect   bool          // Config.Tuning.NoDirectSend
+	noDirect   bool          // testhook.Knobs.NoDirectSend
 	bell       bool          // testhook.Knobs.ReplyDoorbell
 	loops      int           // Config.Loops (0: the default)
 	noBundle   bool          // testhook.Knobs.NoRecvBundle

@@ -28,6 +28,16 @@ type Knobs struct {
 
 	NoRecvBundle  bool // one receive buffer per completion instead of recv bundles
 	ReplyDoorbell bool // the pump's reply doorbell (epoll on the sockets it sent on)
+
+	// NoDirectSend makes every send go through the loop thread. By
+	// default a text or binary message of at most 64 KiB sent on an open
+	// ws:// connection whose send queue is empty, and whose socket the
+	// loop is not writing, is framed and written by the calling goroutine
+	// itself (one send(2) on the non-blocking socket; what the socket
+	// does not take is handed to the loop, in order): the loop is neither
+	// woken nor needed for it. wss:// connections always send through the
+	// loop (it alone uses the TLS session).
+	NoDirectSend bool
 }
 
 // Setup flags for the io_uring instance (Knobs.RingFlags): the kernel's

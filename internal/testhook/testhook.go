@@ -38,7 +38,7 @@ var OwnGCM func() bool
 
 // DirectSends returns how many messages of a talaris.Conn conn the
 // sending goroutine wrote to the socket itself (a direct send: ws://,
-// unless Config.Tuning.NoDirectSend), and how many of those the socket
+// unless Knobs.NoDirectSend), and how many of those the socket
 // took only part of, whose rest the loop wrote; handoffs <= sends. Both
 // are 0 once the connection ended. Package talaris sets it (linux and cgo
 // only; nil elsewhere).
