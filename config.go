@@ -223,9 +223,10 @@ func init() {
 }
 
 // defaults is the one table of Config defaults: withDefaults fills every
-// zero field from it, the decoder (testhook.NewDecoder) takes MaxMessageSize from it, and the C
-// loop always receives the resulting explicit values. Keep the values
-// written beside the Config fields in step.
+// zero field from it, the decoder (testhook.NewDecoder) takes
+// MaxMessageSize from it, and the C loop always receives the resulting
+// explicit values. Keep the values written beside the Config fields in
+// step.
 var defaults = Config{
 	BufSize:  16 << 10,
 	BufCount: 1024,
