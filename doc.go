@@ -86,8 +86,7 @@
 // so TCP slows the sender. Everything resumes when the pump catches up.
 //
 // The ring is shared fairly: a connection holds at most its share of it
-// (testhook.Knobs.MaxConnPendingEvents events, MaxConnPendingBytes bytes, not yet
-// passed by the pump) before the loop holds its input back the same way,
+// (256 events or 4 MiB of payload not yet passed by the pump) before the loop holds its input back the same way,
 // so one connection's flood queues at most that much ahead of another
 // connection's message (an order's answer) instead of a whole ring. A
 // connection alone on its Pool keeps the whole ring.

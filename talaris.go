@@ -277,7 +277,7 @@ func (c Conn) Pool() *Pool { return c.p }
 // ErrPoolClosed. A message sent
 // before the connection is open (right after DialAsync) waits in the
 // queue and goes out once the upgrade completes; it is dropped if the
-// dial fails. Messages larger than a quarter of testhook.Knobs.CmdRingSize are
+// dial fails. Messages larger than 1 MiB (a quarter of the command ring) are
 // sent as several fragments of one message. Under a ReconnectPolicy,
 // from EventReconnecting to the next open it returns an error matching
 // ErrWouldBlock (not counted in SendQueueFull) and queues nothing; a
