@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xdb57536e81a774b8
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x14e085453cf7b591
 import "C"
 
-const csrcHash = "db57536e81a774b8"
+const csrcHash = "14e085453cf7b591"

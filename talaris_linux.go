@@ -270,6 +270,9 @@ func newPool(cfg Config) (*Pool, error) {
 	if !d.NoRecvBundle {
 		cc.recv_bundle = 1
 	}
+	if d.NoRecvProbe {
+		cc.no_recv_probe = 1
+	}
 	if !d.Tuning.NoTLSRecordLayer {
 		cc.tls_record_layer = C.TL_TLSREC_ON
 		if d.Tuning.NoOwnGCM {

@@ -83,7 +83,9 @@ struct tl_config {
 	/* Tuning.Prefault: populate the arena and the receive slots at setup
 	 * (otherwise their pages fault in the first time data passes them). */
 	uint32_t prefault;
-	uint32_t pad0;
+	/* Knobs.NoRecvProbe (tests): the loop never polls silent recvs
+	 * (loop/probe.c), so a lost recv completion stays lost. */
+	uint32_t no_recv_probe;
 };
 
 /* TL_PRESEND is how long the loop's reply spin waits, after a publish to

@@ -166,7 +166,7 @@ static int loop_work(struct tl_loop *l)
 		tl_loop_release_deferred(l);
 		if (l->rx_want || sweep || l->tx_retry)
 			tl_loop_run_rearms(l, sweep);
-		if (now && now - l->last_probe_ns >= TL_PROBE_NS) {
+		if (now && now - l->last_probe_ns >= TL_PROBE_NS && !l->cfg.no_recv_probe) {
 			l->last_probe_ns = now;
 			if (tl_loop_probe_recvs(l))
 				busy = 1;

@@ -28,6 +28,7 @@ type Knobs struct {
 
 	NoRecvBundle  bool // one receive buffer per completion instead of recv bundles
 	ReplyDoorbell bool // the pump's reply doorbell (epoll on the sockets it sent on)
+	NoRecvProbe   bool // the loop never probes silent recvs (a lost recv completion stays lost)
 
 	// NoDirectSend makes every send go through the loop thread. By
 	// default a text or binary message of at most 64 KiB sent on an open
