@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,25 +16,38 @@ import (
 	"github.com/talaris-go/talaris/internal/testhook"
 )
 
-// resetStorm is the outcome of a storm of streams that the peer ends
-// with a TCP reset.
-type resetStorm struct {
-	started, ended int
-	wrongEnd       int    // final events other than EventError ErrConnectionLost 1006
-	firstWrong     string // the first of them
-	lost           int    // connections whose final event never came within the bound
-	revived        uint64 // PoolStats.RecvRevived at the end
-	took           time.Duration
+// Streams the peer ends with a TCP reset (SO_LINGER 0) while data flows.
+// Linux 6.18 sometimes never completes the multishot recv of such a
+// stream: the request stays in the ring's poll list with no task work
+// queued and the connection's end never comes. The loop's receive probe
+// (csrc/loop/probe.c) revives it; testhook.Knobs.NoRecvProbe turns the
+// probe off to show the kernel's behaviour.
+
+// stormSpec is one run of reset streams on one pool.
+type stormSpec struct {
+	total, width int           // streams, and how many at a time
+	msgs         int           // the streams carry msgs, msgs-1, ... messages of 100 bytes
+	budget       time.Duration // no new stream after this long (0: none)
+	bound        time.Duration // a connection with no final event this long after the last one is lost
 }
 
-// runResetStorm dials total streams (width at a time, DialAsync from the
-// pumping goroutine) of url's /drop with rst=1: the server writes 1 to
-// msgs messages of 100 bytes and closes with SO_LINGER 0, so the reset
-// meets the client's multishot recv while data still flows. Each
-// connection's final event must come; one that has not come bound after
-// the last final event of any connection is lost: the pool is then closed
-// (so the test cannot hang) and what is still open is counted.
-func runResetStorm(t *testing.T, cfg talaris.Config, url string, opts *talaris.DialOptions, total, width, msgs int, bound time.Duration) resetStorm {
+// resetStorm is the outcome of a run.
+type resetStorm struct {
+	started, ended int
+	wrongEnd       int      // final events other than EventError ErrConnectionLost 1006
+	firstWrong     string   // the first of them
+	lost           []string // connections whose final event never came: what they had seen
+	polls          []string // the ring's poll list (fdinfo) when the bound closed the pool
+	stats          testhook.PoolStats
+}
+
+// runResetStorm dials the streams of sp (DialAsync from the pumping
+// goroutine) to url's /drop with rst=1: the server writes the messages and
+// closes with SO_LINGER 0, so the reset meets the client's multishot recv
+// while data still flows. When no final event comes for sp.bound, what is
+// still open is lost: the pool is closed (so the run cannot hang) and
+// those connections are recorded, with the kernel's list of armed polls.
+func runResetStorm(t *testing.T, cfg talaris.Config, url string, opts *talaris.DialOptions, sp stormSpec) resetStorm {
 	t.Helper()
 	p, err := talaris.NewPool(cfg)
 	if err != nil {
@@ -41,17 +55,26 @@ func runResetStorm(t *testing.T, cfg talaris.Config, url string, opts *talaris.D
 	}
 	defer p.Close()
 	var (
+		st       resetStorm
 		mu       sync.Mutex
+		open     = map[talaris.Conn]int{} // messages each stream carries
 		lastEnd  = time.Now()
 		finished bool
 		closed   = make(chan struct{})
 	)
-	go func() { // the bound: no final event for that long closes the pool
+	go func() { // the bound
 		defer close(closed)
 		for {
-			time.Sleep(min(bound/20, 20*time.Millisecond))
+			time.Sleep(min(sp.bound/20, 20*time.Millisecond))
 			mu.Lock()
-			stop := finished || time.Since(lastEnd) > bound
+			fin, stop := finished, finished || time.Since(lastEnd) > sp.bound
+			if stop && !fin {
+				for c, n := range open {
+					s := c.Stats()
+					st.lost = append(st.lost, fmt.Sprintf("state %v, %d of %d messages, %d wire bytes in", c.State(), s.MsgsIn, n, s.WireIn))
+				}
+				st.polls = ringPolls(t)
+			}
 			mu.Unlock()
 			if stop {
 				p.Close()
@@ -59,42 +82,44 @@ func runResetStorm(t *testing.T, cfg talaris.Config, url string, opts *talaris.D
 			}
 		}
 	}()
-	var st resetStorm
-	open := map[talaris.Conn]bool{}
 	t0 := time.Now()
-	for st.ended+st.lost < total {
-		for len(open) < width && st.started < total {
-			n := 1 + st.started%msgs
+	for {
+		mu.Lock()
+		for len(open) < sp.width && st.started < sp.total && (sp.budget == 0 || time.Since(t0) < sp.budget) {
+			n := sp.msgs - st.started%sp.msgs
 			c, err := p.DialAsync(fmt.Sprintf("%s/drop?n=%d&size=100&rst=1", url, n), opts)
 			if err != nil {
+				mu.Unlock()
 				t.Fatalf("DialAsync: %v", err)
 			}
-			open[c] = true
+			open[c] = n
 			st.started++
 		}
-		_, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
-			if ev.Kind != talaris.EventClose && ev.Kind != talaris.EventError || !open[c] {
+		more := len(open) > 0
+		mu.Unlock()
+		if !more {
+			break
+		}
+		if _, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
+			if ev.Kind != talaris.EventClose && ev.Kind != talaris.EventError {
 				return
 			}
-			delete(open, c)
-			st.ended++
 			mu.Lock()
+			delete(open, c)
 			lastEnd = time.Now()
 			mu.Unlock()
+			st.ended++
 			if ev.Kind != talaris.EventError || !errors.Is(ev.Err, talaris.ErrConnectionLost) || ev.Code != talaris.CloseAbnormal {
 				if st.wrongEnd == 0 {
 					st.firstWrong = fmt.Sprintf("%v %d %v", ev.Kind, ev.Code, ev.Err)
 				}
 				st.wrongEnd++
 			}
-		})
-		if err != nil { // closed by the bound
-			st.lost = len(open)
-			break
+		}); err != nil {
+			break // closed by the bound
 		}
 	}
-	st.took = time.Since(t0)
-	st.revived = testhook.Stats(p).RecvRevived
+	st.stats = testhook.Stats(p)
 	mu.Lock()
 	finished = true
 	mu.Unlock()
@@ -102,39 +127,119 @@ func runResetStorm(t *testing.T, cfg talaris.Config, url string, opts *talaris.D
 	return st
 }
 
-// resetStormStreams is TALARIS_RESET_STORM (streams per configuration),
-// else def (def/10 under -short).
-func resetStormStreams(def int) int {
-	if n, err := strconv.Atoi(os.Getenv("TALARIS_RESET_STORM")); err == nil && n > 0 {
-		return n
+// ringPolls returns the requests armed on a poll in this process's
+// io_uring instances ("op=27" is IORING_OP_RECV), from their fdinfo.
+func ringPolls(t *testing.T) []string {
+	var out []string
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); !strings.Contains(l, "io_uring") {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue
+		}
+		_, polls, _ := strings.Cut(string(info), "PollList:")
+		polls, _, _ = strings.Cut(polls, "CqOverflowList:")
+		for _, f := range strings.Split(polls, "\n") {
+			if f = strings.TrimSpace(f); f != "" {
+				out = append(out, f)
+			}
+		}
 	}
-	return scaled(def)
+	return out
+}
+
+// resetStormScale is TALARIS_RESET_STORM (a factor on the streams and
+// time budgets of the runs below, for a long hunt), else 1 (0.1 under
+// -short).
+func resetStormScale() float64 {
+	if f, err := strconv.ParseFloat(os.Getenv("TALARIS_RESET_STORM"), 64); err == nil && f > 0 {
+		return f
+	}
+	if testing.Short() {
+		return 0.1
+	}
+	return 1
 }
 
 // TestPeerResetStorm: streams ended by the peer's TCP reset while data
-// flows, thousands of them, 32 at a time, with a loop thread and inline,
-// over ws and wss: every connection's final event comes (EventError
-// ErrConnectionLost 1006), none waits for a recv completion that the
-// reset would have left unposted.
+// flows, 32 at a time, with a loop thread and inline, over ws and wss:
+// every connection's final event comes (EventError ErrConnectionLost
+// 1006), and quickly (a lost recv completion is revived by the probe).
 func TestPeerResetStorm(t *testing.T) {
-	total := resetStormStreams(400)
-	noProbe := os.Getenv("TALARIS_RESET_STORM_NOPROBE") == "1"
+	total := max(int(400*resetStormScale()), 1)
 	for _, inline := range []bool{false, true} {
 		for _, tg := range inlineTargets(t) {
 			name := fmt.Sprintf("%s/inline=%v", tg.name, inline)
 			t.Run(name, func(t *testing.T) {
-				cfg := testhook.WithKnobs(talaris.Config{MaxConns: 256, CloseTimeout: time.Second, Tuning: talaris.Tuning{InlineLoop: inline}},
-					testhook.Knobs{NoRecvProbe: noProbe})
-				st := runResetStorm(t, cfg, tg.url, tg.opts, total, 32, 400, 10*time.Second)
-				t.Logf("%s: %d streams in %v: %d ended, %d lost, %d other ends, %d revived (probe off: %v)",
-					name, st.started, st.took.Round(time.Millisecond), st.ended, st.lost, st.wrongEnd, st.revived, noProbe)
-				if st.lost > 0 {
-					t.Errorf("%d of %d connections never ended", st.lost, st.started)
-				}
+				cfg := talaris.Config{MaxConns: 256, CloseTimeout: time.Second, Tuning: talaris.Tuning{InlineLoop: inline}}
+				st := runResetStorm(t, cfg, tg.url, tg.opts, stormSpec{total: total, width: 32, msgs: 400, bound: 10 * time.Second})
+				t.Logf("%d streams: %d ended, %d lost, %d recvs revived", st.started, st.ended, len(st.lost), st.stats.RecvRevived)
+				checkStorm(t, st)
+			})
+		}
+	}
+}
+
+// checkStorm fails t for a connection that never ended or ended otherwise
+// than by the reset.
+func checkStorm(t *testing.T, st resetStorm) {
+	t.Helper()
+	if len(st.lost) > 0 {
+		t.Errorf("%d of %d connections never ended: %v; armed polls: %v", len(st.lost), st.started, st.lost, st.polls)
+	}
+	if st.wrongEnd > 0 {
+		t.Errorf("%d final events other than EventError ErrConnectionLost 1006, first: %s", st.wrongEnd, st.firstWrong)
+	}
+}
+
+// TestPeerResetLostRecv: the shape that loses the kernel's completion, one
+// stream of a few thousand messages at a time on an inline loop, the
+// reset arriving while the client still reads. With the probe (the
+// default) every stream ends; t.Logf says how often the probe revived a
+// recv. Without it (testhook.Knobs.NoRecvProbe) a lost end shows as a
+// connection still open after the bound (the pool is then closed and a
+// new one goes on until the time budget is spent): the kernel still holds
+// the recv on its poll list (logged) on a socket the reset closed. The
+// kernel loses about one such stream in 500-2500, so a run of this length
+// sees none about half the time; that is logged, not failed.
+func TestPeerResetLostRecv(t *testing.T) {
+	tg := inlineTargets(t)[0] // gorilla over ws: the fastest streams
+	scale := resetStormScale()
+	budget := time.Duration(float64(12*time.Second) * scale)
+	for _, probe := range []bool{true, false} {
+		t.Run(fmt.Sprintf("probe=%v", probe), func(t *testing.T) {
+			cfg := testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true}}, testhook.Knobs{NoRecvProbe: !probe})
+			var streams, revived int
+			var lost []string
+			t0 := time.Now()
+			for time.Since(t0) < budget {
+				st := runResetStorm(t, cfg, tg.url, tg.opts, stormSpec{total: 1 << 30, width: 1, msgs: 5000, budget: budget - time.Since(t0), bound: 3 * time.Second})
+				streams += st.started
+				revived += int(st.stats.RecvRevived)
 				if st.wrongEnd > 0 {
 					t.Errorf("%d final events other than EventError ErrConnectionLost 1006, first: %s", st.wrongEnd, st.firstWrong)
 				}
-			})
-		}
+				if len(st.lost) == 0 {
+					continue
+				}
+				lost = append(lost, st.lost...)
+				t.Logf("lost end after %d streams: %v; armed polls: %v", st.started, st.lost, st.polls)
+				for _, l := range st.lost {
+					if !strings.HasPrefix(l, "state open") {
+						t.Errorf("a lost end must leave the connection open (the loop never heard of the reset): %s", l)
+					}
+				}
+			}
+			t.Logf("probe %v: %d streams in %v: %d lost ends, %d recvs revived", probe, streams, time.Since(t0).Round(time.Millisecond), len(lost), revived)
+			if probe && len(lost) > 0 {
+				t.Errorf("%d connections never ended with the probe on", len(lost))
+			}
+			if !probe && len(lost) == 0 {
+				t.Logf("no lost end in this run (the kernel loses about one such stream in 500-2500)")
+			}
+		})
 	}
 }
