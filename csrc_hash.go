@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x14e085453cf7b591
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x464808317cf1e4ec
 import "C"
 
-const csrcHash = "14e085453cf7b591"
+const csrcHash = "464808317cf1e4ec"

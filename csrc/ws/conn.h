@@ -155,13 +155,13 @@ struct tl_conn {
 	uint8_t rx;           /* TL_RX_*: the receive side, changed only by tl_rx_step (rx.c) */
 	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
 	uint8_t rx_cap;       /* the recv in the kernel carries the bundle cap (sqe->len): its -EINVAL is the kernel refusing the cap */
-	uint8_t rx_suspect;   /* the last recv probe found the socket ready and this recv silent (loop.c, probe_recvs) */
+	uint8_t rx_suspect;   /* the last recv probe found the socket ready and this recv silent (loop/probe.c) */
 	uint8_t rx_revived;   /* the probe cancelled this recv: a cancel that finds nothing ends it here (rx.c) */
 	uint8_t rx_epoch;     /* recv epoch (0..TL_OPK_EPOCHS-1), in its user_data's op byte (uring.h); kept across reconnects */
 	uint8_t debug_lose_end; /* TL_DEBUG tests: swallow the recv's next -ECANCELED end, as a kernel that lost it */
 	uint8_t rx_cancel_hit; /* a cancel found this recv (res 0): its END is due */
 	uint32_t rx_cancel_ticks; /* rx_ticks when the last cancel of a recv was sent */
-	uint8_t rx_stuck;     /* probes in a row that found that END not come (loop.c, probe_recvs) */
+	uint8_t rx_stuck;     /* probes in a row that found that END not come (loop/probe.c) */
 	uint32_t rx_ticks;    /* recv arms and completions: the probe's sign of life */
 	uint32_t rx_mark;     /* rx_ticks at the last probe */
 	uint8_t send_inflight;
