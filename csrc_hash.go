@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x464808317cf1e4ec
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x057078467a080664
 import "C"
 
-const csrcHash = "464808317cf1e4ec"
+const csrcHash = "057078467a080664"

@@ -33,8 +33,8 @@ static void probe_flush(struct tl_loop *l, struct pollfd *pf, const uint32_t *sl
  * IORING_RECV_MULTISHOT and a provided-buffer ring (bundles on or off;
  * ring flags SINGLE_ISSUER|DEFER_TASKRUN or none) sometimes never posts
  * its final CQE when the peer resets the TCP connection while the recv
- * is still draining the stream (the peer's socket buffers were full, so
- * the reset destroys data in flight). The ring's fdinfo still lists the
+ * is still draining the stream (one larger than the socket buffers, so
+ * the reset comes while the client still reads). The ring's fdinfo still lists the
  * recv in its PollList (op=27) with no task work pending, the CQ is empty
  * and nothing overflowed, while the socket, closed by the reset, polls
  * ready: the wake-up for the reset was lost. Measured on loopback with
