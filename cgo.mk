@@ -84,7 +84,7 @@ $(BUILD)/obj/fuzz/%.o: csrc/%.c $(CORE_HDRS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
 
-$(BUILD)/test/%: csrc/test/%.c $(TEST_OBJS) $(CORE_HDRS) csrc/test/check.h csrc/test/frames.h csrc/test/config.h
+$(BUILD)/test/%: csrc/test/%.c $(TEST_OBJS) $(CORE_HDRS) csrc/test/check.h csrc/test/frames.h csrc/test/config.h csrc/test/loop_harness.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) -o $@ $< $(TEST_OBJS) $(LDLIBS)
 
