@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x057078467a080664
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x312d62bf3692e296
 import "C"
 
-const csrcHash = "057078467a080664"
+const csrcHash = "312d62bf3692e296"

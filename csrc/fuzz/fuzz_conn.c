@@ -169,7 +169,7 @@ static void pass(const uint8_t *data, size_t size, size_t run, size_t hold)
 	}
 	/* end the connection whatever state it is in, as a pool close would */
 	if (c->state != TL_ST_IDLE) {
-		if (!c->fail_err && !c->close_rcvd)
+		if (!c->fail_err && !tl_conn_close_rcvd(c))
 			c->fail_err = TL_E_SHUTDOWN;
 		tl_life_teardown(L, c);
 		drain(L, &final);

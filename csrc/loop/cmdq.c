@@ -108,7 +108,7 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 	} else if (c->fd < 0 && c->state == TL_ST_OPEN) {
 		/* memory connection: nobody to shake hands with */
 		c->close_code = cmd->code;
-		c->close_rcvd = 1;
+		tl_conn_close_step(c, TL_CLOSE_RCVD);
 		tl_life_teardown(l, c);
 	} else if (c->state == TL_ST_OPEN) {
 		tl_conn_send_close(l, c, cmd->code, payload, cmd->len);
@@ -140,7 +140,7 @@ static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 	 * sends during the gap), never sent on the next connection. */
 	int early = cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying && !c->opens;
 
-	if (!early && (c->state != TL_ST_OPEN || c->close_sent || c->discard || c->send_errno)) {
+	if (!early && (c->state != TL_ST_OPEN || tl_conn_close_sent(c) || c->discard || c->send_errno)) {
 		tl_pub_tx_retire(l, c, units);
 		return;
 	}

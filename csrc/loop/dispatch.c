@@ -73,7 +73,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 		ob->len = 0;
 		ob->replies = 0;
 		c->sent_off = 0;
-		if (!c->dying && c->state >= TL_ST_OPEN && !c->fail_err && !c->close_rcvd && !c->send_errno) {
+		if (!c->dying && c->state >= TL_ST_OPEN && !c->fail_err && !tl_conn_close_rcvd(c) && !c->send_errno) {
 			/* The peer reset while we wrote (a pong racing its RST). What
 			 * it sent before is still in our socket or slot queue,
 			 * acknowledged: keep reading it (the recv ends with the same

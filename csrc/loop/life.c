@@ -91,7 +91,7 @@ void tl_life_drive(struct tl_loop *l, struct tl_conn *c)
 	/* After the peer's close frame what is still queued is discarded
 	 * input (a wss stream the TLS layer ended: tl_conn_watch_notify):
 	 * the end need not wait for it; teardown drops it. */
-	if (c->eof && (tl_rxq_empty(&c->rxq) || c->close_rcvd)) {
+	if (c->eof && (tl_rxq_empty(&c->rxq) || tl_conn_close_rcvd(c))) {
 		tl_conn_on_eof(l, c);
 		tl_life_after(l, c);
 	}

@@ -40,12 +40,12 @@ static void shutdown_all(struct tl_loop *l)
 		}
 		if (c->state == TL_ST_IDLE || c->dying)
 			continue;
-		if (!c->fail_err && !c->close_rcvd) {
+		if (!c->fail_err && !tl_conn_close_rcvd(c)) {
 			c->fail_err = TL_E_SHUTDOWN;
 			c->fail_code = 1001;
 			tl_pub_detail(l, c, "pool closed");
 		}
-		if (c->state == TL_ST_OPEN && !c->close_sent && c->fd >= 0 && !c->eof && !c->send_errno) {
+		if (c->state == TL_ST_OPEN && !tl_conn_close_sent(c) && c->fd >= 0 && !c->eof && !c->send_errno) {
 			/* Going away: send 1001 and let the close handshake run (the
 			 * echo, then TCP's end), bounded by the close timeout. */
 			tl_conn_send_close(l, c, 1001, (const uint8_t *)"pool closed", 11);

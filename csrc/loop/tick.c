@@ -38,7 +38,7 @@ static void hb_due(struct tl_loop *l, struct tl_conn *c, uint64_t now, uint64_t 
 		tl_life_fail(l, c, TL_E_READ_TIMEOUT, 0, 1006, "no data, ping, pong or close from the peer");
 		return;
 	}
-	if (d->ping_interval_ns && !c->close_sent && !c->send_errno) {
+	if (d->ping_interval_ns && !tl_conn_close_sent(c) && !c->send_errno) {
 		uint64_t base = c->last_ping_ns > c->last_rx_ns ? c->last_ping_ns : c->last_rx_ns;
 		/* (A peer that does not read gets no more pings piled up.) */
 		if (now - base >= d->ping_interval_ns && c->out[0].len + c->out[1].len + c->tx_pt.len < l->cfg.max_send_queue) {
@@ -72,7 +72,7 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 		tl_life_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
 	} else if (c->fail_err) {
 		tl_life_teardown(l, c);
-	} else if (c->close_rcvd) {
+	} else if (tl_conn_close_rcvd(c)) {
 		/* The close frames crossed, but the peer did not end TCP in
 		 * time: a timed-out close, not a clean one. */
 		tl_life_fail(l, c, TL_E_CLOSE_TIMEOUT, 0, c->close_code, "the peer did not close the connection in time");

@@ -92,7 +92,7 @@ static void tx_release(struct tl_loop *l, struct tl_conn *c)
 	uint32_t *w = own_word(l, c);
 	uint32_t v;
 
-	if (c->is_tls || c->fd < 0 || c->state != TL_ST_OPEN || c->close_sent || c->close_rcvd || c->send_errno ||
+	if (c->is_tls || c->fd < 0 || c->state != TL_ST_OPEN || c->close_hs != TL_CLOSE_NONE || c->send_errno ||
 	    tl_conn_ending(c) || c->discard || c->shut_wr || c->send_inflight || c->tx_msg_open || c->out[0].len ||
 	    c->out[1].len || c->sq.head != c->sq.len)
 		return;

@@ -79,7 +79,7 @@ static struct tl_loop *new_loop(uint32_t ev_size, uint64_t arena, uint64_t max_m
 static void end(struct tl_loop *l, struct tl_conn *c, struct evlog *g)
 {
 	if (c->state != TL_ST_IDLE) {
-		if (!c->fail_err && !c->close_rcvd)
+		if (!c->fail_err && !tl_conn_close_rcvd(c))
 			c->fail_err = TL_E_SHUTDOWN;
 		tl_life_teardown(l, c);
 	}

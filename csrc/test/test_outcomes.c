@@ -132,7 +132,7 @@ static void test_fail_open_requests_flush(void)
 	tl_conn_fail(l, c, TL_E_TOO_BIG, 0, 1009, "too big");
 	CHECK_EQ(c->todo, TL_DO_FLUSH);
 	CHECK_EQ(c->state, TL_ST_CLOSING);
-	CHECK(c->close_sent);
+	CHECK(tl_conn_close_sent(c));
 	CHECK(c->deadline_ns != 0);
 	CHECK_EQ(l->timed, 1);
 	CHECK_EQ(c->send_inflight, 0);

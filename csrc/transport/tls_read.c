@@ -446,7 +446,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 				peer_closed(l, c);
 				break;
 			}
-			if ((c->eof || c->close_rcvd) && read_truncated(e)) {
+			if ((c->eof || tl_conn_close_rcvd(c)) && read_truncated(e)) {
 				/* Transport EOF without close_notify: report it through
 				 * the EOF path, on both backends the same way. After the
 				 * close frame the stream may end so too. A record that
@@ -462,7 +462,7 @@ int tl_tls_drive(struct tl_loop *l, struct tl_conn *c)
 			return TL_FEED_DEAD;
 		}
 	}
-	if (t->consumed && !tl_conn_ending(c) && !c->close_sent) {
+	if (t->consumed && !tl_conn_ending(c) && !tl_conn_close_sent(c)) {
 		/* Acknowledge a KeyUpdate (or flush any post-handshake reply) even on
 		 * a connection that never sends: both libraries emit it on write.
 		 * Keyed on ciphertext consumed, not on plaintext returned: a

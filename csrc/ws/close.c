@@ -30,9 +30,9 @@ int tl_conn_close_frame(struct tl_loop *l, struct tl_conn *c)
 		c->reason_len = (uint8_t)(n - 2);
 	}
 	c->close_code = (uint16_t)code;
-	c->close_rcvd = 1;
+	tl_conn_close_step(c, TL_CLOSE_RCVD);
 	c->discard = 1; /* nothing after a close frame counts */
-	if (!c->close_sent)
+	if (!tl_conn_close_sent(c))
 		tl_conn_send_close(l, c, (uint16_t)code, c->reason, c->reason_len);
 	if (c->state != TL_ST_CLOSING)
 		tl_pub_set_state(l, c, TL_ST_CLOSING);
@@ -55,7 +55,7 @@ void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->fail_err) {
 		c->todo |= TL_DO_TEARDOWN;
-	} else if (c->close_rcvd) {
+	} else if (tl_conn_close_rcvd(c)) {
 		c->todo |= TL_DO_TEARDOWN; /* clean: EventClose */
 	} else if (c->refusing) {
 		tl_conn_refusal_end(l, c); /* a close-delimited body ended, or the server hung up */

@@ -147,6 +147,16 @@ enum tl_rc {
 	TL_RC_BACKOFF = 2,  /* announced; no socket; the deadline starts the next attempt */
 };
 
+/* Where a connection's close handshake stands (tl_conn.close_hs; its
+ * transitions are tl_conn_close_step's). The values are bits, BOTH being
+ * SENT | RCVD, so tl_conn_close_sent and tl_conn_close_rcvd test one. */
+enum tl_close {
+	TL_CLOSE_NONE = 0, /* no close frame either way */
+	TL_CLOSE_SENT = 1, /* our close frame is queued (or out); the peer's has not come */
+	TL_CLOSE_RCVD = 2, /* the peer's came and ours is not queued: only a memory connection Go closed stays here */
+	TL_CLOSE_BOTH = 3, /* both: the handshake is complete once ours is out */
+};
+
 struct tl_conn {
 	uint32_t slot, gen;
 	int fd;
@@ -171,7 +181,7 @@ struct tl_conn {
 	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
 	uint8_t stalled;      /* input held back for lack of ring/arena/send space */
 	uint8_t discard;      /* failed or closed: drop further input */
-	uint8_t close_sent, close_rcvd;
+	uint8_t close_hs;     /* TL_CLOSE_*: the close handshake; changed only by tl_conn_close_step (send.c) */
 	uint8_t final_pending; /* teardown done, final event not yet published */
 	uint8_t open_pending;  /* open, EventOpen not yet published */
 	int eof_errno;
@@ -290,6 +300,22 @@ struct tl_conn {
  * (TL_DO_TEARDOWN) and not yet acted on. Input and output stop here. */
 static inline int tl_conn_ending(const struct tl_conn *c) { return c->dying || (c->todo & TL_DO_TEARDOWN); }
 
+/* tl_conn_close_step records ev, TL_CLOSE_SENT (our close frame is
+ * queued) or TL_CLOSE_RCVD (the peer's close frame came, or Go closed a
+ * memory connection), in c's close handshake (c->close_hs), the one place
+ * it changes. The transitions: NONE -> SENT or RCVD, SENT or RCVD -> BOTH
+ * (the other one), and a repeat changes nothing; nothing goes back but
+ * tl_conn_reset. */
+void tl_conn_close_step(struct tl_conn *c, enum tl_close ev);
+
+/* tl_conn_close_sent says c's close frame is queued (or out): no data,
+ * ping or pong may follow it. */
+static inline int tl_conn_close_sent(const struct tl_conn *c) { return (c->close_hs & TL_CLOSE_SENT) != 0; }
+
+/* tl_conn_close_rcvd says the peer's close frame came (or Go closed c, a
+ * memory connection): the end is a clean EventClose. */
+static inline int tl_conn_close_rcvd(const struct tl_conn *c) { return (c->close_hs & TL_CLOSE_RCVD) != 0; }
+
 /* tl_conn_watch_notify says c's input, though discarded (the peer's close
  * frame came), must still reach the TLS layer: the server's close_notify
  * may come in a later segment than its close frame, and on a server that
@@ -298,7 +324,7 @@ static inline int tl_conn_ending(const struct tl_conn *c) { return c->dying || (
  * still dropped (tl_conn_feed). */
 static inline int tl_conn_watch_notify(const struct tl_conn *c)
 {
-	return c->is_tls && c->close_rcvd && !c->eof && !tl_conn_ending(c);
+	return c->is_tls && tl_conn_close_rcvd(c) && !c->eof && !tl_conn_ending(c);
 }
 
 /* tl_conn_wbuf is the buffer c's frames are written to: the collecting

@@ -350,7 +350,7 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 		    (conn_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l)))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
-		if (!c->close_sent)
+		if (!tl_conn_close_sent(c))
 			send_reply(l, c, TL_OP_PONG, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:

@@ -1,6 +1,7 @@
 /* ws/send.c - what a connection sends: frames masked with CSPRNG keys
  * into its collecting buffer (tl_conn_wbuf), the send queue of data
- * frames that wait for room there, the close frame, and failing a
+ * frames that wait for room there, the close frame and the close
+ * handshake's state (tl_conn_close_step), and failing a
  * connection - here, not in ws/close.c, because failing sends the close
  * frame and framing fails the connection when memory runs out: one
  * cycle of calls, kept in one file. */
@@ -250,14 +251,22 @@ void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
 	sq_drop(l, c);
 }
 
+/* tl_conn_close_step is every transition of the close handshake
+ * (c->close_hs): each event adds its bit, so NONE -> SENT or RCVD, and
+ * either -> BOTH. */
+void tl_conn_close_step(struct tl_conn *c, enum tl_close ev)
+{
+	c->close_hs = (uint8_t)(c->close_hs | ev);
+}
+
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen)
 {
 	uint8_t pl[125];
 	size_t n = 0;
 
-	if (c->close_sent)
+	if (tl_conn_close_sent(c))
 		return 0;
-	c->close_sent = 1;
+	tl_conn_close_step(c, TL_CLOSE_SENT);
 	/* The close jumps the queue: only a message already started goes
 	 * before it. */
 	tl_conn_tx_cut(l, c);
@@ -287,7 +296,7 @@ void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 	c->discard = 1;
 	c->msg_ready = 0;
 	c->ctrl_ready = 0;
-	if (c->state == TL_ST_OPEN && code && code != 1006 && !c->close_sent && !c->eof && !c->send_errno && c->fd >= 0) {
+	if (c->state == TL_ST_OPEN && code && code != 1006 && !tl_conn_close_sent(c) && !c->eof && !c->send_errno && c->fd >= 0) {
 		tl_conn_send_close(l, c, code, NULL, 0);
 		tl_pub_set_state(l, c, TL_ST_CLOSING);
 		c->todo |= TL_DO_FLUSH;
