@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x312d62bf3692e296
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x2cb6d16c8602e6a9
 import "C"
 
-const csrcHash = "312d62bf3692e296"
+const csrcHash = "2cb6d16c8602e6a9"

@@ -173,7 +173,7 @@ static void pass(const uint8_t *data, size_t size, size_t run, size_t hold)
 			c->fail_err = TL_E_SHUTDOWN;
 		tl_life_teardown(L, c);
 		drain(L, &final);
-		while (c->final_pending) {
+		while (c->dying == TL_DYING_FINAL) {
 			c->stalled = 0;
 			c->on_stall_list = 0;
 			L->stalled = NULL;

@@ -167,7 +167,7 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 	if (op == 0 || slot >= l->cfg.max_conns)
 		return;
 	c = &l->conns[slot];
-	if (c->gen != gen || (c->state == TL_ST_IDLE && !c->final_pending) ||
+	if (c->gen != gen || (c->state == TL_ST_IDLE && c->dying != TL_DYING_FINAL) ||
 	    ((op == TL_OPK_RECV || op == TL_OPK_RECV_HS) && raw >> TL_OPK_EPOCH_SHIFT != c->rx_epoch)) {
 		/* Stale: only buffers may need to go back (a bundle's all). */
 		if (cqe->flags & IORING_CQE_F_BUFFER) {

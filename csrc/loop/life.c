@@ -126,7 +126,7 @@ void tl_life_finish(struct tl_loop *l, struct tl_conn *c)
 
 	/* Public state first: once the final event is out, the slot is Go's
 	 * and the loop must not touch it again. */
-	if (!c->final_pending) {
+	if (c->dying != TL_DYING_FINAL) {
 		__atomic_store_n(&p->err, c->fail_err, __ATOMIC_RELAXED);
 		__atomic_store_n(&p->aux, c->fail_aux, __ATOMIC_RELAXED);
 		__atomic_store_n(&p->code, kind == TL_EV_CLOSE ? c->close_code : c->fail_code, __ATOMIC_RELAXED);
@@ -138,17 +138,21 @@ void tl_life_finish(struct tl_loop *l, struct tl_conn *c)
 		rc = tl_life_emit(l, c, kind, (const uint8_t *)p->detail, strnlen(p->detail, sizeof(p->detail)),
 			     c->fail_code, c->fail_err, c->fail_aux, TL_EVF_FINAL);
 	if (rc && !l->shutting_down) {
-		c->final_pending = 1;
+		tl_life_dying_set(c, TL_DYING_FINAL);
 		tl_life_stall(l, c);
 		return;
 	}
 	/* (When the pool is closing and the ring is full, the final event is
 	 * dropped: Go stopped pumping, and Close promises to drop pending
 	 * events rather than wait for room.) */
-	c->final_pending = 0;
 	c->state = TL_ST_IDLE;
-	c->dying = 0;
+	tl_life_dying_set(c, TL_DYING_NO);
 	l->live--;
+}
+
+void tl_life_dying_set(struct tl_conn *c, uint8_t to)
+{
+	c->dying = to;
 }
 
 void tl_life_rc_set(struct tl_loop *l, struct tl_conn *c, uint8_t to)
@@ -269,6 +273,7 @@ static void reconnect_begin(struct tl_loop *l, struct tl_conn *c)
 	/* Output of the dropped socket is never sent: retire its units so
 	 * Go's admission (accepted - tx_done) starts the next attempt empty. */
 	tl_conn_tx_drop_all(l, c);
+	tl_life_dying_set(c, TL_DYING_NO); /* the next attempt is alive */
 	tl_conn_reset_keep(c);
 	tl_pub_set_state(l, c, TL_ST_CONNECTING);
 	tl_life_rc_set(l, c, TL_RC_BACKOFF);
@@ -303,7 +308,7 @@ void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c)
 		close(c->fd);
 		c->fd = -1;
 	}
-	if (c->final_pending || c->state != TL_ST_IDLE) {
+	if (c->dying == TL_DYING_FINAL || c->state != TL_ST_IDLE) {
 		tl_rxq_drain(&l->slots, &c->rxq, l->evq.head_cache);
 		tl_timer_clear_deadline(l, c);
 		tl_timer_hb_clear(l, c);
@@ -313,7 +318,7 @@ void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c)
 		free(c->hs);
 		c->hs = NULL;
 		tl_conn_trim(c);
-		if (c->final_pending)
+		if (c->dying == TL_DYING_FINAL)
 			tl_life_finish(l, c);
 		else
 			tl_life_end_or_reconnect(l, c);
@@ -326,7 +331,7 @@ void tl_life_teardown(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->dying)
 		return;
-	c->dying = 1;
+	tl_life_dying_set(c, TL_DYING_TEARDOWN);
 	c->discard = 1;
 	tl_rx_step(l, c, RX_TEARDOWN, 0);
 	if (tl_rx_in_kernel(c) || c->connect_inflight) {

@@ -69,7 +69,7 @@ void tl_life_abort(struct tl_loop *l, struct tl_conn *c);
 void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_life_finish publishes c's final event (EventClose or EventError);
- * when the ring is full c waits on the stall list (final_pending) unless
+ * when the ring is full c waits on the stall list (TL_DYING_FINAL) unless
  * the pool is closing (then the event is dropped). Once it is out the
  * slot is Go's again. */
 void tl_life_finish(struct tl_loop *l, struct tl_conn *c);
@@ -78,6 +78,13 @@ void tl_life_finish(struct tl_loop *l, struct tl_conn *c);
  * policy, publishes EventReconnecting and arms the backoff. c's socket is
  * closed and no operation of it is in flight. */
 void tl_life_end_or_reconnect(struct tl_loop *l, struct tl_conn *c);
+
+/* tl_life_dying_set moves c's teardown state (tl_conn.dying) to to, the
+ * one place it changes. The transitions: NO -> TEARDOWN (tl_life_teardown),
+ * TEARDOWN -> FINAL (the ring had no room for the final event), TEARDOWN
+ * or FINAL -> NO (the final event is out, or dropped while the pool
+ * closes: the slot is Go's again; or the next reconnect attempt starts). */
+void tl_life_dying_set(struct tl_conn *c, uint8_t to);
 
 /* tl_life_rc_set moves c's reconnect state (tl_conn.rc) to to, the one
  * place it changes, and keeps l->rc_waits (the connections in

@@ -30,7 +30,7 @@ static void shutdown_all(struct tl_loop *l)
 		l->stall_kick = 1; /* (cleared by tl_loop_run_stalled, which runs only when one is) */
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
-		if (c->final_pending) {
+		if (c->dying == TL_DYING_FINAL) {
 			tl_life_finish(l, c); /* shutting down: the event is dropped if there is no room */
 			continue;
 		}

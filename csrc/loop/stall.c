@@ -79,7 +79,7 @@ int tl_loop_run_stalled(struct tl_loop *l)
 		list = c->stall_next;
 		c->on_stall_list = 0;
 		c->stalled = 0;
-		if (c->final_pending) {
+		if (c->dying == TL_DYING_FINAL) {
 			ran++;
 			tl_life_finish(l, c);
 			continue;

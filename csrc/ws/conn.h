@@ -147,6 +147,15 @@ enum tl_rc {
 	TL_RC_BACKOFF = 2,  /* announced; no socket; the deadline starts the next attempt */
 };
 
+/* How far a connection's end has gone (tl_conn.dying; its transitions
+ * are tl_life_dying_set's). Alive is 0, so a plain test of c->dying
+ * says whether teardown started. */
+enum tl_dying {
+	TL_DYING_NO = 0,       /* alive: no teardown started (a close handshake may run) */
+	TL_DYING_TEARDOWN = 1, /* teardown started, no new ops: the socket closes once every op completed */
+	TL_DYING_FINAL = 2,    /* socket closed, every op completed; the final event waits for ring room (stall list) */
+};
+
 /* Where a connection's close handshake stands (tl_conn.close_hs; its
  * transitions are tl_conn_close_step's). The values are bits, BOTH being
  * SENT | RCVD, so tl_conn_close_sent and tl_conn_close_rcvd test one. */
@@ -177,12 +186,11 @@ struct tl_conn {
 	uint8_t send_inflight;
 	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
 	uint8_t connect_inflight;
-	uint8_t dying;        /* teardown started: no new ops */
+	uint8_t dying;        /* TL_DYING_*: the teardown, non-zero once started; changed only by tl_life_dying_set (life.c) */
 	uint8_t eof;          /* the peer's FIN (or a socket error) arrived */
 	uint8_t stalled;      /* input held back for lack of ring/arena/send space */
 	uint8_t discard;      /* failed or closed: drop further input */
 	uint8_t close_hs;     /* TL_CLOSE_*: the close handshake; changed only by tl_conn_close_step (send.c) */
-	uint8_t final_pending; /* teardown done, final event not yet published */
 	uint8_t open_pending;  /* open, EventOpen not yet published */
 	int eof_errno;
 	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
