@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x2cb6d16c8602e6a9
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xd2f6bb0a95a7c7a5
 import "C"
 
-const csrcHash = "2cb6d16c8602e6a9"
+const csrcHash = "d2f6bb0a95a7c7a5"

@@ -116,7 +116,7 @@ static int has_output(const struct tl_conn *c)
 	if (c->send_errno)
 		return 0; /* a flush only drops: the socket refused a send */
 	return c->out[c->cur ^ 1].len > c->sent_off || tl_conn_collecting(c) != 0 ||
-	       (c->sq.head != c->sq.len && c->state >= TL_ST_OPEN) || c->shut_wr == 1;
+	       (c->sq.head != c->sq.len && c->state >= TL_ST_OPEN) || c->shut_wr == TL_SHUT_WANT;
 }
 
 /* tl_loop_run_rearms re-arms the recvs waiting in TL_RX_WANT when their group has

@@ -93,8 +93,8 @@ static void tx_release(struct tl_loop *l, struct tl_conn *c)
 	uint32_t v;
 
 	if (c->is_tls || c->fd < 0 || c->state != TL_ST_OPEN || c->close_hs != TL_CLOSE_NONE || c->send_errno ||
-	    tl_conn_ending(c) || c->discard || c->shut_wr || c->send_inflight || c->tx_msg_open || c->out[0].len ||
-	    c->out[1].len || c->sq.head != c->sq.len)
+	    tl_conn_ending(c) || c->discard || c->shut_wr != TL_SHUT_NONE || c->send_inflight || c->tx_msg_open ||
+	    c->out[0].len || c->out[1].len || c->sq.head != c->sq.len)
 		return;
 	v = __atomic_load_n(w, __ATOMIC_RELAXED);
 	if ((v & TL_OWN_STATE) != TL_OWN_LOOP)
@@ -219,11 +219,11 @@ void tl_tx_flush(struct tl_loop *l, struct tl_conn *c)
 		return;
 	ob = &c->out[c->cur];
 	if (ob->len == 0) {
-		if (c->shut_wr == 1 && tx_take(l, c)) {
+		if (c->shut_wr == TL_SHUT_WANT && tx_take(l, c)) {
 			/* Everything up to the close frame (and close_notify) has
 			 * left: tell the peer we are done writing. */
 			shutdown(c->fd, SHUT_WR);
-			c->shut_wr = 2;
+			tl_conn_shut_set(c, TL_SHUT_DONE);
 		}
 		tx_release(l, c); /* nothing left to write: Go senders may */
 		return;
@@ -237,9 +237,9 @@ void tl_tx_flush(struct tl_loop *l, struct tl_conn *c)
 
 void tl_tx_shut_wr(struct tl_loop *l, struct tl_conn *c)
 {
-	if (c->shut_wr || c->fd < 0 || c->dying)
+	if (c->shut_wr != TL_SHUT_NONE || c->fd < 0 || c->dying)
 		return;
-	c->shut_wr = 1;
+	tl_conn_shut_set(c, TL_SHUT_WANT);
 	if (c->is_tls)
 		tl_tls_close_notify(c);
 	tl_tx_flush(l, c);

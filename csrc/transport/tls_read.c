@@ -291,12 +291,12 @@ static void peer_closed(struct tl_loop *l, struct tl_conn *c)
 {
 	stream_ended(l, c, c->tls);
 	c->eof = 1;
-	if (!c->shut_wr && !(c->todo & TL_DO_SHUT_WR) && c->fd >= 0) {
+	if (c->shut_wr == TL_SHUT_NONE && !(c->todo & TL_DO_SHUT_WR) && c->fd >= 0) {
 		tl_tls_close_notify(c);
 		tl_tls_send_alert_now(c);
 		if (!c->send_inflight) {
 			shutdown(c->fd, SHUT_WR);
-			c->shut_wr = 2;
+			tl_conn_shut_set(c, TL_SHUT_DONE);
 		}
 	}
 }

@@ -156,6 +156,14 @@ enum tl_dying {
 	TL_DYING_FINAL = 2,    /* socket closed, every op completed; the final event waits for ring room (stall list) */
 };
 
+/* Where the end of a connection's sending side stands (tl_conn.shut_wr;
+ * its transitions are tl_conn_shut_set's). */
+enum tl_shut {
+	TL_SHUT_NONE = 0, /* the sending side is open */
+	TL_SHUT_WANT = 1, /* close handshake complete: shutdown(SHUT_WR) once the out buffers drain (tl_tx_flush) */
+	TL_SHUT_DONE = 2, /* shutdown(SHUT_WR) done: nothing more is written */
+};
+
 /* Where a connection's close handshake stands (tl_conn.close_hs; its
  * transitions are tl_conn_close_step's). The values are bits, BOTH being
  * SENT | RCVD, so tl_conn_close_sent and tl_conn_close_rcvd test one. */
@@ -191,6 +199,7 @@ struct tl_conn {
 	uint8_t stalled;      /* input held back for lack of ring/arena/send space */
 	uint8_t discard;      /* failed or closed: drop further input */
 	uint8_t close_hs;     /* TL_CLOSE_*: the close handshake; changed only by tl_conn_close_step (send.c) */
+	uint8_t shut_wr;      /* TL_SHUT_*: the sending side's end; changed only by tl_conn_shut_set (send.c) */
 	uint8_t open_pending;  /* open, EventOpen not yet published */
 	int eof_errno;
 	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
@@ -258,7 +267,6 @@ struct tl_conn {
 	size_t fail_head_len;
 	/* heartbeat (timer.c arms, tick.c fires): read timeout and pings, checked by the timer
 	 * scan, never per message */
-	uint8_t shut_wr;      /* 1: shutdown(SHUT_WR) once the out buffers drain; 2: done */
 	uint64_t hb_ns;       /* next heartbeat check (0: no heartbeat) */
 	uint64_t last_rx_ns;  /* loop's cached clock at the last recv completion */
 	uint64_t last_ping_ns; /* when the loop last sent a heartbeat ping */
@@ -315,6 +323,15 @@ static inline int tl_conn_ending(const struct tl_conn *c) { return c->dying || (
  * (the other one), and a repeat changes nothing; nothing goes back but
  * tl_conn_reset. */
 void tl_conn_close_step(struct tl_conn *c, enum tl_close ev);
+
+/* tl_conn_shut_set moves c's sending side's end (c->shut_wr) to to, the
+ * one place it changes; the caller does the shutdown(SHUT_WR) DONE
+ * records. The transitions: NONE -> WANT (the close handshake is
+ * complete: tl_tx_shut_wr), WANT -> DONE (every queued byte left:
+ * tl_tx_flush), NONE -> DONE (the peer's close_notify is answered at
+ * once, with no send in flight: transport/tls_read.c); nothing goes back
+ * but tl_conn_reset. */
+void tl_conn_shut_set(struct tl_conn *c, uint8_t to);
 
 /* tl_conn_close_sent says c's close frame is queued (or out): no data,
  * ping or pong may follow it. */

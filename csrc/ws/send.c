@@ -1,7 +1,8 @@
 /* ws/send.c - what a connection sends: frames masked with CSPRNG keys
  * into its collecting buffer (tl_conn_wbuf), the send queue of data
- * frames that wait for room there, the close frame and the close
- * handshake's state (tl_conn_close_step), and failing a
+ * frames that wait for room there, the close frame and the states of
+ * the close handshake and of the sending side's end (tl_conn_close_step,
+ * tl_conn_shut_set), and failing a
  * connection - here, not in ws/close.c, because failing sends the close
  * frame and framing fails the connection when memory runs out: one
  * cycle of calls, kept in one file. */
@@ -249,6 +250,11 @@ void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
 	if (units)
 		tl_pub_tx_retire(l, c, units);
 	sq_drop(l, c);
+}
+
+void tl_conn_shut_set(struct tl_conn *c, uint8_t to)
+{
+	c->shut_wr = to;
 }
 
 /* tl_conn_close_step is every transition of the close handshake
