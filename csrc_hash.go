@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xd2f6bb0a95a7c7a5
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x92c96ed215eec455
 import "C"
 
-const csrcHash = "d2f6bb0a95a7c7a5"
+const csrcHash = "92c96ed215eec455"

@@ -160,7 +160,7 @@ static void pass(const uint8_t *data, size_t size, size_t run, size_t hold)
 			c->rx_hold = 0;
 			tl_life_after(L, c);
 			drain(L, &final);
-			if (r == -1 && used == 0 && !c->open_pending && !c->msg_ready && !c->ctrl_ready)
+			if (r == -1 && used == 0 && c->pending == TL_PEND_NONE)
 				abort();
 		}
 		off += used;

@@ -370,9 +370,7 @@ void tl_life_abort(struct tl_loop *l, struct tl_conn *c)
 	c->fail_code = 1006;
 	tl_pub_detail(l, c, "aborted by Conn.Abort");
 	tl_conn_tx_drop_all(l, c); /* queued output is dropped, its units retired */
-	c->msg_ready = 0;
-	c->ctrl_ready = 0;
-	c->open_pending = 0;
+	tl_conn_pend_set(c, TL_PEND_NONE); /* nothing left unpublished goes out */
 	if (c->fd >= 0 && !c->connect_inflight)
 		shutdown(c->fd, SHUT_RDWR);
 	tl_life_teardown(l, c);
@@ -459,7 +457,7 @@ void tl_life_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen)
 	l->live++;
 	tl_pub_set_state(l, c, TL_ST_OPEN);
 	if (tl_life_emit(l, c, TL_EV_OPEN, NULL, 0, 0, 0, 0, 0) < 0) {
-		c->open_pending = 1;
+		tl_conn_pend_set(c, TL_PEND_OPEN);
 		tl_life_stall(l, c);
 	}
 }

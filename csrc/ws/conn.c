@@ -1,6 +1,7 @@
 /* ws/conn.c - one WebSocket client connection's record (struct tl_conn,
  * ws/conn.h) between dials: reset for the next dial on its slot, reset for
- * a reconnect of the same handle, trimmed after an end, its buffers freed.
+ * a reconnect of the same handle, trimmed after an end, its buffers freed;
+ * and what a stall left unpublished (tl_conn_pend_set).
  *
  * The rest of the WebSocket state machine is one file per job:
  * ws/upgrade.c (the upgrade exchange, a refusal's body), ws/frames.c (the
@@ -31,13 +32,28 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void tl_conn_pend_set(struct tl_conn *c, uint8_t to)
+{
+#ifdef TL_DEBUG
+	/* One leftover at a time: a second would overwrite the first, which
+	 * parsing must have stopped at. */
+	if (to != TL_PEND_NONE && c->pending != TL_PEND_NONE && c->pending != to) {
+		fprintf(stderr, "talaris: unpublished leftover %u replaced by %u\n", c->pending, to);
+		abort();
+	}
+#endif
+	c->pending = to;
+}
 
 void tl_conn_trim(struct tl_conn *c)
 {
 	c->msg_len = 0; /* a message the end cut: nobody completes it */
-	c->msg_ready = 0;
+	if (c->pending == TL_PEND_MSG)
+		tl_conn_pend_set(c, TL_PEND_NONE);
 	if (c->msg_cap > TL_MSG_KEEP) {
 		free(c->msg);
 		c->msg = NULL;

@@ -164,6 +164,17 @@ enum tl_shut {
 	TL_SHUT_DONE = 2, /* shutdown(SHUT_WR) done: nothing more is written */
 };
 
+/* What a stall left unpublished, to go out before the parser reads on
+ * (tl_conn.pending; its transitions are tl_conn_pend_set's). One thing at
+ * most: parsing stops at the first publish that finds no room, and
+ * resumes only once that is out (tl_conn_feed, tl_conn_flush_pending). */
+enum tl_pend {
+	TL_PEND_NONE = 0, /* nothing waits */
+	TL_PEND_OPEN = 1, /* open, EventOpen not yet published */
+	TL_PEND_MSG = 2,  /* msg holds a complete message not yet published */
+	TL_PEND_CTRL = 3, /* ctrl holds a complete control frame not yet handled (its event, then any reply) */
+};
+
 /* Where a connection's close handshake stands (tl_conn.close_hs; its
  * transitions are tl_conn_close_step's). The values are bits, BOTH being
  * SENT | RCVD, so tl_conn_close_sent and tl_conn_close_rcvd test one. */
@@ -200,7 +211,7 @@ struct tl_conn {
 	uint8_t discard;      /* failed or closed: drop further input */
 	uint8_t close_hs;     /* TL_CLOSE_*: the close handshake; changed only by tl_conn_close_step (send.c) */
 	uint8_t shut_wr;      /* TL_SHUT_*: the sending side's end; changed only by tl_conn_shut_set (send.c) */
-	uint8_t open_pending;  /* open, EventOpen not yet published */
+	uint8_t pending;      /* TL_PEND_*: what a stall left unpublished; changed only by tl_conn_pend_set (conn.c) */
 	int eof_errno;
 	int send_errno;       /* a send failed (peer reset) while open: output is dropped, input drains */
 
@@ -229,13 +240,11 @@ struct tl_conn {
 	tl_ws_hdr h;
 	uint64_t remaining;   /* payload bytes of the current frame still to come */
 	uint8_t msg_op;       /* opcode of the message being reassembled, 0 if none */
-	uint8_t msg_ready;    /* msg holds a complete message not yet published */
 	uint8_t *msg;
 	size_t msg_len, msg_cap;
 	tl_utf8 utf8;
 	uint8_t ctrl[125];
 	uint8_t ctrl_len;
-	uint8_t ctrl_ready;   /* ctrl holds a complete control frame not yet handled */
 
 	/* close */
 	uint16_t close_code;  /* the peer's code (1005 if none) */
@@ -323,6 +332,15 @@ static inline int tl_conn_ending(const struct tl_conn *c) { return c->dying || (
  * (the other one), and a repeat changes nothing; nothing goes back but
  * tl_conn_reset. */
 void tl_conn_close_step(struct tl_conn *c, enum tl_close ev);
+
+/* tl_conn_pend_set moves c's unpublished leftover (c->pending) to to, the
+ * one place it changes. The transitions: NONE -> OPEN (no room for
+ * EventOpen; a retry that finds none stays), NONE -> MSG (no room for a
+ * complete message), NONE -> CTRL (a complete control frame, held until
+ * handled), OPEN, MSG or CTRL -> NONE (published or handled; or dropped:
+ * a failure drops MSG and CTRL, an abort everything, the end's trim MSG).
+ * TL_DEBUG builds abort when a leftover would replace another. */
+void tl_conn_pend_set(struct tl_conn *c, uint8_t to);
 
 /* tl_conn_shut_set moves c's sending side's end (c->shut_wr) to to, the
  * one place it changes; the caller does the shutdown(SHUT_WR) DONE

@@ -360,10 +360,10 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 		__atomic_store_n(&pub->pongs_in, pub->pongs_in + 1, __ATOMIC_RELAXED);
 		break;
 	case TL_OP_CLOSE:
-		c->ctrl_ready = 0;
+		tl_conn_pend_set(c, TL_PEND_NONE);
 		return tl_conn_close_frame(l, c);
 	}
-	c->ctrl_ready = 0;
+	tl_conn_pend_set(c, TL_PEND_NONE);
 	return TL_FEED_OK;
 }
 
@@ -406,17 +406,17 @@ static int hdr_error(struct tl_loop *l, struct tl_conn *c, int r)
 static int frame_done(struct tl_loop *l, struct tl_conn *c)
 {
 	if (c->h.opcode >= 0x8) {
-		c->ctrl_ready = 1;
+		tl_conn_pend_set(c, TL_PEND_CTRL);
 		return handle_ctrl(l, c);
 	}
 	if (!c->h.fin)
 		return TL_FEED_OK;
 	if (c->msg_op == TL_OP_TEXT && !tl_utf8_complete(&c->utf8))
 		return fail_proto(l, c, TL_E_UTF8, 1007, "text message ends inside a UTF-8 sequence");
-	c->msg_ready = 1;
+	tl_conn_pend_set(c, TL_PEND_MSG);
 	if (publish_data(l, c, c->msg_op, c->msg, c->msg_len) < 0)
 		return TL_FEED_STALL;
-	c->msg_ready = 0;
+	tl_conn_pend_set(c, TL_PEND_NONE);
 	c->msg_op = 0;
 	c->msg_len = 0;
 	return TL_FEED_OK;
@@ -426,16 +426,16 @@ static int frame_done(struct tl_loop *l, struct tl_conn *c)
  * reassembled message, a control frame (and its reply). */
 static int flush_pending(struct tl_loop *l, struct tl_conn *c)
 {
-	if (c->open_pending && tl_conn_publish_open(l, c) < 0)
+	if (c->pending == TL_PEND_OPEN && tl_conn_publish_open(l, c) < 0)
 		return TL_FEED_STALL;
-	if (c->msg_ready) {
+	if (c->pending == TL_PEND_MSG) {
 		if (publish_data(l, c, c->msg_op, c->msg, c->msg_len) < 0)
 			return TL_FEED_STALL;
-		c->msg_ready = 0;
+		tl_conn_pend_set(c, TL_PEND_NONE);
 		c->msg_op = 0;
 		c->msg_len = 0;
 	}
-	if (c->ctrl_ready)
+	if (c->pending == TL_PEND_CTRL)
 		return handle_ctrl(l, c);
 	return TL_FEED_OK;
 }

@@ -300,8 +300,8 @@ void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 			tl_pub_detail(l, c, detail);
 	}
 	c->discard = 1;
-	c->msg_ready = 0;
-	c->ctrl_ready = 0;
+	if (c->pending != TL_PEND_OPEN) /* the message or control frame waiting is dropped */
+		tl_conn_pend_set(c, TL_PEND_NONE);
 	if (c->state == TL_ST_OPEN && code && code != 1006 && !tl_conn_close_sent(c) && !c->eof && !c->send_errno && c->fd >= 0) {
 		tl_conn_send_close(l, c, code, NULL, 0);
 		tl_pub_set_state(l, c, TL_ST_CLOSING);

@@ -89,10 +89,10 @@ int tl_conn_publish_open(struct tl_loop *l, struct tl_conn *c)
 	size_t n = strnlen(p->proto, sizeof(p->proto));
 	int reopens = c->opens > 1 ? (int)(c->opens - 1) : 0;
 	if (conn_emit(l, c, TL_EV_OPEN, (const uint8_t *)p->proto, n, 0, 0, reopens, 0) < 0) {
-		c->open_pending = 1;
+		tl_conn_pend_set(c, TL_PEND_OPEN);
 		return TL_FEED_STALL;
 	}
-	c->open_pending = 0;
+	tl_conn_pend_set(c, TL_PEND_NONE);
 	return TL_FEED_OK;
 }
 
