@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x92c96ed215eec455
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x7238ed864af408ee
 import "C"
 
-const csrcHash = "92c96ed215eec455"
+const csrcHash = "7238ed864af408ee"

@@ -152,6 +152,13 @@ void tl_life_finish(struct tl_loop *l, struct tl_conn *c)
 
 void tl_life_dying_set(struct tl_conn *c, uint8_t to)
 {
+#ifdef TL_DEBUG
+	/* Teardown starts once, and only a started one can wait to finish. */
+	if ((to == TL_DYING_TEARDOWN && c->dying != TL_DYING_NO) || (to == TL_DYING_FINAL && c->dying == TL_DYING_NO)) {
+		fprintf(stderr, "talaris: teardown state %u -> %u\n", c->dying, to);
+		abort();
+	}
+#endif
 	c->dying = to;
 }
 

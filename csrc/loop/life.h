@@ -81,9 +81,11 @@ void tl_life_end_or_reconnect(struct tl_loop *l, struct tl_conn *c);
 
 /* tl_life_dying_set moves c's teardown state (tl_conn.dying) to to, the
  * one place it changes. The transitions: NO -> TEARDOWN (tl_life_teardown),
- * TEARDOWN -> FINAL (the ring had no room for the final event), TEARDOWN
- * or FINAL -> NO (the final event is out, or dropped while the pool
- * closes: the slot is Go's again; or the next reconnect attempt starts). */
+ * TEARDOWN -> FINAL (the ring had no room for the final event; FINAL ->
+ * FINAL: still none), TEARDOWN or FINAL -> NO (the final event is out, or
+ * dropped while the pool closes: the slot is Go's again; or the next
+ * reconnect attempt starts). TL_DEBUG builds abort on a second TEARDOWN or
+ * a FINAL without one. */
 void tl_life_dying_set(struct tl_conn *c, uint8_t to);
 
 /* tl_life_rc_set moves c's reconnect state (tl_conn.rc) to to, the one

@@ -348,7 +348,7 @@ void tl_conn_pend_set(struct tl_conn *c, uint8_t to);
  * complete: tl_tx_shut_wr), WANT -> DONE (every queued byte left:
  * tl_tx_flush), NONE -> DONE (the peer's close_notify is answered at
  * once, with no send in flight: transport/tls_read.c); nothing goes back
- * but tl_conn_reset. */
+ * but tl_conn_reset (TL_DEBUG builds abort on any other). */
 void tl_conn_shut_set(struct tl_conn *c, uint8_t to);
 
 /* tl_conn_close_sent says c's close frame is queued (or out): no data,

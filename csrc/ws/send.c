@@ -15,6 +15,7 @@
 #include "loop/state.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -254,6 +255,13 @@ void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
 
 void tl_conn_shut_set(struct tl_conn *c, uint8_t to)
 {
+#ifdef TL_DEBUG
+	/* The sending side ends once: nothing leaves DONE, nothing goes back. */
+	if (to <= c->shut_wr) {
+		fprintf(stderr, "talaris: sending side's end %u -> %u\n", c->shut_wr, to);
+		abort();
+	}
+#endif
 	c->shut_wr = to;
 }
 
