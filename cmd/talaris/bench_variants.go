@@ -86,6 +86,9 @@ var talVariants = []talVariant{
 	// The record layer with the TLS library's AES-GCM instead of talaris'
 	// own VAES code (Config.Tuning.NoOwnGCM).
 	{name: "libgcm", libGCM: true},
+	// The same pair with both sides blocking (WaitBlock): whether a row's
+	// CPU per frame follows the cipher or the adaptive wait's spinning.
+	{name: "block-libgcm", loop: talaris.WaitBlock, cons: talaris.WaitBlock, libGCM: true},
 	// The default without the reply spin, or with another length
 	// (Config.Tuning.ReplySpin).
 	{name: "noreplyspin", replySpin: -1},
