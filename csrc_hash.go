@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x7238ed864af408ee
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x5f02f3836ee2f228
 import "C"
 
-const csrcHash = "7238ed864af408ee"
+const csrcHash = "5f02f3836ee2f228"

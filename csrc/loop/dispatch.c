@@ -37,12 +37,12 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 	int more = !!(cqe->flags & IORING_CQE_F_MORE);
 
 #ifdef TL_DEBUG
-	if (c->debug_lose_end && !more && cqe->res == -ECANCELED) {
-		c->debug_lose_end = 0; /* a test's lost completion: the recv stays ARMED */
+	if (c->probe.debug_lose_end && !more && cqe->res == -ECANCELED) {
+		c->probe.debug_lose_end = 0; /* a test's lost completion: the recv stays ARMED */
 		return;
 	}
 #endif
-	c->rx_ticks++;
+	c->probe.ticks++;
 	if (cqe->flags & IORING_CQE_F_BUFFER) {
 		/* One buffer, or a bundle's several (tl_slots_take). */
 		uint32_t last, n;
@@ -193,10 +193,10 @@ static void handle_cqe(struct tl_loop *l, struct io_uring_cqe *cqe)
 		c->cancel_inflight--;
 		if (cqe->res == -ENOENT)
 			tl_rx_step(l, c, RX_GONE, 0);
-		else if (cqe->res == 0 && tl_rx_in_kernel(c) && c->rx_ticks == c->rx_cancel_ticks)
+		else if (cqe->res == 0 && tl_rx_in_kernel(c) && c->probe.ticks == c->probe.cancel_ticks)
 			/* Found, and nothing of that recv (an END, a re-arm) has come
 			 * since: its END is due (tl_loop_probe_recvs). */
-			c->rx_cancel_hit = 1;
+			c->probe.cancel_hit = 1;
 		tl_life_maybe_finish(l, c);
 		break;
 	}

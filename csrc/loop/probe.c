@@ -18,11 +18,11 @@ static void probe_flush(struct tl_loop *l, struct pollfd *pf, const uint32_t *sl
 	for (uint32_t k = 0; k < n; k++) {
 		struct tl_conn *c = &l->conns[slot[k]];
 		if (!(pf[k].revents & (POLLIN | POLLRDHUP | POLLERR | POLLHUP))) {
-			c->rx_suspect = 0;
-		} else if (!c->rx_suspect) {
-			c->rx_suspect = 1; /* ready and silent once: look again next time */
+			c->probe.suspect = 0;
+		} else if (!c->probe.suspect) {
+			c->probe.suspect = 1; /* ready and silent once: look again next time */
 		} else {
-			c->rx_suspect = 0;
+			c->probe.suspect = 0;
 			tl_rx_step(l, c, RX_REVIVE, 0);
 		}
 	}
@@ -70,22 +70,22 @@ int tl_loop_probe_recvs(struct tl_loop *l)
 	uint32_t n = 0;
 	int got;
 
-	/* What the kernel completed so far counts first (rx_ticks). */
+	/* What the kernel completed so far counts first (probe.ticks). */
 	if (loop_defers(l))
 		io_uring_get_events(&l->ring);
 	got = tl_loop_reap(l);
 	for (uint32_t i = 0; i < l->cfg.max_conns; i++) {
 		struct tl_conn *c = &l->conns[i];
-		int quiet = c->rx_ticks == c->rx_mark;
+		int quiet = c->probe.ticks == c->probe.mark;
 		int silent = c->rx == TL_RX_ARMED && !c->dying && c->fd >= 0 && quiet;
 		/* A cancel (a pause's, a regroup's, a revival's, a teardown's)
 		 * found the recv, and no END since. Not after -EALREADY: a
 		 * recv the kernel was running then may go on. */
-		int waiting = tl_rx_in_kernel(c) && c->rx_cancel_hit && !c->cancel_inflight && quiet;
-		c->rx_mark = c->rx_ticks;
-		c->rx_stuck = waiting ? c->rx_stuck + 1 : 0;
-		if (c->rx_stuck >= TL_PROBE_STUCK) {
-			c->rx_stuck = 0;
+		int waiting = tl_rx_in_kernel(c) && c->probe.cancel_hit && !c->cancel_inflight && quiet;
+		c->probe.mark = c->probe.ticks;
+		c->probe.stuck = waiting ? c->probe.stuck + 1 : 0;
+		if (c->probe.stuck >= TL_PROBE_STUCK) {
+			c->probe.stuck = 0;
 			/* The kernel may still hold the recv, and with it the socket:
 			 * closing the fd alone would send no FIN. The shutdown ends
 			 * the connection on the wire (and such a recv, stale now). */
@@ -96,7 +96,7 @@ int tl_loop_probe_recvs(struct tl_loop *l)
 			continue;
 		}
 		if (!silent) {
-			c->rx_suspect = 0;
+			c->probe.suspect = 0;
 			continue;
 		}
 		pf[n].fd = c->fd;

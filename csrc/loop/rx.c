@@ -41,7 +41,7 @@ int tl_rx_cancel(struct tl_loop *l, struct tl_conn *c, uint64_t target)
 	io_uring_prep_cancel64(sqe, target, 0);
 	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 	c->cancel_inflight++;
-	c->rx_cancel_ticks = c->rx_ticks;
+	c->probe.cancel_ticks = c->probe.ticks;
 	return 0;
 }
 
@@ -127,9 +127,9 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		sqe->buf_group = c->rx_hs ? TL_HS_BGID : TL_BGID;
 		io_uring_sqe_set_data64(sqe, tl_rx_ud(c));
 		rx_set(l, c, TL_RX_ARMED);
-		c->rx_ticks++; /* not silent at the next probe, which clears rx_suspect */
-		c->rx_revived = 0;
-		c->rx_cancel_hit = 0;
+		c->probe.ticks++; /* not silent at the next probe, which clears probe.suspect */
+		c->probe.revived = 0;
+		c->probe.cancel_hit = 0;
 		return;
 	case RX_END:
 		if (res == -EINVAL && c->rx_cap) {
@@ -142,7 +142,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 			l->bundle_len = 0;
 			res = -ECANCELED; /* re-armed like a regroup */
 		}
-		c->rx_cancel_hit = 0;
+		c->probe.cancel_hit = 0;
 		if (res == 0) {
 			c->eof = 1;
 		} else if (res < 0 && res != -ENOBUFS && res != -ECANCELED) {
@@ -204,7 +204,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 	case RX_REVIVE:
 		if (c->rx == TL_RX_ARMED && !c->dying && tl_rx_cancel(l, c, tl_rx_ud(c)) == 0) {
 			rx_set(l, c, TL_RX_REARMING);
-			c->rx_revived = 1;
+			c->probe.revived = 1;
 			STAT_ADD(l, recv_revived, 1);
 		}
 		return;
@@ -216,7 +216,7 @@ void tl_rx_step(struct tl_loop *l, struct tl_conn *c, int ev, int res)
 		 * whose connection would otherwise wait for that END forever;
 		 * a pause's or regroup's cancel has a recv the kernel still
 		 * serves. */
-		if (tl_rx_in_kernel(c) && (c->rx_revived || c->dying))
+		if (tl_rx_in_kernel(c) && (c->probe.revived || c->dying))
 			rx_end_here(l, c, -ECANCELED);
 		return;
 	case RX_STUCK:

@@ -32,7 +32,7 @@ int tl_rx_in_kernel(const struct tl_conn *c);
 
 /* tl_rx_cancel asks the kernel to cancel target, c's recv (tl_rx_ud) or
  * its connect; the CANCEL completion follows, and a cancelled recv's
- * final CQE. Counts it in c->cancel_inflight and notes c->rx_ticks for
+ * final CQE. Counts it in c->cancel_inflight and notes c->probe.ticks for
  * the probe (loop/probe.c). Returns 0, or -1 when no SQE was free. */
 int tl_rx_cancel(struct tl_loop *l, struct tl_conn *c, uint64_t target);
 

@@ -377,12 +377,12 @@ static void test_lost_recv(void)
 	io_uring_prep_cancel64(sqe, tl_rx_ud(c), 0);
 	io_uring_sqe_set_data64(sqe, tl_ud(TL_OPK_CANCEL, c->gen, c->slot));
 	c->cancel_inflight++;
-	c->debug_lose_end = 1;
-	for (int i = 0; i < 2000 && (c->cancel_inflight || c->debug_lose_end); i++) {
+	c->probe.debug_lose_end = 1;
+	for (int i = 0; i < 2000 && (c->cancel_inflight || c->probe.debug_lose_end); i++) {
 		CHECK(tl_loop_inline_run(h.l, TL_INLINE_NOWAIT) >= 0);
 		usleep(100);
 	}
-	CHECK(!c->cancel_inflight && !c->debug_lose_end);
+	CHECK(!c->cancel_inflight && !c->probe.debug_lose_end);
 	CHECK(c->rx == TL_RX_ARMED); /* lost: nothing in the kernel */
 	CHECK_EQ(h.l->stats->recv_revived, 0);
 	alarm(20);
@@ -412,18 +412,18 @@ static void test_stuck_end(int closing)
 	struct server s = {.frames = 10, .gate_only = 1};
 	struct tl_conn *c = open_gated(&h, &s, gate, &th);
 
-	c->debug_lose_end = 1;
+	c->probe.debug_lose_end = 1;
 	if (closing) {
 		push(&h, TL_CMD_CLOSE, 0, 1000, 5, 9, "bye", 3); /* the close timeout tears it down */
 	} else {
 		tl_rx_step(h.l, c, RX_REVIVE, 0);
 		CHECK(c->rx == TL_RX_REARMING && c->cancel_inflight);
 	}
-	for (int i = 0; i < 30000 && (c->cancel_inflight || c->debug_lose_end); i++) { /* up to 3 s */
+	for (int i = 0; i < 30000 && (c->cancel_inflight || c->probe.debug_lose_end); i++) { /* up to 3 s */
 		CHECK(tl_loop_inline_run(h.l, TL_INLINE_NOWAIT) >= 0);
 		usleep(100);
 	}
-	CHECK(!c->cancel_inflight && !c->debug_lose_end && c->rx_cancel_hit);
+	CHECK(!c->cancel_inflight && !c->probe.debug_lose_end && c->probe.cancel_hit);
 	CHECK(tl_rx_in_kernel(c)); /* as far as the loop knows: its END is lost */
 	alarm(20);
 	CHECK(next_event(&h, &ev, NULL, 0));

@@ -185,6 +185,21 @@ enum tl_close {
 	TL_CLOSE_BOTH = 3, /* both: the handshake is complete once ours is out */
 };
 
+/* What the receive probe (loop/probe.c, which names the kernel behaviour it
+ * defends against) knows of a connection's recv: its signs of life, what
+ * the last probes found, and what a cancel of it found. The receive side
+ * (loop/rx.c) and the completion dispatch keep ticks and the cancel fields. */
+struct tl_conn_probe {
+	uint32_t ticks;        /* recv arms and completions: the probe's sign of life */
+	uint32_t mark;         /* ticks at the last probe */
+	uint32_t cancel_ticks; /* ticks when the last cancel of a recv was sent */
+	uint8_t suspect;       /* the last probe found the socket ready and this recv silent */
+	uint8_t revived;       /* the probe cancelled this recv: a cancel that finds nothing ends it here (rx.c) */
+	uint8_t cancel_hit;    /* a cancel found this recv (res 0): its END is due */
+	uint8_t stuck;         /* probes in a row that found that END not come */
+	uint8_t debug_lose_end; /* TL_DEBUG tests: swallow the recv's next -ECANCELED end, as a kernel that lost it */
+};
+
 struct tl_conn {
 	uint32_t slot, gen;
 	int fd;
@@ -193,15 +208,8 @@ struct tl_conn {
 	uint8_t rx;           /* TL_RX_*: the receive side, changed only by tl_rx_step (rx.c) */
 	uint8_t rx_hs;        /* the recv in the kernel uses the handshake group */
 	uint8_t rx_cap;       /* the recv in the kernel carries the bundle cap (sqe->len): its -EINVAL is the kernel refusing the cap */
-	uint8_t rx_suspect;   /* the last recv probe found the socket ready and this recv silent (loop/probe.c) */
-	uint8_t rx_revived;   /* the probe cancelled this recv: a cancel that finds nothing ends it here (rx.c) */
 	uint8_t rx_epoch;     /* recv epoch (0..TL_OPK_EPOCHS-1), in its user_data's op byte (uring.h); kept across reconnects */
-	uint8_t debug_lose_end; /* TL_DEBUG tests: swallow the recv's next -ECANCELED end, as a kernel that lost it */
-	uint8_t rx_cancel_hit; /* a cancel found this recv (res 0): its END is due */
-	uint32_t rx_cancel_ticks; /* rx_ticks when the last cancel of a recv was sent */
-	uint8_t rx_stuck;     /* probes in a row that found that END not come (loop/probe.c) */
-	uint32_t rx_ticks;    /* recv arms and completions: the probe's sign of life */
-	uint32_t rx_mark;     /* rx_ticks at the last probe */
+	struct tl_conn_probe probe; /* the receive probe's view of this recv (loop/probe.c) */
 	uint8_t send_inflight;
 	uint8_t cancel_inflight; /* async cancels in the kernel (pause, regroup, teardown) */
 	uint8_t connect_inflight;
