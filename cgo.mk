@@ -69,8 +69,7 @@ test: layers $(TEST_BINS)
 test-build: $(TEST_BINS)
 
 # The core is compiled once per flavour (test, fuzz) and every program links
-# the same objects: compiling it into each of the eleven test programs and
-# five fuzzers took 191 s of a C test pass's 200 (CI runs two passes).
+# the same objects: compiling it into each test program and fuzzer took 191 s of a C test pass's 200 (CI runs two passes).
 # Linking the objects one by one, not from an archive, keeps the link the
 # same as naming the sources: every core object is in every program.
 TEST_OBJS = $(patsubst csrc/%.c,$(BUILD)/obj/test/%.o,$(CORE_SRCS))

@@ -77,8 +77,7 @@ type ConnError struct {
 	Code   int    // close code sent or observed, or HTTP status
 	Detail string // what the loop saw
 
-	parent error         // the cause's category: ErrHandshake, ErrTLS, ErrClosed or nil
-	errno  syscall.Errno // the system error, 0 when none
+	errno syscall.Errno // the system error, 0 when none
 }
 
 func (e *ConnError) Error() string {
@@ -88,9 +87,35 @@ func (e *ConnError) Error() string {
 	return e.Cause.Error() + ": " + e.Detail
 }
 
-// Is reports whether target is the cause or its parent category.
+// Is reports whether target is the cause or its category.
 func (e *ConnError) Is(target error) bool {
-	return target == e.Cause || (e.parent != nil && target == e.parent)
+	if target == e.Cause {
+		return true
+	}
+	p := causeCategory(e.Cause)
+	return p != nil && target == p
+}
+
+// causeCategory is the sentinel a cause belongs to: ErrHandshake for the
+// HTTP upgrade's causes, ErrTLS for the TLS ones, ErrClosed for ErrAborted
+// (before ErrAborted existed that end was ErrClosed, and it still
+// matches); nil for the others. It is derived from the cause alone, so a
+// ConnError built by hand matches as one from the loop does.
+func causeCategory(cause error) error {
+	if cause == ErrAborted {
+		return ErrClosed
+	}
+	for _, c := range httpCauses {
+		if c == cause {
+			return ErrHandshake
+		}
+	}
+	for _, c := range tlsCauses {
+		if c == cause {
+			return ErrTLS
+		}
+	}
+	return nil
 }
 
 // Unwrap returns the cause and, when there is one, the errno.
@@ -268,7 +293,6 @@ func makeErr(e, aux int32, code int, detail string) error {
 	if !ok {
 		cause = errInternal
 	}
-	var parent error
 	sub := map[int32]error(nil)
 	switch e {
 	case cErrHTTP:
@@ -277,14 +301,9 @@ func makeErr(e, aux int32, code int, detail string) error {
 		sub = tlsCauses
 	}
 	if c, ok := sub[aux]; ok {
-		cause, parent = c, cause
+		cause = c
 	}
-	if e == cErrAborted {
-		// Ended by the user (Abort, or Close while dialing): before
-		// ErrAborted existed this was ErrClosed, and it still matches.
-		parent = ErrClosed
-	}
-	ce := &ConnError{Cause: cause, Code: code, Detail: detail, parent: parent}
+	ce := &ConnError{Cause: cause, Code: code, Detail: detail}
 	if (e == cErrDial || e == cErrLost) && aux > 0 {
 		ce.errno = syscall.Errno(aux)
 	}

@@ -2,7 +2,7 @@
 
 package talaris
 
-// The consumer side of the C->Go event ring, shared by Pool and Decoder:
+// The consumer side of the C->Go event ring, shared by Pool and the synchronous decoder (decoder.go):
 // acquire-load the tail, hand events [pos, tail) to the callbacks, then
 // release the whole batch (and the arena bytes and receive slots its
 // payloads point into) with one store of head.
@@ -34,16 +34,16 @@ type evConsumer struct {
 	head   *uint64 // written by the consumer (release)
 	pos    uint64  // local copy of *head
 
-	// pool is the Pool the ring belongs to, nil for a Decoder: Conn
+	// pool is the Pool the ring belongs to, nil for the decoder: Conn
 	// handles carry it, and a final event frees its connection's slot.
 	pool *Pool
 	// base is the global slot of the loop's slot 0 (its shard's; 0 for
-	// a Decoder): the loop numbers its own slots from 0.
+	// the decoder): the loop numbers its own slots from 0.
 	base uint32
 	// onEvent is the Pool's Config.OnEvent: the non-data events of the
 	// pumps that take a DataFunc go to it (nil: consumed silently).
 	onEvent EventFunc
-	// err is a Decoder's sticky error: the first EventClose, or the
+	// err is the decoder's sticky error: the first EventClose, or the
 	// latest EventError, seen by a data consume (pool == nil only).
 	err error
 
@@ -173,7 +173,7 @@ func (r *evConsumer) dataRun(i, stop uint64, fd DataFunc) int {
 			n += r.one(i, nil, fd, nil)
 			continue
 		}
-		var c Conn // a Decoder's callbacks get the zero Conn
+		var c Conn // the decoder's callbacks get the zero Conn
 		if pool != nil {
 			c = Conn{p: pool, slot: uint32(e.slot) + base, gen: uint32(e.gen)}
 		}
@@ -204,7 +204,7 @@ func (r *evConsumer) one(i uint64, fe EventFunc, fd DataFunc, fs StampedFunc) in
 	pool := r.pool
 	e := &r.events[i&r.mask]
 	slot := uint32(e.slot) + r.base
-	var c Conn // a Decoder's callbacks get the zero Conn
+	var c Conn // the decoder's callbacks get the zero Conn
 	if pool != nil {
 		c = Conn{p: pool, slot: slot, gen: uint32(e.gen)}
 	}
@@ -348,7 +348,7 @@ func reconnectAttempt(payload []byte) int {
 	return int(binary.NativeEndian.Uint32(payload[8:]))
 }
 
-// noteEnd records a Decoder's sticky error from an EventError (the latest
+// noteEnd records the decoder's sticky error from an EventError (the latest
 // wins) or EventClose (unless an error came first). Kept out of consume's
 // loop: it is the cold path.
 func (r *evConsumer) noteEnd(e *C.struct_tl_event, kind EventKind, payload []byte) {

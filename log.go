@@ -48,8 +48,8 @@ func errClass(err error) (class, category string) {
 	var ce *ConnError
 	if errors.As(err, &ce) {
 		class, category = className(ce.Cause), ""
-		if ce.parent != nil {
-			category = className(ce.parent)
+		if p := causeCategory(ce.Cause); p != nil {
+			category = className(p)
 		}
 		if class == "" {
 			class = "other"
