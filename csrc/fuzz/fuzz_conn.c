@@ -173,13 +173,16 @@ static void pass(const uint8_t *data, size_t size, size_t run, size_t hold)
 			c->fail_err = TL_E_SHUTDOWN;
 		tl_life_teardown(L, c);
 		drain(L, &final);
-		while (c->dying == TL_DYING_FINAL) {
+		if (c->dying == TL_DYING_FINAL) {
+			/* the final event waited for ring room, which the drain
+			 * above made: publish it as the stall list's retry does */
 			c->stalled = 0;
 			c->on_stall_list = 0;
 			L->stalled = NULL;
-			tl_life_teardown(L, c);
+			tl_life_finish(L, c);
 			drain(L, &final);
-			break;
+			if (c->dying != TL_DYING_NO)
+				abort();
 		}
 	}
 	L->stalled = NULL;
