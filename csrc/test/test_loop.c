@@ -202,17 +202,11 @@ static void test_socket(void)
 
 	start(&h, 1024);
 	struct tl_dial_params p;
-	memset(&p, 0, sizeof(p));
-	memcpy(&p.addr, &r, sizeof(r));
-	p.addr_len = sizeof(r);
+	local_dial(&p, &r);
 	p.alt = alt;
 	p.nalt = 1;
 	memcpy(&p.local, &local, sizeof(local));
 	p.local_len = sizeof(local);
-	p.host = "127.0.0.1";
-	p.host_len = 9;
-	p.path = "/";
-	p.path_len = 1;
 	CHECK(tl_dial_prepare(h.l, 5, &p) == 0);
 	push(&h, TL_CMD_DIAL, 0, 0, 5, 9, NULL, 0);
 	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);

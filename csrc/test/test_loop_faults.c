@@ -153,13 +153,7 @@ static void test_send_queue(void)
 	 * next_event's patience (over 10 s) is the bound. */
 	start_cfg(&h, 1024, 0, 60000000000ull);
 	struct tl_dial_params p;
-	memset(&p, 0, sizeof(p));
-	memcpy(&p.addr, &a, sizeof(a));
-	p.addr_len = sizeof(a);
-	p.host = "127.0.0.1";
-	p.host_len = 9;
-	p.path = "/";
-	p.path_len = 1;
+	local_dial(&p, &a);
 	CHECK(tl_dial_prepare(h.l, 2, &p) == 0);
 	push(&h, TL_CMD_DIAL, 0, 0, 2, 7, NULL, 0);
 	CHECK(next_event(&h, &ev, NULL, 0) && ev.kind == TL_EV_OPEN);
