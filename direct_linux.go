@@ -21,12 +21,13 @@ import "C"
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talaris-go/talaris/ws"
 )
 
 // tx_own bits (TL_OWN_* in csrc/ring.h).
@@ -224,42 +225,12 @@ func (c Conn) handoff(rest []byte, held uint32) error {
 
 // frameMasked writes one whole masked frame (FIN set) of opcode op
 // carrying b into dst (len(b)+wsMaxHdr bytes) and returns its length. The
-// mask key comes from crypto/rand, as RFC 6455 asks.
+// mask key comes from crypto/rand, as RFC 6455 asks; the framing and the
+// masking are package ws's, the ones its parser and the test servers use.
 func frameMasked(dst []byte, op Opcode, b []byte) (int, error) {
 	var key [4]byte
 	if _, err := rand.Read(key[:]); err != nil {
 		return 0, err
 	}
-	dst[0] = 0x80 | byte(op)
-	hl := 2
-	switch n := len(b); {
-	case n < 126:
-		dst[1] = 0x80 | byte(n)
-	case n < 1<<16:
-		dst[1] = 0x80 | 126
-		binary.BigEndian.PutUint16(dst[2:], uint16(n))
-		hl = 4
-	default:
-		dst[1] = 0x80 | 127
-		binary.BigEndian.PutUint64(dst[2:], uint64(n))
-		hl = 10
-	}
-	copy(dst[hl:], key[:])
-	hl += 4
-	maskInto(dst[hl:hl+len(b)], b, key)
-	return hl + len(b), nil
-}
-
-// maskInto writes src XOR the repeated key to dst (same length), eight
-// bytes at a time.
-func maskInto(dst, src []byte, key [4]byte) {
-	k := uint64(binary.LittleEndian.Uint32(key[:]))
-	k |= k << 32
-	i := 0
-	for ; i+8 <= len(src); i += 8 {
-		binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(src[i:])^k)
-	}
-	for ; i < len(src); i++ {
-		dst[i] = src[i] ^ key[i&3]
-	}
+	return len(ws.AppendMaskedFrame(dst[:0], true, op, key, b)), nil
 }
