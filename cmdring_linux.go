@@ -23,6 +23,7 @@ import (
 const (
 	cmdfFin    = 0x10 // with cmdSend: the last fragment of a message
 	cmdfCont   = 0x20 // with cmdSend: a continuation fragment
+	cmdfMore   = 0x40 // with cmdSend: more records of the same batch follow (one flush at the last)
 	cmdfMemory = 0x1  // with cmdDial: a socketless connection fed by cmdInject
 	// with cmdClose: abort the connection only if it has not opened yet
 	// (Dial's context ended; an open connection is Dial's result).
@@ -85,7 +86,12 @@ func (p *shard) reserve(n uint64, rest, refuse bool) (uint64, error) {
 			continue
 		}
 		// The loop is behind: let it run (it drains unconditionally);
-		// an inline loop's own goroutine runs it here.
+		// an inline loop's own goroutine runs it here. Records put but
+		// not yet published (a batch publishes once, at its end) are
+		// published first: the room we wait for may be theirs to free.
+		if atomic.LoadUint64(p.cmdTail) != p.tail {
+			atomic.StoreUint64(p.cmdTail, p.tail)
+		}
 		if p.p.cfg.Tuning.InlineLoop && p.p.runInline(C.TL_INLINE_NOWAIT) {
 			continue
 		}
@@ -134,15 +140,26 @@ func (p *shard) refuses(rest bool) bool {
 // putRecord appends one record for global slot slot (one of the shard's)
 // without publishing it. Called with sendMu held.
 func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte, refuse bool) error {
-	n := cmdHdr + (uint64(len(payload))+15)&^15
-	off, err := p.reserve(n, op == cmdDirect, refuse)
+	return p.putRecordPre(op, flags, code, slot, gen, nil, payload, op == cmdDirect, refuse)
+}
+
+// putRecordPre is putRecord whose payload is pre then payload (a direct
+// send's rest: its units, then its bytes); rest as for reserve: the
+// record goes in after Pool.Close began, until the loop is gone (a
+// direct send's rest, a batch's records after its first: what was
+// accepted goes in whole).
+func (p *shard) putRecordPre(op, flags uint8, code uint16, slot, gen uint32, pre, payload []byte, rest, refuse bool) error {
+	pl := len(pre) + len(payload)
+	n := cmdHdr + (uint64(pl)+15)&^15
+	off, err := p.reserve(n, rest, refuse)
 	if err != nil {
 		return err
 	}
 	h := (*C.struct_tl_cmd)(unsafe.Pointer(&p.cmdBuf[off]))
-	*h = C.struct_tl_cmd{len: C.uint32_t(len(payload)), op: C.uint8_t(op), flags: C.uint8_t(flags),
+	*h = C.struct_tl_cmd{len: C.uint32_t(pl), op: C.uint8_t(op), flags: C.uint8_t(flags),
 		code: C.uint16_t(code), slot: C.uint32_t(slot - p.base), gen: C.uint32_t(gen)}
-	copy(p.cmdBuf[off+cmdHdr:], payload)
+	copy(p.cmdBuf[off+cmdHdr:], pre)
+	copy(p.cmdBuf[off+cmdHdr+uint64(len(pre)):], payload)
 	p.tail += n
 	return nil
 }

@@ -64,7 +64,7 @@ type Config struct {
 	MaxMessageSize   uint64        // largest message accepted, else close 1009 (16 MiB)
 	MaxSendQueue     uint64        // unsent bytes one connection may hold before Send* returns ErrWouldBlock (64 MiB); see above
 	HandshakeTimeout time.Duration // TCP+TLS+upgrade limit for a dial (10s)
-	CloseTimeout     time.Duration // wait for the peer's close frame and TCP FIN, also in Pool.Close (5s)
+	CloseTimeout     time.Duration // a close's bound: the queued sends' drain and the peer's close frame, also in Pool.Close (5s)
 
 	BufSize   uint32 // bytes per provided receive buffer (16 KiB); a power of two
 	BufCount  uint32 // provided receive buffers, a power of two <= 32768 (1024)
@@ -441,6 +441,10 @@ type DialOptions struct {
 	// HandshakeTimeout overrides Config.HandshakeTimeout for this dial
 	// (each attempt, under a reconnect policy).
 	HandshakeTimeout time.Duration
+	// CloseTimeout overrides Config.CloseTimeout for this connection: how
+	// long Conn.Close (and Pool.Close) wait for the queued messages to
+	// drain and the server's close frame to come. 0: Config.CloseTimeout.
+	CloseTimeout time.Duration
 	// LocalAddr is the source address the connection's socket is bound to
 	// before it connects: an IP address ("127.0.0.2", "::1") or an IP and
 	// port ("127.0.0.2:9000", "[::1]:9000"). Empty: the kernel chooses.
@@ -474,6 +478,13 @@ type DialOptions struct {
 	// application sends: the subscription a feed needs again after each
 	// reconnect. They count in ConnStats.MsgsOut.
 	Subscribe [][]byte
+	// Label names the connection in Metrics.Conns and, as the conn label,
+	// in the talaris_conns_open, talaris_send_queued_bytes and
+	// talaris_send_queued_messages series of Pool.WritePrometheus (see
+	// Metrics.EachGauge): printable UTF-8 of at most 64 bytes. Connections
+	// sharing a label are summed under it. Empty (the default): the
+	// connection counts only in the pool's totals.
+	Label string
 }
 
 // dialDefaults is the table of DialOptions defaults, as defaults is for
@@ -498,6 +509,12 @@ func (o *DialOptions) checkHeartbeat() error {
 	}
 	if o.HandshakeTimeout < 0 {
 		return fmt.Errorf("%w: DialOptions.HandshakeTimeout %v is negative", ErrInvalidConfig, o.HandshakeTimeout)
+	}
+	if o.CloseTimeout < 0 {
+		return fmt.Errorf("%w: DialOptions.CloseTimeout %v is negative", ErrInvalidConfig, o.CloseTimeout)
+	}
+	if err := checkConnLabel(o.Label); err != nil {
+		return err
 	}
 	return nil
 }

@@ -77,8 +77,9 @@ func (c Conn) stats() ConnStats {
 		MsgsOut: ld(&pb.msgs_out) + ds, BytesOut: ld(&pb.bytes_out) + d.bytes.Load(),
 		PingsIn: ld(&pb.pings_in), PongsIn: ld(&pb.pongs_in), WireIn: ld(&pb.wire_in), WireOut: ld(&pb.wire_out) + d.wire.Load(),
 		Resumed:    atomic.LoadUint32((*uint32)(unsafe.Pointer(&pb.resumed))) != 0,
-		SendQueued: c.queued(c.p.txAcc[c.slot].Load()), SendQueueFull: c.p.txFull[c.slot].Load(),
-		Reconnects: ld(&pb.reconnects),
+		SendQueued: c.queued(c.p.txAcc[c.slot].Load()) & unitBytes, SendQueueFull: c.p.txFull[c.slot].Load(),
+		SendDropped: c.dropped() / unitMsg,
+		Reconnects:  ld(&pb.reconnects),
 	}
 	// A slot reused by a new Dial while we read (its generation is stored
 	// before its counters are reset) would mix another connection's

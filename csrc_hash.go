@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x5f02f3836ee2f228
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xc3a386ba5e920346
 import "C"
 
-const csrcHash = "5f02f3836ee2f228"
+const csrcHash = "c3a386ba5e920346"

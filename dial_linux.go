@@ -73,6 +73,8 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	sh.lockSend()
 	p.txAcc[s].Store(0)
 	p.txFull[s].Store(0)
+	p.dropSeen[s] = 0
+	p.rcPolicy[s].Store(false)
 	d := &p.direct[s]
 	d.sends.Store(0)
 	d.handoffs.Store(0)
@@ -196,6 +198,7 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 		dp.insecure = 1
 	}
 	dp.handshake_timeout_ns = C.uint64_t(opts.HandshakeTimeout)
+	dp.close_timeout_ns = C.uint64_t(opts.CloseTimeout)
 	dp.ping_interval_ns = C.uint64_t(opts.PingInterval)
 	dp.read_timeout_ns = C.uint64_t(opts.ReadTimeout)
 	if opts.Reconnect != nil {
@@ -255,6 +258,8 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 	if err != nil {
 		return 0, 0, err
 	}
+	p.rcPolicy[slot].Store(opts.Reconnect != nil)
+	p.setConnLabel(slot, gen, opts.Label) // after allocSlot's reset: the gauges read the slot from here on
 	sh := p.shardOf[slot]
 	if rc := C.tl_dial_prepare(sh.loop, C.uint32_t(slot-sh.base), &dp); rc != 0 {
 		p.uncount(slot, gen)
@@ -492,6 +497,7 @@ func (p *Pool) dialMemory() (Conn, error) {
 	if err != nil {
 		return Conn{}, err
 	}
+	p.setConnLabel(slot, gen, "")
 	if err := p.command(cmdDial, cmdfMemory, 0, slot, gen, nil); err != nil {
 		return Conn{}, err
 	}

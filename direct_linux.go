@@ -21,6 +21,7 @@ import "C"
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -111,6 +112,27 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 		p.releaseDirect(c.slot)
 		return err
 	}
+	off := c.writeDirect(buf[:n], held)
+	d.sends.Add(1)
+	d.bytes.Add(uint64(len(b)))
+	d.wire.Add(uint64(off))
+	if off == n {
+		p.releaseDirect(c.slot)
+		return nil
+	}
+	d.handoffs.Add(1)
+	return c.handoff(buf[off:n], 1, held)
+}
+
+// writeDirect writes buf (whole frames) to c's held socket with send(2)
+// until it is all written or the socket takes no more, and returns how
+// much went: EAGAIN (the socket is full) or an error leaves the rest to
+// the loop, which writes it or meets the same error and ends the
+// connection the way it does for its own sends. It stamps the send for
+// the reply spin and the doorbell first.
+func (c Conn) writeDirect(buf []byte, held uint32) int {
+	p := c.p
+	d := &p.direct[c.slot]
 	fd := uintptr(atomic.LoadInt32((*int32)(unsafe.Pointer(&p.pub[c.slot].tx_fd))))
 	// Stamped before the bytes go: an answer can come back before a
 	// stamp taken after them, and the pump would then spin for it in vain.
@@ -122,7 +144,7 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 	if p.bellEp >= 0 {
 		p.ringBellOn(d, fd, held, now)
 	}
-	off := 0
+	off, n := 0, len(buf)
 	for off < n {
 		w, _, errno := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&buf[off])), uintptr(n-off),
 			unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, 0, 0)
@@ -130,22 +152,11 @@ func (c Conn) sendDirect(op Opcode, b []byte, held uint32) error {
 			continue
 		}
 		if errno != 0 || w == 0 {
-			// EAGAIN (the socket is full) or an error: the loop writes the
-			// rest, or meets the same error and ends the connection the
-			// way it does for its own sends.
 			break
 		}
 		off += int(w)
 	}
-	d.sends.Add(1)
-	d.bytes.Add(uint64(len(b)))
-	d.wire.Add(uint64(off))
-	if off == n {
-		p.releaseDirect(c.slot)
-		return nil
-	}
-	d.handoffs.Add(1)
-	return c.handoff(buf[off:n], held)
+	return off
 }
 
 // ringBellOn notes a direct send for the pump's doorbell (pump_linux.go,
@@ -195,12 +206,13 @@ func (p *Pool) releaseDirect(slot uint32) {
 // HANDOFF and queueing the rest: the window a Pool.Close may fall in.
 var testHookHandoff func()
 
-// handoff passes the unwritten rest of a frame to the loop: tx_own
+// handoff passes the unwritten rest of a write to the loop: tx_own
 // HANDOFF (the loop writes nothing of c's until the rest arrives, and then
 // writes it first), then the rest as TL_CMD_DIRECT with the epoch we held,
 // so a rest for a socket the loop has since closed is dropped, never sent
-// on the next connection. The rest counts as queued until written.
-func (c Conn) handoff(rest []byte, held uint32) error {
+// on the next connection. The rest counts as queued until written: its
+// bytes and msgs messages (those it ends).
+func (c Conn) handoff(rest []byte, msgs int, held uint32) error {
 	p := c.p
 	w := c.ownWord()
 	for {
@@ -215,8 +227,11 @@ func (c Conn) handoff(rest []byte, held uint32) error {
 	sh := p.shardOf[c.slot]
 	sh.lockSend()
 	defer sh.sendMu.Unlock()
-	p.txAcc[c.slot].Add(uint64(len(rest)))
-	if err := sh.putRecord(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, rest, false); err != nil {
+	units := uint64(len(rest)) + uint64(msgs)*unitMsg
+	p.txAcc[c.slot].Add(units)
+	var pre [8]byte
+	binary.NativeEndian.PutUint64(pre[:], units)
+	if err := sh.putRecordPre(cmdDirect, 0, uint16(held>>ownEpochShift), c.slot, c.gen, pre[:], rest, true, false); err != nil {
 		return err // the pool closed: the loop is gone, and the socket with it
 	}
 	sh.publish()

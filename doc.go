@@ -115,11 +115,28 @@
 // when the queue is empty). SendContext waits for room instead, until its
 // context ends; the loop wakes it (a futex) as queued bytes reach the
 // socket, when the connection ends and when the Pool closes.
-// ConnStats.SendQueueFull counts the refusals and waits. Close and Pool
-// Close never wait behind queued data: the close frame follows what is
-// already in the connection's out buffers (at most about 256 KiB, and a
-// message already started is finished); queued messages not yet started
-// are dropped. After Close, sends return ErrClosed.
+// ConnStats.SendQueueFull counts the refusals and waits. After Close,
+// sends return ErrClosed.
+//
+// # Orders: what is accepted is sent, or counted
+//
+// A message a Send* call returned nil for is written to the socket before
+// the close frame of a later Close or Pool.Close, as gorilla and coder
+// do; the close timeout bounds that drain and the wait for the server's
+// close frame. Conn.Flush(ctx) returns once every message accepted before
+// it has been handed to the socket. Conn.SendBatch queues several messages
+// all or none and writes them with one send. A message that never
+// reaches the socket (the close timed out, the server closed first, an
+// Abort, a drop) is counted: ConnStats.SendDropped, Metrics.SendDropped
+// (talaris_send_dropped_total) and Event.SendDropped on the final event
+// or EventReconnecting. Nothing accepted on one connection is ever sent
+// on the next one of a reconnecting handle: from the drop until the next
+// EventOpen every send returns ErrReconnecting at once (it does not match
+// ErrWouldBlock; a SendContext waiting for room returns it too). The
+// idiom for an order gateway:
+//
+//	case talaris.EventReconnecting: // orders accepted and unsent: ev.SendDropped
+//	case talaris.EventOpen:         // a new session: decide which orders still stand, then send them
 //
 // # Connection lifecycle
 //
@@ -165,15 +182,19 @@
 //
 // # Closing
 //
-// Conn.Close starts the close handshake. Once both close frames have
-// crossed, the client ends its side of the connection (over TLS with a
-// close_notify, then a TCP FIN), so servers that wait for it (Python's
-// websockets over TLS) close at once; the final EventClose follows when
-// the server has closed TCP. A close that does not complete within
-// Config.CloseTimeout ends with EventError wrapping ErrCloseTimeout.
-// Pool.Close sends 1001 (going away) to every open connection and waits,
-// bounded by CloseTimeout, for their close handshakes before it frees the
-// loop.
+// Conn.Close queues the close frame behind the messages already
+// accepted. Once both close frames have crossed, the client ends its
+// side of the connection (over TLS with a close_notify, then a TCP FIN),
+// so servers that wait for it (Python's websockets over TLS) close at
+// once; the final EventClose follows at the server's TCP end, at the
+// first bytes it sends after its close frame, or after 100 ms, whichever
+// comes first (a server whose writer keeps going never sends a FIN). A
+// close whose queue does not drain, or whose server's close frame does not
+// come, within the close timeout (Config.CloseTimeout, or
+// DialOptions.CloseTimeout) ends with EventError wrapping
+// ErrCloseTimeout. Pool.Close sends 1001 (going away) to every open
+// connection, behind what each had accepted, and waits, bounded the same
+// way, for their close handshakes before it frees the loop.
 //
 // With DialOptions.Reconnect the end of a connection is not final unless
 // the policy gives up: the loop delivers EventReconnecting (Err says why,
@@ -181,9 +202,10 @@
 // slot (the Conn handle stays valid and equal to itself), sends
 // DialOptions.Subscribe first and delivers EventOpen with Reconnects
 // counting the re-opens. In the gap State reports StateConnecting (or a
-// later handshake state) and Send*, Ping and Pong return ErrWouldBlock:
-// the application resubscribes through Subscribe and resyncs its state
-// when the EventReconnecting/EventOpen pair arrives. Conn.Close and
+// later handshake state) and Send*, SendBatch, SendContext, Ping and Pong
+// return ErrReconnecting: the application resubscribes through Subscribe
+// and resyncs its state when the EventReconnecting/EventOpen pair
+// arrives. Conn.Close and
 // Conn.Abort stop the reconnecting (during the wait they end the handle at
 // once with an EventError wrapping ErrAborted); Pool.Close ends every
 // handle.

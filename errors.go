@@ -54,8 +54,13 @@ var (
 	ErrControlTooLong   = errors.New("talaris: control frame payload longer than 125 bytes")
 	ErrInvalidConfig    = errors.New("talaris: invalid configuration")
 	ErrWouldBlock       = errors.New("talaris: connection's send queue is full (Config.MaxSendQueue)")
-	ErrInvalidOpcode    = errors.New("talaris: not a data opcode (OpText or OpBinary)")
-	ErrNoConns          = errors.New("talaris: pool has no connection left to deliver an event")
+	// ErrReconnecting: the connection dropped and its ReconnectPolicy
+	// re-dials; nothing is sent until the next EventOpen, and nothing
+	// accepted before the drop is sent on the next connection. It does
+	// not match ErrWouldBlock: waiting does not make the send right.
+	ErrReconnecting  = errors.New("talaris: the connection is reconnecting: nothing is sent until its next EventOpen")
+	ErrInvalidOpcode = errors.New("talaris: not a data opcode (OpText or OpBinary)")
+	ErrNoConns       = errors.New("talaris: pool has no connection left to deliver an event")
 )
 
 // errNotOpen is a Ping or Pong before the connection opened: it matches
@@ -94,6 +99,22 @@ func (e *ConnError) Is(target error) bool {
 	}
 	p := causeCategory(e.Cause)
 	return p != nil && target == p
+}
+
+// withDropped adds to a connection's error that n accepted messages
+// never reached the socket (Event.SendDropped); nil stays nil (a clean
+// close reports them in Event.SendDropped only).
+func withDropped(err error, n uint64) error {
+	var ce *ConnError
+	if err == nil || !errors.As(err, &ce) {
+		return err
+	}
+	d := fmt.Sprintf("%d queued messages dropped", n)
+	if ce.Detail != "" {
+		d = ce.Detail + "; " + d
+	}
+	ce.Detail = d
+	return err
 }
 
 // causeCategory is the sentinel a cause belongs to: ErrHandshake for the

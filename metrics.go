@@ -1,10 +1,14 @@
 package talaris
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/talaris-go/talaris/internal/testhook"
 )
@@ -103,11 +107,14 @@ type StageHistogram struct {
 	Buckets [NumLatencyBuckets]uint64
 }
 
-// Metrics is a snapshot of a Pool's latency histograms and counters.
+// Metrics is a snapshot of a Pool's latency histograms, counters and
+// gauges.
 //
 // The stage histograms cover the sampled messages (Config.SampleEvery).
 // The counters are the pool-wide ones the loop and the pump keep;
-// per-connection counters stay in ConnStats. The fields are what a
+// per-connection counters stay in ConnStats. The gauges (ConnsOpen,
+// SendQueuedBytes, SendQueuedMessages, Conns) are the connections' state
+// at the snapshot, listed by EachGauge. The fields are what a
 // service reads in code; the snapshot also holds the loop's internal
 // counters (events, io_uring completions, re-arms, ENOBUFS, stalls,
 // batches, pump sleeps, loop wake-ups), which EachCounter and
@@ -128,6 +135,11 @@ type Metrics struct {
 	WireBytes     uint64 // bytes read from the sockets (TLS records and frame headers included)
 	SendQueueFull uint64 // times a connection's send queue was full: a send refused or made to wait (ConnStats.SendQueueFull, summed), or the loop's own replies passed MaxSendQueue and it stopped reading
 	Reconnects    uint64 // successful re-opens by reconnect policies (DialOptions.Reconnect)
+	// SendDropped counts the messages accepted for sending that never
+	// reached a socket (ConnStats.SendDropped, summed over every
+	// connection ever): a close that timed out with messages queued, a
+	// server's close frame, an Abort or a drop. An order desk alerts on it.
+	SendDropped uint64
 	// RecvRevived counts receives the loop found silent on a ready
 	// socket (data waiting, or the peer gone) and armed again: a kernel
 	// completion that never came, seen about once in 2000 streams ended by
@@ -146,6 +158,23 @@ type Metrics struct {
 	// then off and the library's opens every record. 0 otherwise,
 	// including where the CPU does not run the own GCM at all.
 	GCMSelfTestFailures uint64
+
+	// The gauges: read from the pool's connections that have not ended
+	// (dialing to closing) when the snapshot is taken, by a scan of the
+	// connection slots (nothing is kept per message); zero once Close
+	// started.
+	//
+	// ConnsOpen is the number of connections in StateOpen.
+	// SendQueuedBytes and SendQueuedMessages are what Send*, Ping and
+	// Pong accepted and the loop has neither written to a socket nor
+	// dropped: ConnStats.SendQueued summed (a ping or pong counts 14
+	// bytes more than its payload; bytes a memory connection's Inject
+	// holds count too), and the messages they are.
+	ConnsOpen, SendQueuedBytes, SendQueuedMessages uint64
+	// Conns holds the same gauges per DialOptions.Label, one entry per
+	// label among the pool's connections (connections sharing a label
+	// are summed), sorted by Label; nil when no connection has a label.
+	Conns []ConnGauge
 
 	// loop holds the loop's internal counters (see EachCounter).
 	loop testhook.LoopCounters
@@ -171,11 +200,88 @@ func (m *Metrics) EachCounter(fn func(name, help string, value uint64)) {
 	fn("talaris_loop_wakeups_total", "Times Go woke the sleeping loop.", m.loop.LoopWakes)
 	fn("talaris_send_queue_full_total", "Times a connection's send queue was full (a send refused or waiting, or replies past MaxSendQueue stopped its reads).", m.SendQueueFull)
 	fn("talaris_reconnects_total", "Successful re-opens by reconnect policies.", m.Reconnects)
+	fn("talaris_send_dropped_total", "Messages accepted for sending that never reached a socket (close timeout, server close, abort, drop).", m.SendDropped)
 	fn("talaris_recv_revived_total", "Receives found silent on a ready socket and armed again (a lost kernel completion).", m.RecvRevived)
 	fn("talaris_tls_records_total", "TLS application-data records opened by talaris' own record layer.", m.TLSRecords)
 	fn("talaris_tls_records_own_gcm_total", "Of those, records decrypted with talaris' own AES-GCM.", m.TLSRecordsOwnGCM)
 	fn("talaris_gcm_selftest_failures_total", "1 when talaris' own AES-GCM failed its power-on self-test and is off for the process.", m.GCMSelfTestFailures)
 	fn("talaris_sampled_messages_total", "Messages whose stage stamps were recorded in the latency histograms.", m.Sampled)
+}
+
+// ConnGauge is Metrics' gauges for the connections dialed with one
+// DialOptions.Label: Label is that label, the other fields are Metrics'
+// fields of the same names over those connections only.
+type ConnGauge struct {
+	Label                                          string
+	ConnsOpen, SendQueuedBytes, SendQueuedMessages uint64
+}
+
+// EachGauge calls fn for every gauge sample of m in a fixed order with its
+// Prometheus name, its help text, its conn label and its value: for each
+// of talaris_conns_open, talaris_send_queued_bytes and
+// talaris_send_queued_messages, first the pool's value (ConnsOpen,
+// SendQueuedBytes, SendQueuedMessages) with conn "", then one value per
+// entry of m.Conns with conn its Label. Pool.WritePrometheus and the prom
+// module's Collector both list the gauges through it, as gauge families
+// labelled pool and, for the per-label samples, conn (the pool's sample
+// has no conn label, or an empty one, which Prometheus treats alike).
+// The pool's sample includes the labelled connections: sum one or the
+// other, not both.
+func (m *Metrics) EachGauge(fn func(name, help, conn string, value uint64)) {
+	gauges := [...]struct {
+		name, help string
+		pool       uint64
+		conn       func(*ConnGauge) uint64
+	}{
+		{"talaris_conns_open", "Connections in the open state.", m.ConnsOpen,
+			func(g *ConnGauge) uint64 { return g.ConnsOpen }},
+		{"talaris_send_queued_bytes", "Bytes accepted by Send*, Ping and Pong not yet written to a socket (ConnStats.SendQueued, summed).", m.SendQueuedBytes,
+			func(g *ConnGauge) uint64 { return g.SendQueuedBytes }},
+		{"talaris_send_queued_messages", "Messages accepted by Send*, Ping and Pong not yet written to a socket.", m.SendQueuedMessages,
+			func(g *ConnGauge) uint64 { return g.SendQueuedMessages }},
+	}
+	for _, g := range gauges {
+		fn(g.name, g.help, "", g.pool)
+		for i := range m.Conns {
+			fn(g.name, g.help, m.Conns[i].Label, g.conn(&m.Conns[i]))
+		}
+	}
+}
+
+// mergeConnGauges sorts gs by label and sums the entries of one label.
+func mergeConnGauges(gs []ConnGauge) []ConnGauge {
+	slices.SortFunc(gs, func(a, b ConnGauge) int { return strings.Compare(a.Label, b.Label) })
+	out := gs[:0]
+	for _, g := range gs {
+		if n := len(out); n > 0 && out[n-1].Label == g.Label {
+			out[n-1].ConnsOpen += g.ConnsOpen
+			out[n-1].SendQueuedBytes += g.SendQueuedBytes
+			out[n-1].SendQueuedMessages += g.SendQueuedMessages
+			continue
+		}
+		out = append(out, g)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// maxConnLabel is the longest DialOptions.Label, in bytes.
+const maxConnLabel = 64
+
+// checkConnLabel validates a DialOptions.Label: printable UTF-8 (no
+// control characters; spaces are fine) of at most maxConnLabel bytes.
+func checkConnLabel(l string) error {
+	if len(l) > maxConnLabel {
+		return fmt.Errorf("%w: DialOptions.Label is %d bytes, at most %d", ErrInvalidConfig, len(l), maxConnLabel)
+	}
+	for _, r := range l {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return fmt.Errorf("%w: DialOptions.Label %q is not printable UTF-8", ErrInvalidConfig, l)
+		}
+	}
+	return nil
 }
 
 // Names and help texts of the labelled families, shared with the prom module.

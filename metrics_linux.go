@@ -3,7 +3,7 @@
 package talaris
 
 // The Linux half of Pool.Metrics, ConnCount and testhook.Stats: the loops'
-// published counters, summed over the shards.
+// published counters, summed over the shards (the gauges: gauges_linux.go).
 
 /*
 #include <stdlib.h>
@@ -24,8 +24,9 @@ import (
 type poolMetrics struct {
 	// rec folds the stamps of sampled messages into Metrics' histograms
 	// (nil when Config.SampleEvery is 0). Written only by the pumper.
-	rec   *metricsRecorder
-	start time.Time
+	rec    *metricsRecorder
+	start  time.Time
+	labels connLabels // per slot: the dial's DialOptions.Label (gauges_linux.go)
 }
 
 func (p *Pool) connCount() int {
@@ -95,8 +96,10 @@ func (p *Pool) metrics(reset bool) Metrics {
 	}
 	m.SendQueueFull, m.Reconnects = uint64(s.sendq_full)+p.txFullTotal.Load(), uint64(s.reconnects)
 	m.RecvRevived = uint64(s.recv_revived)
+	m.SendDropped = uint64(s.send_dropped)
 	m.TLSRecords, m.TLSRecordsOwnGCM = uint64(s.tls_records), uint64(s.tls_records_gcm)
 	m.GCMSelfTestFailures = uint64(C.tl_gcm_selftest_failed())
+	p.gauges(&m)
 	return m
 }
 

@@ -9,11 +9,13 @@ import (
 )
 
 // writePrometheus writes m in the Prometheus text exposition format
-// (version 0.0.4, content type "text/plain; version=0.0.4"), every sample
-// labelled pool="<pool>":
+// version 0.0.4, every sample labelled pool="<pool>"; an HTTP handler
+// serving it sets Content-Type: text/plain; version=0.0.4; charset=utf-8.
 //
 //   - each counter of m (see Metrics.EachCounter) as a counter family named
 //     talaris_<name>_total;
+//   - each gauge of m (see Metrics.EachGauge) as a gauge family: the
+//     pool's sample, then one with a conn label per Metrics.Conns entry;
 //   - the stage latencies as one histogram family,
 //     talaris_stage_latency_seconds, with a stage label (a Stage's String):
 //     cumulative _bucket samples at LatencyBucketBounds() in seconds plus
@@ -32,6 +34,21 @@ func writePrometheus(w io.Writer, pool string, m *Metrics) error {
 	m.EachCounter(func(name, help string, v uint64) {
 		b = appendFamilyHeader(b, name, help, "counter")
 		b = appendSample(b, name, poolLabel, nil, nil)
+		b = strconv.AppendUint(b, v, 10)
+		b = append(b, '\n')
+	})
+
+	family := ""
+	m.EachGauge(func(name, help, conn string, v uint64) {
+		if name != family {
+			b = appendFamilyHeader(b, name, help, "gauge")
+			family = name
+		}
+		var connLabel []byte
+		if conn != "" {
+			connLabel = appendLabel(nil, "conn", conn)
+		}
+		b = appendSample(b, name, poolLabel, connLabel, nil)
 		b = strconv.AppendUint(b, v, 10)
 		b = append(b, '\n')
 	})

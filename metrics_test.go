@@ -3,6 +3,7 @@ package talaris
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -444,6 +445,8 @@ func TestPromTextSelfCheck(t *testing.T) {
 	r.flush()
 	m := r.snapshot(false)
 	m.Messages, m.Bytes, m.Reconnects = 4000, 123456, 2
+	m.ConnsOpen, m.SendQueuedBytes, m.SendQueuedMessages = 3, 5000, 7
+	m.Conns = []ConnGauge{{Label: `desk "B"\2`, ConnsOpen: 1, SendQueuedBytes: 4000, SendQueuedMessages: 5}}
 	pool := "feed \"A\"\\1\nb"
 
 	var buf bytes.Buffer
@@ -468,7 +471,26 @@ func TestPromTextSelfCheck(t *testing.T) {
 			t.Fatalf("%s: no sample with value %d and pool label", name, v)
 		}
 	})
-	if types[StageLatencyName] != "histogram" || types[StageRejectedName] != "counter" || len(types) != nCounters+2 {
+	gauges := map[string]bool{}
+	m.EachGauge(func(name, _, conn string, v uint64) {
+		gauges[name] = true
+		if types[name] != "gauge" || strings.HasSuffix(name, "_total") {
+			t.Fatalf("%s: type %q", name, types[name])
+		}
+		n := 0
+		for _, s := range samples {
+			if s.name == name && s.labels["conn"] == conn {
+				n++
+				if s.value != float64(v) || s.labels["pool"] != pool || len(s.labels) != 1+min(len(conn), 1) {
+					t.Fatalf("%s{conn=%q}: sample %+v, want value %d", name, conn, s, v)
+				}
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%s{conn=%q}: %d samples", name, conn, n)
+		}
+	})
+	if types[StageLatencyName] != "histogram" || types[StageRejectedName] != "counter" || len(gauges) != 3 || len(types) != nCounters+len(gauges)+2 {
 		t.Fatalf("families %v", types)
 	}
 	for name := range types {
@@ -551,5 +573,50 @@ func BenchmarkMetricsRecord(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		t := int64(i&4095)*1000 + 1_000_000
 		r.record(t, t+200, t+700+int64(i&63), t+3000+int64(i&511), t-4000)
+	}
+}
+
+// TestEachGauge: the three families in order, the pool's sample first
+// with conn "", then one per Conns entry; Conns merged by label.
+func TestEachGauge(t *testing.T) {
+	m := Metrics{ConnsOpen: 4, SendQueuedBytes: 900, SendQueuedMessages: 9}
+	m.Conns = mergeConnGauges([]ConnGauge{
+		{Label: "orders", ConnsOpen: 1, SendQueuedBytes: 300, SendQueuedMessages: 3},
+		{Label: "feed", ConnsOpen: 1},
+		{Label: "orders", ConnsOpen: 0, SendQueuedBytes: 500, SendQueuedMessages: 5},
+	})
+	var got []string
+	m.EachGauge(func(name, help, conn string, v uint64) {
+		if help == "" {
+			t.Errorf("%s: no help", name)
+		}
+		got = append(got, fmt.Sprintf("%s{%s}=%d", name, conn, v))
+	})
+	want := []string{
+		"talaris_conns_open{}=4", "talaris_conns_open{feed}=1", "talaris_conns_open{orders}=1",
+		"talaris_send_queued_bytes{}=900", "talaris_send_queued_bytes{feed}=0", "talaris_send_queued_bytes{orders}=800",
+		"talaris_send_queued_messages{}=9", "talaris_send_queued_messages{feed}=0", "talaris_send_queued_messages{orders}=8",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("EachGauge:\n got %q\nwant %q", got, want)
+	}
+	if mergeConnGauges(nil) != nil {
+		t.Fatal("no labels: Conns must be nil")
+	}
+}
+
+// TestDialOptionsLabel: DialOptions.Label is checked with the other dial
+// options: printable UTF-8 of at most 64 bytes.
+func TestDialOptionsLabel(t *testing.T) {
+	for _, ok := range []string{"", "orders", `desk "B" \ 2`, "ordres-é", strings.Repeat("x", 64)} {
+		if err := (&DialOptions{Label: ok}).checkHeartbeat(); err != nil {
+			t.Errorf("Label %q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{strings.Repeat("x", 65), "a\nb", "tab\t", "\x00", "bad\xffutf8", "\u200b"} {
+		err := (&DialOptions{Label: bad}).checkHeartbeat()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "DialOptions.Label") {
+			t.Errorf("Label %q: %v, want ErrInvalidConfig naming DialOptions.Label", bad, err)
+		}
 	}
 }

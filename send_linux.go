@@ -31,38 +31,64 @@ type sendAdmission struct {
 	txFull      []atomic.Uint64
 	txFullTotal atomic.Uint64 // txFull over every connection ever (Metrics.SendQueueFull)
 	userClosed  []atomic.Uint32
-	direct      []directSlot // direct sends (direct_linux.go)
-	maxDirect   int          // largest direct message; -1 with testhook.Knobs.NoDirectSend
+	// Per slot: the dial has a ReconnectPolicy (set by dial before the
+	// handle exists).
+	rcPolicy []atomic.Bool
+	// Per slot: tx_dropped's messages the pump has reported in an Event
+	// (dropsSince; pump goroutine only, reset with the slot).
+	dropSeen  []uint64
+	direct    []directSlot // direct sends (direct_linux.go)
+	maxDirect int          // largest direct message; -1 with testhook.Knobs.NoDirectSend
 }
 
-// admit counts units send units against c's queue (Config.MaxSendQueue)
-// and returns nil when they fit, ErrWouldBlock when they do not, or the
-// reason c takes no sends at all. Called with sendMu held, which
-// serialises txAcc's updates (pub stays mapped while the call is inside enter).
+// Send units (csrc/ring.h): a message counts its payload bytes plus
+// unitMsg, so accepted minus retired units say both how many bytes
+// (below bit 40) and how many messages (above it) are queued.
+const (
+	unitMsg   = uint64(C.TL_UNIT_MSG)
+	unitBytes = uint64(C.TL_UNIT_BYTES)
+)
+
+// admit counts units send units against c's queue (Config.MaxSendQueue
+// bounds their bytes) and returns nil when they fit, ErrWouldBlock when
+// they do not, or the reason c takes no sends at all. Called with sendMu
+// held, which serialises txAcc's updates (pub stays mapped while the call
+// is inside enter).
 func (c Conn) admit(units uint64) error {
 	p := c.p
 	if p.closed.Load() {
 		return ErrPoolClosed
 	}
-	if !c.sendable() {
-		return ErrClosed
-	}
-	if c.inGap() {
-		return errInGap
+	if err := c.refusal(); err != nil {
+		return err
 	}
 	acc := p.txAcc[c.slot].Load()
-	if q := c.queued(acc); q > 0 && q+units > p.cfg.MaxSendQueue {
+	if q := c.queued(acc); q > 0 && q&unitBytes+units&unitBytes > p.cfg.MaxSendQueue {
 		return ErrWouldBlock
 	}
 	p.txAcc[c.slot].Store(acc + units)
 	return nil
 }
 
-// errInGap is admit's refusal while the handle waits to reconnect (from
-// its EventReconnecting to the next open): an ErrWouldBlock that is not a
-// full queue (not counted in SendQueueFull), and that SendContext waits
-// out.
-var errInGap = fmt.Errorf("%w: the connection is reconnecting", ErrWouldBlock)
+// refusal is why c takes no sends now, or nil: ErrReconnecting from the
+// moment a handle with a ReconnectPolicy dropped (or started the close
+// handshake of a drop, the server's close) until its next open,
+// ErrClosed once it ended or was closed.
+func (c Conn) refusal() error {
+	if !c.live() || c.p.userClosed[c.slot].Load() == c.gen {
+		return ErrClosed
+	}
+	if c.inGap() {
+		return ErrReconnecting
+	}
+	if c.sendable() {
+		return nil
+	}
+	if c.p.rcPolicy[c.slot].Load() {
+		return ErrReconnecting // closing because the server closed: the next attempt follows
+	}
+	return ErrClosed
+}
 
 // countFull counts a send refused (or made to wait) by a full queue.
 func (p *Pool) countFull(slot uint32) {
@@ -71,7 +97,7 @@ func (p *Pool) countFull(slot uint32) {
 }
 
 // queued returns the send units accepted for c (acc) that the loop has
-// not yet written or dropped.
+// not yet written or dropped (bytes: & unitBytes; messages: / unitMsg).
 func (c Conn) queued(acc uint64) uint64 {
 	done := atomic.LoadUint64((*uint64)(unsafe.Pointer(&c.p.pub[c.slot].tx_done)))
 	if done >= acc {
@@ -103,7 +129,8 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 		return c.sendDirect(op, b, held) // stamps for the reply spin itself
 	}
 	defer sh.sendMu.Unlock()
-	if err := c.admit(uint64(len(b))); err != nil {
+	units := uint64(len(b)) + unitMsg
+	if err := c.admit(units); err != nil {
 		if err == ErrWouldBlock && countFull {
 			p.countFull(c.slot)
 		}
@@ -112,8 +139,8 @@ func (c Conn) trySend(op Opcode, b []byte, countFull bool) error {
 	if p.stampSends {
 		p.noteSend(sh, nanotime()) // before the loop can send it (sendDirect says why)
 	}
-	if err := c.putChunksLocked(cmdSend, op, b); err != nil {
-		return c.unadmit(uint64(len(b)), err)
+	if err := c.putChunksLocked(cmdSend, op, b, 0); err != nil {
+		return c.unadmit(units, err)
 	}
 	return nil
 }
@@ -214,11 +241,11 @@ func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
 	}
 	defer c.p.exit()
 	err := c.trySend(op, b, true)
-	for err == ErrWouldBlock || err == errInGap || err == errRingFull {
+	for err == ErrWouldBlock || err == errRingFull {
 		if err == errRingFull {
 			err = c.waitRing(ctx, uint64(len(b)))
 		} else {
-			err = c.waitWritable(ctx, uint64(len(b)))
+			err = c.waitWritable(ctx, uint64(len(b))+unitMsg)
 		}
 		if err == nil {
 			err = c.trySend(op, b, false)
@@ -231,6 +258,24 @@ func (c Conn) sendContext(ctx context.Context, op Opcode, b []byte) error {
 // not waiting to reconnect), c ends, the pool closes or ctx is done. The caller is inside p.enter (Close
 // wakes every waiter, then waits for them to leave before it frees pub).
 func (c Conn) waitWritable(ctx context.Context, units uint64) error {
+	p := c.p
+	return c.waitTx(ctx, func() (bool, error) {
+		if err := c.refusal(); err != nil {
+			return false, err
+		}
+		q := c.queued(p.txAcc[c.slot].Load())
+		return q == 0 || q&unitBytes+units&unitBytes <= p.cfg.MaxSendQueue, nil
+	})
+}
+
+// waitTx sleeps on c's tx_seq futex until ready reports true or an error,
+// the pool closes or ctx is done. The loop bumps the word when queued
+// units retire and on every state change, Close bumps it when the pool
+// closes and ctx's AfterFunc when ctx is done: every wake-up source
+// writes the word, so no wake-up is lost and nothing polls. The caller is
+// inside p.enter (Close wakes every waiter, then waits for them to leave
+// before it frees pub).
+func (c Conn) waitTx(ctx context.Context, ready func() (bool, error)) error {
 	p := c.p
 	if p.closed.Load() {
 		return ErrPoolClosed
@@ -272,11 +317,8 @@ func (c Conn) waitWritable(ctx context.Context, units uint64) error {
 		if p.closed.Load() {
 			return ErrPoolClosed
 		}
-		if !c.sendable() {
-			return ErrClosed
-		}
-		if q := c.queued(p.txAcc[c.slot].Load()); !c.inGap() && (q == 0 || q+units <= p.cfg.MaxSendQueue) {
-			return nil
+		if ok, err := ready(); ok || err != nil {
+			return err
 		}
 		if p.cfg.Tuning.InlineLoop && p.runInline(C.TL_INLINE_ONCE) {
 			continue // the inline loop's own goroutine: it sends the queue
@@ -318,14 +360,15 @@ func (c Conn) tryInject(b []byte) error {
 	if err := c.admit(uint64(len(b))); err != nil {
 		return err
 	}
-	return c.putChunksLocked(cmdInject, 0, b)
+	return c.putChunksLocked(cmdInject, 0, b, 0)
 }
 
 // putChunksLocked appends b as records of op cmd of at most maxRecord
 // bytes, publishing after each so the loop can start on a large one. For
-// cmdSend the records are the fragments of one message of opcode op.
-// Called with sendMu held.
-func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte) error {
+// cmdSend the records are the fragments of one message of opcode op, and
+// more (cmdfMore or 0) goes on every record: a batch's messages but its
+// last. Called with sendMu held.
+func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte, more uint8) error {
 	p := c.p
 	sh := p.shardOf[c.slot]
 	maxr := p.maxRecord()
@@ -344,6 +387,7 @@ func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte) error {
 			if fin {
 				flags |= cmdfFin
 			}
+			flags |= more
 		}
 		if err := sh.putRecord(cmd, flags, 0, c.slot, c.gen, chunk, first && cmd == cmdSend); err != nil {
 			return err
@@ -375,17 +419,21 @@ func (c Conn) control(op uint8, b []byte) error {
 	// Before the upgrade completes the loop has nowhere to put a control
 	// frame (only data messages wait for the open): say so instead of
 	// accepting one that would be dropped. Not counted as a full queue.
+	if c.refusal() == ErrReconnecting {
+		return ErrReconnecting
+	}
 	if st := atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[c.slot].state))); c.live() && st < uint32(StateOpen) {
 		return errNotOpen
 	}
-	if err := c.admit(uint64(len(b)) + ctrlUnits); err != nil {
+	units := uint64(len(b)) + ctrlUnits + unitMsg
+	if err := c.admit(units); err != nil {
 		if err == ErrWouldBlock {
 			p.countFull(c.slot)
 		}
 		return err
 	}
 	if err := sh.putRecord(op, 0, 0, c.slot, c.gen, b, true); err != nil {
-		return c.unadmit(uint64(len(b))+ctrlUnits, err)
+		return c.unadmit(units, err)
 	}
 	sh.publish()
 	return nil

@@ -29,10 +29,12 @@ type Pool struct {
 // NewPool starts a C loop thread configured by cfg.
 func NewPool(cfg Config) (*Pool, error) { return newPool(cfg) }
 
-// Close shuts the loop down: open connections get a 1001 (going away)
-// close frame and Close waits for each close handshake to complete (the
-// server's echo and TCP end), at most Config.CloseTimeout, before the
-// sockets are closed and the loop is freed; connections still dialing are
+// Close shuts the loop down: open connections send what they had accepted
+// (as Conn.Close does), then a 1001 (going away) close frame, and Close
+// waits for each close handshake to complete (the server's echo, then its
+// TCP end or a short grace), at most the connection's close timeout
+// (Config.CloseTimeout, or DialOptions.CloseTimeout), before the sockets
+// are closed and the loop is freed; connections still dialing are
 // dropped. Pending events are dropped (events that no longer fit in the
 // ring are discarded so a connection nobody pumps still reads its echo). A
 // Pump in progress returns ErrPoolClosed (after the callback that called
@@ -146,11 +148,15 @@ func (p *Pool) MetricsInterval() Metrics { return p.metrics(true) }
 var errNilWriter = errors.New("talaris: WritePrometheus: nil io.Writer")
 
 // WritePrometheus writes Metrics in the Prometheus text exposition format
-// (version 0.0.4, content type "text/plain; version=0.0.4"), every sample
-// labelled pool="<Config.Name>", in one Write call:
+// (version 0.0.4: an HTTP handler sets the header Content-Type to
+// "text/plain; version=0.0.4; charset=utf-8"), every sample labelled
+// pool="<Config.Name>", in one Write call:
 //
 //   - each counter of Metrics (see Metrics.EachCounter) as a counter
 //     family named talaris_<name>_total;
+//   - each gauge of Metrics (see Metrics.EachGauge) as a gauge family,
+//     once for the pool and once more with a conn label per
+//     DialOptions.Label;
 //   - the stage latencies as one histogram family,
 //     talaris_stage_latency_seconds, with a stage label (a Stage's String):
 //     cumulative _bucket samples at LatencyBucketBounds() in seconds plus
@@ -233,7 +239,14 @@ type ConnStats struct {
 	// SendQueueFull counts the sends refused with ErrWouldBlock, and the
 	// SendContext calls that had to wait, because the queue was full.
 	SendQueueFull uint64
-	Reconnects    uint64 // successful re-opens under a ReconnectPolicy
+	// SendDropped counts the messages (pings and pongs included) Send*
+	// accepted that never reached the socket: still queued when a close
+	// timed out, when the server's close frame came first, at Abort, or
+	// when the connection dropped (a reconnect's gap included). The final
+	// event and each EventReconnecting report the ones since the last
+	// report in Event.SendDropped.
+	SendDropped uint64
+	Reconnects  uint64 // successful re-opens under a ReconnectPolicy
 }
 
 // Conn is a handle to one connection of a Pool. It is a small value: copy
@@ -279,13 +292,18 @@ func (c Conn) Pool() *Pool { return c.p }
 // queue and goes out once the upgrade completes; it is dropped if the
 // dial fails. Messages larger than 1 MiB (a quarter of the command ring) are
 // sent as several fragments of one message. Under a ReconnectPolicy,
-// from EventReconnecting to the next open it returns an error matching
-// ErrWouldBlock (not counted in SendQueueFull) and queues nothing; a
-// message that raced the drop is dropped, never sent on the next
-// connection (DialOptions.Subscribe is what every new connection gets).
+// from the drop (EventReconnecting follows) to the next EventOpen it
+// returns ErrReconnecting and queues nothing: decide after EventOpen
+// whether the order still stands. A message that raced the drop is
+// dropped (ConnStats.SendDropped, Event.SendDropped), never sent on the
+// next connection (DialOptions.Subscribe is what every new connection gets).
 // With Config.Tuning.InlineLoop, from a goroutine other than the Pool's, it also
 // returns ErrWouldBlock (counted) when the command ring is full until
 // that goroutine runs the loop again.
+//
+// A message returned nil for is sent before the close frame of a later
+// Close (within the close timeout) and is never sent on another
+// connection. Flush says when it has reached the socket.
 func (c Conn) SendText(b []byte) error { return c.send(OpText, b) }
 
 // SendBinary queues b as one binary message, like SendText.
@@ -296,19 +314,40 @@ func (c Conn) SendBinary(b []byte) error { return c.send(OpBinary, b) }
 // SendText). It returns nil once b is queued, ctx.Err() wrapped when ctx
 // ends first (errors.Is(err, context.DeadlineExceeded)), ErrClosed when
 // the connection ends or is closed meanwhile, ErrPoolClosed when the Pool
-// is. The wait sleeps on a futex the loop signals as queued bytes reach
-// the socket: no polling. Under a ReconnectPolicy it also waits through
-// a reconnect gap: b goes out on the next connection, after Subscribe.
+// is, and ErrReconnecting at once, or as soon as the connection drops
+// while it waits, under a ReconnectPolicy. The wait sleeps on a futex the
+// loop signals as queued bytes reach the socket: no polling.
 func (c Conn) SendContext(ctx context.Context, op Opcode, b []byte) error {
 	return c.sendContext(ctx, op, b)
 }
 
+// SendBatch queues msgs, in order, as messages of opcode op (OpText, each
+// valid UTF-8, or OpBinary), all or none: when they do not all fit the
+// send queue it returns ErrWouldBlock and queues nothing (like one
+// message, a batch larger than Config.MaxSendQueue is accepted whole when
+// the queue is empty). The messages are copied before it returns and
+// written together: on an open ws:// connection with nothing queued the
+// sending goroutine frames them all and writes them with one send(2);
+// otherwise the loop collects them and writes them with one send (one
+// TLS write for wss). Errors and safety as SendText; an empty batch only
+// reports whether the connection takes sends.
+func (c Conn) SendBatch(op Opcode, msgs [][]byte) error { return c.sendBatch(op, msgs) }
+
+// Flush waits until every message accepted before the call (Send*,
+// SendBatch, SendContext, Ping, Pong) has been handed to the socket:
+// written to the kernel (TLS-sealed first for wss). It returns nil then;
+// the connection's error (ErrClosed for a clean close) if it ends first
+// or some of those messages were dropped (ErrReconnecting when a
+// reconnect dropped them); ctx.Err() wrapped when ctx ends first. It
+// sleeps on the same futex as SendContext: no polling.
+func (c Conn) Flush(ctx context.Context) error { return c.flush(ctx) }
+
 // Ping queues a ping with payload b (at most 125 bytes). It goes out
 // ahead of queued data messages (between two frames). It counts against
 // MaxSendQueue like a send and returns ErrWouldBlock, ErrClosed and
-// ErrPoolClosed as SendText does; before the connection is open (and in a
-// reconnect gap) Ping and Pong return ErrWouldBlock: control frames are not
-// queued for the open, only data messages are.
+// ErrPoolClosed as SendText does; before the connection is open Ping and
+// Pong return ErrWouldBlock (control frames are not queued for the open,
+// only data messages are), and ErrReconnecting in a reconnect gap.
 func (c Conn) Ping(b []byte) error { return c.control(cmdPing, b) }
 
 // Pong queues an unsolicited pong with payload b (at most 125 bytes). Pings
@@ -321,12 +360,20 @@ func (c Conn) Pong(b []byte) error { return c.control(cmdPong, b) }
 // Abort does (EventError wrapping ErrAborted, which also matches ErrClosed,
 // Code 1006: no close frame is sent).
 //
-// Close never waits behind queued data: the close frame goes out after
-// the bytes already handed to the socket's out buffers (at most about
-// 256 KiB, and a message already partly written is finished first, so
-// fragments never interleave); queued messages not yet started are
-// dropped. Config.CloseTimeout bounds the handshake. From Close on, Send*
-// on c returns ErrClosed, and a second Close returns ErrClosed.
+// Close keeps what it accepted: every message Send* accepted before it is
+// written first, then the close frame, as gorilla and coder do. The close
+// timeout (Config.CloseTimeout, or DialOptions.CloseTimeout) bounds the
+// drain of that queue and the wait for the server's close frame;
+// messages still queued when it expires are dropped and counted
+// (ConnStats.SendDropped, Metrics.SendDropped), and the final event is
+// EventError wrapping ErrCloseTimeout with Event.SendDropped set. If the
+// server's close frame comes first, what is still queued is dropped (the
+// server reads no more) and counted the same way. Once both close frames
+// have crossed, the connection ends at the server's TCP end, at the first
+// bytes it sends after its close frame, or after 100 ms, whichever comes
+// first: a server that keeps writing does not hold Close up. Abort stays
+// immediate. From Close on, Send* on c returns ErrClosed, and a second
+// Close returns ErrClosed.
 func (c Conn) Close(code int, reason string) error {
 	if !closeCodeSendable(code) {
 		return fmt.Errorf("%w: %d", ErrInvalidCloseCode, code)
@@ -444,6 +491,11 @@ type Event struct {
 	// Reconnects counts the handle's successful re-opens (EventOpen): 0 on
 	// the first open, n after the nth reconnect.
 	Reconnects int
+	// SendDropped, on EventClose, EventError and EventReconnecting, counts
+	// the messages accepted for sending that never reached the socket
+	// since the previous such event of the handle (ConnStats.SendDropped).
+	// When it is not 0 on an EventError, Err says so too.
+	SendDropped uint64
 }
 
 // DataFunc receives one complete data message. payload is valid only until

@@ -348,6 +348,8 @@ func newPool(cfg Config) (*Pool, error) {
 	p.txAcc = make([]atomic.Uint64, d.MaxConns)
 	p.txFull = make([]atomic.Uint64, d.MaxConns)
 	p.userClosed = make([]atomic.Uint32, d.MaxConns)
+	p.rcPolicy = make([]atomic.Bool, d.MaxConns)
+	p.dropSeen = make([]uint64, d.MaxConns)
 	p.direct = make([]directSlot, d.MaxConns)
 	if !d.NoDirectSend {
 		p.maxDirect = min(directMax, p.maxRecord()-wsMaxHdr)
@@ -459,6 +461,17 @@ func (p *Pool) close() error {
 	// own goroutine (tl_loop_stop joins a thread that may be finishing
 	// close handshakes for up to CloseTimeout: in turn, N loops would take
 	// N times that).
+	// A producer inside sendMu finishes its records (a batch goes in
+	// whole, rest): once each lock has been taken and let go, everything
+	// accepted is in the rings, and the loop runs it before it starts to
+	// shut down (loop_top). An inline loop runs its commands when
+	// tl_loop_stop runs it.
+	if !p.cfg.Tuning.InlineLoop {
+		for _, sh := range p.shards {
+			sh.sendMu.Lock()
+			sh.sendMu.Unlock() // (empty: a barrier behind the producers inside)
+		}
+	}
 	var stops sync.WaitGroup
 	if p.cfg.Tuning.InlineLoop {
 		// No thread to join: on the loop's own thread (this goroutine

@@ -29,6 +29,8 @@ func (p *Pool) dial(context.Context, string, *DialOptions) (Conn, error) {
 func (c Conn) send(Opcode, []byte) error                         { return ErrUnsupported }
 func (c Conn) sendContext(context.Context, Opcode, []byte) error { return ErrUnsupported }
 func (c Conn) control(uint8, []byte) error                       { return ErrUnsupported }
+func (c Conn) sendBatch(Opcode, [][]byte) error                  { return ErrUnsupported }
+func (c Conn) flush(context.Context) error                       { return ErrUnsupported }
 func (c Conn) closeConn(int, string) error                       { return ErrUnsupported }
 func (c Conn) abort() error                                      { return ErrUnsupported }
 func (c Conn) inject([]byte) error                               { return ErrUnsupported }

@@ -140,16 +140,28 @@ enum {
 	TL_CMD_ABORT = 8,    /* end slot/gen at once: no close handshake, queued output dropped */
 	/* The rest of a direct send (tl_conn_pub.tx_own) the socket did not
 	 * take: wire bytes (framed, masked), code = the ownership epoch Go
-	 * held, send units = len. The loop writes them before anything else
+	 * held; the payload is a uint64 of send units (host order: the rest's
+	 * bytes plus TL_UNIT_MSG per message it ends), then the bytes. The
+	 * loop writes them before anything else
 	 * of that connection, or drops them (retiring the units) when the
 	 * epoch is over. */
 	TL_CMD_DIRECT = 9,
 };
 #define TL_CTRL_UNITS 14     /* a control frame's header counted as send units */
+/* A message's units also carry one TL_UNIT_MSG (on the record that ends
+ * it; a ping or pong on its record), so accepted - tx_done counts queued
+ * messages above bit 40 and queued payload bytes below it: sums of units
+ * stay exact as long as fewer than 2^40 bytes are queued, which
+ * MaxSendQueue keeps far away. */
+#define TL_UNIT_MSG (1ull << 40)
+#define TL_UNIT_BYTES (TL_UNIT_MSG - 1)
 #define TL_CMDF_MEMORY 0x1 /* with TL_CMD_DIAL: a socketless connection fed by TL_CMD_INJECT */
 #define TL_CMDF_IF_DIALING 0x2 /* with TL_CMD_CLOSE: abort only a connection not yet open (Dial's context ended) */
 #define TL_CMDF_FIN 0x10
 #define TL_CMDF_CONT 0x20 /* continuation of a message started by an earlier record */
+/* With TL_CMD_SEND: more records of the same batch follow (Conn.SendBatch),
+ * so the loop collects them and flushes once, at the record without it. */
+#define TL_CMDF_MORE 0x40
 
 /* tl_cmd is the 16-byte record header; len payload bytes follow, padded to
  * 16. */
@@ -206,10 +218,13 @@ struct tl_conn_pub {
 	uint32_t gap;     /* 1 from a reconnecting drop until the next open: Send* refuse */
 	uint32_t dial_claim; /* TL_CLAIM_*: who decided a Dial's fate first (tl_pub_claim_open) */
 	uint64_t reconnects; /* successful re-opens of this handle */
-	/* Direct sends (txown.h): who may write this plain connection's
+	/* Direct sends (loop/tx.c, direct_linux.go): who may write this plain connection's
 	 * socket, and the socket Go writes while it holds it. */
 	uint32_t tx_own;  /* TL_OWN_* state | TL_OWN_WANT | epoch << TL_OWN_EPOCH_SHIFT */
 	int32_t tx_fd;    /* the socket; valid while tx_own is FREE or GO */
+	/* Send units retired without reaching the socket (a close timeout,
+	 * an abort, a drop, a server's close): part of tx_done. */
+	uint64_t tx_dropped;
 };
 
 /* dial_claim values. Go resets the word to NONE with the block. An inline
@@ -305,6 +320,7 @@ TL_LAYOUT(tl_conn_pub, dial_claim, 268);
 TL_LAYOUT(tl_conn_pub, reconnects, 272);
 TL_LAYOUT(tl_conn_pub, tx_own, 280);
 TL_LAYOUT(tl_conn_pub, tx_fd, 284);
-_Static_assert(sizeof(struct tl_conn_pub) == 288, "tl_conn_pub size");
+TL_LAYOUT(tl_conn_pub, tx_dropped, 288);
+_Static_assert(sizeof(struct tl_conn_pub) == 296, "tl_conn_pub size");
 
 #endif

@@ -108,6 +108,7 @@ struct tl_pool_stats {
 	uint64_t min_waits;    /* the loop's waits that were batched (cfg.min_wait_ns; loop/wait.c, wait_batched) */
 	uint64_t tls_records_gcm; /* those of tls_records opened with our AES-GCM (gcm.h), not the library's */
 	uint64_t recv_revived; /* armed recvs the kernel left silent on a ready socket, cancelled and re-armed (loop/probe.c, tl_loop_probe_recvs) */
+	uint64_t send_dropped; /* messages accepted for sending that never reached a socket (tl_pub_tx_drop) */
 };
 
 struct tl_loop;
@@ -179,6 +180,7 @@ struct tl_dial_params {
 	/* Text messages the loop sends after every open, before any user
 	 * command: each one a 4-byte host-order length then its bytes. */
 	const char *subscribe; size_t subscribe_len;
+	uint64_t close_timeout_ns;       /* 0: the loop's close_timeout_ns */
 };
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
@@ -286,7 +288,8 @@ TL_LAYOUT(tl_config, tls_record_layer, 144);
 TL_LAYOUT(tl_config, min_wait_nr, 148);
 TL_LAYOUT(tl_config, min_wait_ns, 152);
 TL_LAYOUT(tl_config, prefault, 160);
-_Static_assert(sizeof(struct tl_pool_stats) == 144, "tl_pool_stats size");
+_Static_assert(sizeof(struct tl_pool_stats) == 152, "tl_pool_stats size");
+TL_LAYOUT(tl_pool_stats, send_dropped, 144);
 TL_LAYOUT(tl_pool_stats, events, 0);
 TL_LAYOUT(tl_pool_stats, pump_sleeps, 56);
 TL_LAYOUT(tl_pool_stats, reconnects, 64);
@@ -327,6 +330,7 @@ TL_LAYOUT(tl_dial_params, rc_max_attempts, 532);
 TL_LAYOUT(tl_dial_params, rc_min_ns, 536);
 TL_LAYOUT(tl_dial_params, rc_max_ns, 544);
 TL_LAYOUT(tl_dial_params, subscribe, 552);
-_Static_assert(sizeof(struct tl_dial_params) == 568, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, close_timeout_ns, 568);
+_Static_assert(sizeof(struct tl_dial_params) == 576, "tl_dial_params size");
 
 #endif

@@ -20,17 +20,26 @@ type MetricsSource interface {
 // NewCollector returns a Collector exporting src's metrics with the label
 // pool="<pool>" on every series: the same families, names, help texts,
 // labels and buckets as talaris.Pool.WritePrometheus (every counter of
-// talaris.Metrics.EachCounter, talaris_stage_rejected_total{stage} and
-// the histogram talaris_stage_latency_seconds{stage} with
-// talaris.LatencyBucketBounds in seconds). It calls src.Metrics once per
-// Collect and builds const metrics from that one snapshot, so a scrape is
-// consistent.
+// talaris.Metrics.EachCounter, every gauge of talaris.Metrics.EachGauge
+// with its conn label, talaris_stage_rejected_total{stage} and the
+// histogram talaris_stage_latency_seconds{stage} with
+// talaris.LatencyBucketBounds in seconds). One difference in form: a
+// gauge's pool-wide sample carries conn="" (client_golang gives every
+// sample of a family the same label names), where WritePrometheus leaves
+// the label out; Prometheus stores the two alike. It calls src.Metrics
+// once per Collect and builds const metrics from that one snapshot, so a
+// scrape is consistent.
 func NewCollector(src MetricsSource, pool string) prometheus.Collector {
 	c := &collector{src: src}
 	labels := prometheus.Labels{"pool": pool}
 	var zero talaris.Metrics
 	zero.EachCounter(func(name, help string, _ uint64) {
 		c.counters = append(c.counters, prometheus.NewDesc(name, help, nil, labels))
+	})
+	c.gauges = map[string]*prometheus.Desc{}
+	zero.EachGauge(func(name, help, _ string, _ uint64) {
+		c.gauges[name] = prometheus.NewDesc(name, help, []string{"conn"}, labels)
+		c.gaugeOrder = append(c.gaugeOrder, c.gauges[name])
 	})
 	c.rejected = prometheus.NewDesc(talaris.StageRejectedName, talaris.StageRejectedHelp, []string{"stage"}, labels)
 	c.latency = prometheus.NewDesc(talaris.StageLatencyName, talaris.StageLatencyHelp, []string{"stage"}, labels)
@@ -43,14 +52,20 @@ func NewCollector(src MetricsSource, pool string) prometheus.Collector {
 type collector struct {
 	src      MetricsSource
 	counters []*prometheus.Desc // in EachCounter order
-	rejected *prometheus.Desc
-	latency  *prometheus.Desc
-	bounds   [talaris.NumLatencyBuckets]float64
+	// gauges by name, labelled conn; gaugeOrder in EachGauge order
+	gauges     map[string]*prometheus.Desc
+	gaugeOrder []*prometheus.Desc
+	rejected   *prometheus.Desc
+	latency    *prometheus.Desc
+	bounds     [talaris.NumLatencyBuckets]float64
 }
 
 // Describe sends every family's descriptor.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
+		ch <- d
+	}
+	for _, d := range c.gaugeOrder {
 		ch <- d
 	}
 	ch <- c.rejected
@@ -64,6 +79,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	m.EachCounter(func(_, _ string, v uint64) {
 		ch <- prometheus.MustNewConstMetric(c.counters[i], prometheus.CounterValue, float64(v))
 		i++
+	})
+	m.EachGauge(func(name, _, conn string, v uint64) {
+		ch <- prometheus.MustNewConstMetric(c.gauges[name], prometheus.GaugeValue, float64(v), conn)
 	})
 	for s := range m.Stages {
 		h := &m.Stages[s]

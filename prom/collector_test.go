@@ -72,6 +72,11 @@ func testMetrics() talaris.Metrics {
 	testhook.SetLoopCounters(&m, testhook.LoopCounters{Events: 64500, Completions: 1234, Rearms: 5, NoBufs: 6, Stalls: 7,
 		Batches: 800, PumpSleeps: 700, LoopWakes: 600})
 	m.SendQueueFull, m.Reconnects = 2, 1
+	m.ConnsOpen, m.SendQueuedBytes, m.SendQueuedMessages = 3, 70_000, 11
+	m.Conns = []talaris.ConnGauge{
+		{Label: `desk "B" \ 2`, ConnsOpen: 1, SendQueuedBytes: 60_000, SendQueuedMessages: 10},
+		{Label: "feed", ConnsOpen: 1},
+	}
 	return m
 }
 
@@ -99,8 +104,15 @@ func TestTextExposition(t *testing.T) {
 
 	wantCounters := map[string]uint64{talaris.StageRejectedName: 0}
 	m.EachCounter(func(name, _ string, v uint64) { wantCounters[name] = v })
-	if len(fams) != len(wantCounters)+1 {
-		t.Fatalf("%d families, want %d", len(fams), len(wantCounters)+1)
+	wantGauges := map[string]map[string]uint64{} // name -> conn -> value
+	m.EachGauge(func(name, _, conn string, v uint64) {
+		if wantGauges[name] == nil {
+			wantGauges[name] = map[string]uint64{}
+		}
+		wantGauges[name][conn] = v
+	})
+	if len(fams) != len(wantCounters)+len(wantGauges)+1 {
+		t.Fatalf("%d families, want %d", len(fams), len(wantCounters)+len(wantGauges)+1)
 	}
 	for name, f := range fams {
 		if !strings.HasPrefix(name, "talaris_") || f.GetHelp() == "" {
@@ -112,6 +124,18 @@ func TestTextExposition(t *testing.T) {
 			}
 		}
 		if name == talaris.StageLatencyName {
+			continue
+		}
+		if want := wantGauges[name]; want != nil {
+			if f.GetType() != dto.MetricType_GAUGE || len(f.Metric) != len(want) {
+				t.Fatalf("%s: type %v, %d samples, want a gauge with %d", name, f.GetType(), len(f.Metric), len(want))
+			}
+			for _, mt := range f.Metric {
+				conn := labelValue(mt, "conn")
+				if v, ok := want[conn]; !ok || mt.GetGauge().GetValue() != float64(v) {
+					t.Fatalf("%s{conn=%q}: %v, want %d", name, conn, mt.GetGauge().GetValue(), v)
+				}
+			}
 			continue
 		}
 		if f.GetType() != dto.MetricType_COUNTER || !strings.HasSuffix(name, "_total") {
@@ -206,17 +230,28 @@ func TestCollectorMatchesText(t *testing.T) {
 	}
 }
 
-// metricsKey renders a family's metrics canonically: labels, counter
-// value, histogram count, sum and finite buckets; sorted.
+// metricsKey renders a family's metrics canonically: labels, counter or
+// gauge value, histogram count, sum and finite buckets; sorted. A label
+// with an empty value is left out: Prometheus stores it as no label, and
+// the Collector gives a gauge's pool-wide sample conn="" where the text
+// writer omits conn.
 func metricsKey(t *testing.T, f *dto.MetricFamily) string {
 	var out []string
 	for _, mt := range f.Metric {
 		var b strings.Builder
+		var labels []string // in name order: the order has no meaning
 		for _, l := range mt.Label {
-			fmt.Fprintf(&b, "%s=%q,", l.GetName(), l.GetValue())
+			if l.GetValue() != "" {
+				labels = append(labels, fmt.Sprintf("%s=%q,", l.GetName(), l.GetValue()))
+			}
 		}
+		slices.Sort(labels)
+		b.WriteString(strings.Join(labels, ""))
 		if c := mt.GetCounter(); c != nil {
 			fmt.Fprintf(&b, " %v", c.GetValue())
+		}
+		if g := mt.GetGauge(); g != nil {
+			fmt.Fprintf(&b, " gauge %v", g.GetValue())
 		}
 		if h := mt.GetHistogram(); h != nil {
 			fmt.Fprintf(&b, " n=%d sum=%v", h.GetSampleCount(), h.GetSampleSum())

@@ -192,14 +192,15 @@ func dialCtx(t testing.TB) (context.Context, context.CancelFunc) {
 
 // finalEvent is a copy of a connection's last event.
 type finalEvent struct {
-	Kind   talaris.EventKind
-	Code   int
-	Reason string
-	Err    error
+	Kind        talaris.EventKind
+	Code        int
+	Reason      string
+	Err         error
+	SendDropped uint64
 }
 
 func copyFinal(ev talaris.Event) finalEvent {
-	return finalEvent{Kind: ev.Kind, Code: ev.Code, Reason: string(ev.Reason), Err: ev.Err}
+	return finalEvent{Kind: ev.Kind, Code: ev.Code, Reason: string(ev.Reason), Err: ev.Err, SendDropped: ev.SendDropped}
 }
 
 // pumpUntil pumps p with fn until done reports true.

@@ -619,3 +619,138 @@ func TestLoggerLifecycle(t *testing.T) {
 		}
 	}
 }
+
+// gaugeSamples returns gauge family name's samples by conn label ("" for
+// the pool's), checking the family's type and pool label.
+func gaugeSamples(t *testing.T, fams map[string]*dto.MetricFamily, name, pool string) map[string]uint64 {
+	t.Helper()
+	f := fams[name]
+	if f == nil || f.GetType() != dto.MetricType_GAUGE {
+		t.Fatalf("family %s missing or not a gauge: %v", name, f)
+	}
+	out := map[string]uint64{}
+	for _, m := range f.GetMetric() {
+		if got := labelOf(m, "pool"); got != pool {
+			t.Errorf("%s pool label %q, want %q", name, got, pool)
+		}
+		conn := labelOf(m, "conn")
+		if _, dup := out[conn]; dup {
+			t.Errorf("%s: two samples with conn=%q", name, conn)
+		}
+		out[conn] = uint64(m.GetGauge().GetValue())
+	}
+	return out
+}
+
+// TestMetricsGauges: two connections labelled "orders" to a server that
+// does not read, saturated so their send queues stand still, and one
+// unlabelled connection to a server that reads. Metrics and the
+// WritePrometheus scrape agree: 3 connections open (2 under "orders"),
+// the queued bytes are the handles' ConnStats.SendQueued summed and they
+// all sit under "orders", whose queued messages fit those bytes; no
+// series for the unlabelled connection. After Close every gauge is 0 and
+// the per-label series are gone.
+func TestMetricsGauges(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		const pool, label, size = "desk-a", "orders", 16 << 10
+		p := newTestPool(t, talaris.Config{Name: pool, MaxSendQueue: 4 << 20, CloseTimeout: 200 * time.Millisecond}, hangGuard)
+		stalled := newSink(t, useTLS, false, 0) // never reads
+		reading := newSink(t, useTLS, true, 0)
+		var opts talaris.DialOptions
+		if stalled.opts != nil {
+			opts = *stalled.opts // a copy: the TLS options are shared
+		}
+		opts.Label = label
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		var orders []talaris.Conn
+		for range 2 {
+			c, err := p.Dial(ctx, stalled.url, &opts)
+			if err != nil {
+				t.Fatalf("Dial %s with Label %q: %v", stalled.url, label, err)
+			}
+			orders = append(orders, c)
+		}
+		plain := dialSink(t, p, reading)
+		for i, c := range orders {
+			next := 0
+			saturate(t, c, &next, size)
+			t.Logf("orders[%d]: %d messages accepted, stats %+v", i, next, c.Stats())
+		}
+
+		m := p.Metrics()
+		open := 0
+		for _, c := range append(orders, plain) {
+			if c.State() == talaris.StateOpen {
+				open++
+			}
+		}
+		queued := orders[0].Stats().SendQueued + orders[1].Stats().SendQueued
+		if open != 3 || m.ConnsOpen != uint64(open) {
+			t.Errorf("ConnsOpen %d; %d of 3 handles report StateOpen", m.ConnsOpen, open)
+		}
+		if len(m.Conns) != 1 || m.Conns[0].Label != label {
+			t.Fatalf("Conns %+v, want one entry for %q", m.Conns, label)
+		}
+		g := m.Conns[0]
+		if g.ConnsOpen != 2 {
+			t.Errorf("Conns[%q].ConnsOpen %d, want 2", label, g.ConnsOpen)
+		}
+		if queued == 0 || g.SendQueuedBytes != queued || m.SendQueuedBytes != queued {
+			t.Errorf("SendQueuedBytes: pool %d, %q %d; the handles' SendQueued sum to %d (want equal, > 0)",
+				m.SendQueuedBytes, label, g.SendQueuedBytes, queued)
+		}
+		// Every queued message is size bytes; at most one of them per
+		// connection is partly written (its units are the unwritten rest).
+		if msgs := g.SendQueuedMessages; msgs == 0 || m.SendQueuedMessages != msgs ||
+			g.SendQueuedBytes > msgs*size || g.SendQueuedBytes+2*size <= msgs*size {
+			t.Errorf("SendQueuedMessages: pool %d, %q %d, for %d queued bytes of %d-byte messages",
+				m.SendQueuedMessages, label, msgs, g.SendQueuedBytes, size)
+		}
+
+		fams := scrape(t, p)
+		for name, want := range map[string][2]uint64{
+			"talaris_conns_open":           {m.ConnsOpen, g.ConnsOpen},
+			"talaris_send_queued_bytes":    {m.SendQueuedBytes, g.SendQueuedBytes},
+			"talaris_send_queued_messages": {m.SendQueuedMessages, g.SendQueuedMessages},
+		} {
+			got := gaugeSamples(t, fams, name, pool)
+			if len(got) != 2 || got[""] != want[0] || got[label] != want[1] {
+				t.Errorf("%s scraped %v, want {\"\": %d, %q: %d}", name, got, want[0], label, want[1])
+			}
+		}
+		if c := counterValue(t, fams, "talaris_messages_total", pool); c != m.Messages {
+			t.Errorf("talaris_messages_total %d, Metrics.Messages %d", c, m.Messages) // counters stay counters
+		}
+
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		m = p.Metrics()
+		if m.ConnsOpen != 0 || m.SendQueuedBytes != 0 || m.SendQueuedMessages != 0 || m.Conns != nil {
+			t.Errorf("after Close: ConnsOpen %d, SendQueuedBytes %d, SendQueuedMessages %d, Conns %+v; want zero",
+				m.ConnsOpen, m.SendQueuedBytes, m.SendQueuedMessages, m.Conns)
+		}
+		fams = scrape(t, p)
+		for _, name := range []string{"talaris_conns_open", "talaris_send_queued_bytes", "talaris_send_queued_messages"} {
+			if got := gaugeSamples(t, fams, name, pool); len(got) != 1 || got[""] != 0 {
+				t.Errorf("%s after Close: %v, want only the pool's sample, 0", name, got)
+			}
+		}
+	})
+}
+
+// TestDialLabelInvalid: a Label that is too long or not printable fails
+// the dial with ErrInvalidConfig naming the field, before any connection.
+func TestDialLabelInvalid(t *testing.T) {
+	p := newTestPool(t, talaris.Config{}, hangGuard)
+	for _, bad := range []string{strings.Repeat("x", 65), "line\nbreak", "bad\xff"} {
+		_, err := p.DialAsync("ws://127.0.0.1:1/", &talaris.DialOptions{Label: bad})
+		if !errors.Is(err, talaris.ErrInvalidConfig) || !strings.Contains(err.Error(), "DialOptions.Label") {
+			t.Errorf("Label %q: %v, want ErrInvalidConfig naming DialOptions.Label", bad, err)
+		}
+	}
+	if n := p.ConnCount(); n != 0 {
+		t.Errorf("ConnCount %d after refused dials", n)
+	}
+}

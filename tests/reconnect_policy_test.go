@@ -375,7 +375,7 @@ func testReconnectRaceClose(t *testing.T, cfg *tls.Config) {
 				defer wg.Done()
 				for k := 0; k < 200; k++ {
 					err := c.SendText([]byte("hello"))
-					if err != nil && !errors.Is(err, talaris.ErrWouldBlock) && !errors.Is(err, talaris.ErrClosed) && !errors.Is(err, talaris.ErrPoolClosed) {
+					if err != nil && !errors.Is(err, talaris.ErrWouldBlock) && !errors.Is(err, talaris.ErrReconnecting) && !errors.Is(err, talaris.ErrClosed) && !errors.Is(err, talaris.ErrPoolClosed) {
 						t.Errorf("SendText: %v", err)
 						return
 					}

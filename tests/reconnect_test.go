@@ -101,7 +101,9 @@ func (r *rcLog) last(k talaris.EventKind) *talaris.Event {
 // server receives Subscribe again (before the application's own message),
 // and the application sees EventReconnecting then EventOpen{Reconnects:
 // 1}, with no final event in between, through Pump and through PumpData
-// with Config.OnEvent. Sends in the gap return ErrWouldBlock. ws:// and
+// with Config.OnEvent. Sends in the gap return ErrReconnecting (not
+// ErrWouldBlock), SendContext included; the application resends after
+// EventOpen. ws:// and
 // wss:// (run the package with and without -tags talaris_openssl for the
 // two TLS backends). The loops2 rows reconnect a handle on the second of
 // two loop threads (a memory connection holds the first).
@@ -205,11 +207,17 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg talaris.Config) {
 		t.Errorf("EventReconnecting Delay = %v, want within [20ms, 200ms]", rev.Delay)
 	}
 	// The server is gone: every send in the gap is refused, nothing queued.
-	if err := c.SendText([]byte("in-the-gap")); !errors.Is(err, talaris.ErrWouldBlock) {
-		t.Errorf("SendText in the gap: %v, want ErrWouldBlock", err)
-	}
-	if err := c.Ping(nil); !errors.Is(err, talaris.ErrWouldBlock) {
-		t.Errorf("Ping in the gap: %v, want ErrWouldBlock", err)
+	for name, send := range map[string]func() error{
+		"SendText":  func() error { return c.SendText([]byte("in-the-gap")) },
+		"SendBatch": func() error { return c.SendBatch(talaris.OpText, [][]byte{[]byte("in-the-gap")}) },
+		"Ping":      func() error { return c.Ping(nil) },
+		"SendContext": func() error {
+			return c.SendContext(context.Background(), talaris.OpText, []byte("in-the-gap"))
+		},
+	} {
+		if err := send(); !errors.Is(err, talaris.ErrReconnecting) || errors.Is(err, talaris.ErrWouldBlock) {
+			t.Errorf("%s in the gap: %v, want ErrReconnecting (not ErrWouldBlock)", name, err)
+		}
 	}
 	if st := c.State(); st >= talaris.StateOpen {
 		t.Errorf("State in the gap = %v, want one before open", st)
@@ -217,14 +225,6 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg talaris.Config) {
 	if n := c.Stats().SendQueueFull; n != 0 {
 		t.Errorf("SendQueueFull = %d: the gap's refusals counted as a full queue", n)
 	}
-	// SendContext waits the gap out and sends once the connection is back,
-	// after the Subscribe messages.
-	gapSent := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		gapSent <- c.SendContext(ctx, talaris.OpText, []byte("after-gap"))
-	}()
 
 	b := startSrvProc(t, addr, tlsOn)
 	ticksBefore := log.ticks
@@ -247,11 +247,9 @@ func testKillRestart(t *testing.T, tlsOn, data bool, cfg talaris.Config) {
 	if ev := log.last(talaris.EventOpen); ev.Reconnects != 1 {
 		t.Errorf("second EventOpen: Reconnects = %d, want 1", ev.Reconnects)
 	}
-	// SendContext's goroutine may wake from the gap after this one sees
-	// the reopen: its send must be in before app-2 for the order checked
-	// below (two goroutines' sends are not ordered otherwise).
-	if err := <-gapSent; err != nil {
-		t.Fatalf("SendContext across the gap: %v", err)
+	// After EventOpen the application decides what to resend.
+	if err := c.SendText([]byte("after-gap")); err != nil {
+		t.Fatalf("SendText after EventOpen: %v", err)
 	}
 	if err := c.SendText([]byte("app-2")); err != nil {
 		t.Fatalf("SendText after the reconnect: %v", err)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -350,13 +351,15 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 	}
 }
 
-// TestSendCloseWithQueued: Close on a connection with 60 MiB queued does
-// not wait behind them. If the peer then reads, the close frame arrives
-// after at most what the socket and the out buffers held (the queued
-// messages not started are dropped) and the handshake completes cleanly;
-// if it never reads, the connection ends at CloseTimeout.
+// TestSendCloseWithQueued: Close keeps what it accepted. With 60 MiB
+// queued, if the peer then reads, every message arrives, in order, before
+// the close frame, the handshake completes cleanly and nothing is counted
+// dropped. If it never reads, the connection ends at its close timeout
+// (DialOptions.CloseTimeout, shorter than the pool's) with
+// ErrCloseTimeout, and the final event, ConnStats and Metrics count the
+// messages that never reached the socket.
 func TestSendCloseWithQueued(t *testing.T) {
-	const closeTimeout = 2 * time.Second
+	const poolTimeout, dialTimeout = 30 * time.Second, 2 * time.Second
 	const size = 1 << 20
 	for _, reads := range []bool{true, false} {
 		name := "peer-reads-after-close"
@@ -366,8 +369,20 @@ func TestSendCloseWithQueued(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, useTLS bool) {
 				s := newSink(t, useTLS, false, 0)
-				p := newTestPool(t, talaris.Config{MaxSendQueue: 64 << 20, CloseTimeout: closeTimeout}, hangGuard)
-				c := dialSink(t, p, s)
+				p := newTestPool(t, talaris.Config{MaxSendQueue: 64 << 20, CloseTimeout: poolTimeout}, hangGuard)
+				var opts talaris.DialOptions
+				if s.opts != nil {
+					opts = *s.opts
+				}
+				if !reads {
+					opts.CloseTimeout = dialTimeout
+				}
+				ctx, cancel := dialCtx(t)
+				defer cancel()
+				c, err := p.Dial(ctx, s.url, &opts)
+				if err != nil {
+					t.Fatalf("Dial: %v", err)
+				}
 				buf := make([]byte, size)
 				i := 0
 				for c.Stats().SendQueued < 60<<20 {
@@ -391,19 +406,26 @@ func TestSendCloseWithQueued(t *testing.T) {
 				f := pumpOne(t, p, c, nil)
 				el := time.Since(t0)
 				n, b, err := s.state()
-				t.Logf("%d MiB queued; Close to final event %v (%+v); peer read %d messages (%d MiB) before the close",
-					queued>>20, el.Round(time.Millisecond), f, n, b>>20)
-				if fw.Running(el) > closeTimeout+time.Second {
-					t.Errorf("Close took %v (process frozen for %v of it), CloseTimeout is %v", el, el-fw.Running(el), closeTimeout)
-				}
+				dropped := p.Metrics().SendDropped
+				t.Logf("%d MiB queued (%d messages); Close to final event %v (%+v); peer read %d messages (%d MiB) before the close; %d dropped",
+					queued>>20, i, el.Round(time.Millisecond), f, n, b>>20, dropped)
 				if !reads {
 					if !errors.Is(f.Err, talaris.ErrCloseTimeout) {
 						t.Errorf("final %+v, want ErrCloseTimeout", f)
 					}
+					if fw.Running(el) > dialTimeout+time.Second {
+						t.Errorf("Close took %v (process frozen for %v of it), DialOptions.CloseTimeout is %v", el, el-fw.Running(el), dialTimeout)
+					}
+					if f.SendDropped == 0 || f.SendDropped > uint64(i) || dropped != f.SendDropped {
+						t.Errorf("final event SendDropped %d, Metrics.SendDropped %d; want the same count in 1..%d", f.SendDropped, dropped, i)
+					}
+					if !strings.Contains(f.Err.Error(), "queued messages dropped") {
+						t.Errorf("final error %q does not say messages were dropped", f.Err)
+					}
 					return
 				}
-				if f.Kind != talaris.EventClose || f.Code != talaris.CloseNormal {
-					t.Errorf("final %+v, want EventClose 1000", f)
+				if f.Kind != talaris.EventClose || f.Code != talaris.CloseNormal || f.SendDropped != 0 || dropped != 0 {
+					t.Errorf("final %+v (Metrics.SendDropped %d), want EventClose 1000 and nothing dropped", f, dropped)
 				}
 				if err != nil {
 					t.Errorf("sink: %v", err)
@@ -411,11 +433,8 @@ func TestSendCloseWithQueued(t *testing.T) {
 				s.mu.Lock()
 				code, at := s.closeCode, s.atClose
 				s.mu.Unlock()
-				if code != talaris.CloseNormal || at != n {
-					t.Errorf("sink saw close %d after %d messages (read %d)", code, at, n)
-				}
-				if b > int64(queued)/2 {
-					t.Errorf("the close frame came after %d MiB of %d MiB queued: it did not jump the queue", b>>20, queued>>20)
+				if code != talaris.CloseNormal || at != i || n != i {
+					t.Errorf("sink saw close %d after %d messages (read %d); %d were accepted before Close", code, at, n, i)
 				}
 			})
 		})

@@ -33,6 +33,21 @@ void tl_pub_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units)
 	pub_tx_notify(l, c);
 }
 
+void tl_pub_tx_drop(struct tl_loop *l, struct tl_conn *c, uint64_t units)
+{
+	struct tl_conn_pub *p = &l->pub[c->slot];
+
+	if (!units)
+		return;
+	/* Before tx_done: a Flush that sees its units retired then finds
+	 * the drop among them. */
+	__atomic_store_n(&p->tx_dropped, p->tx_dropped + units, __ATOMIC_RELEASE);
+	if (units >= TL_UNIT_MSG)
+		__atomic_store_n(&l->stats->send_dropped, l->stats->send_dropped + units / TL_UNIT_MSG,
+				 __ATOMIC_RELAXED);
+	tl_pub_tx_retire(l, c, units);
+}
+
 void tl_pub_set_state(struct tl_loop *l, struct tl_conn *c, int st)
 {
 	struct tl_conn_pub *p = &l->pub[c->slot];

@@ -32,4 +32,10 @@ void tl_pub_detail(struct tl_loop *l, struct tl_conn *c, const char *msg);
  * a SendContext that sleeps on tx_seq. No-op for 0 units. */
 void tl_pub_tx_retire(struct tl_loop *l, struct tl_conn *c, uint64_t units);
 
+/* tl_pub_tx_drop retires units send units that will never reach the
+ * socket (an abort, a close timeout, the server's close, a reconnect's
+ * drop): tx_done as tl_pub_tx_retire, and tl_conn_pub.tx_dropped and the
+ * pool's send_dropped count them (messages: units / TL_UNIT_MSG). */
+void tl_pub_tx_drop(struct tl_loop *l, struct tl_conn *c, uint64_t units);
+
 #endif

@@ -57,6 +57,7 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	d->tls = p->tls;
 	d->insecure = p->insecure;
 	d->handshake_timeout_ns = p->handshake_timeout_ns ? p->handshake_timeout_ns : l->cfg.handshake_timeout_ns;
+	d->close_timeout_ns = p->close_timeout_ns;
 	d->ping_interval_ns = p->ping_interval_ns;
 	d->read_timeout_ns = p->read_timeout_ns;
 	d->rc_enabled = p->rc_enabled && p->rc_min_ns && p->rc_max_ns >= p->rc_min_ns;

@@ -85,7 +85,7 @@ static void cmd_inject(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_
 		if (tl_conn_inject(l, c, payload, cmd->len) == TL_FEED_STALL)
 			tl_life_stall(l, c);
 	} else if (c) {
-		tl_pub_tx_retire(l, c, cmd->len);
+		tl_pub_tx_retire(l, c, cmd->len); /* (input that will not be parsed, not a send) */
 	}
 }
 
@@ -111,7 +111,9 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 		tl_conn_close_step(c, TL_CLOSE_RCVD);
 		tl_life_teardown(l, c);
 	} else if (c->state == TL_ST_OPEN) {
-		tl_conn_send_close(l, c, cmd->code, payload, cmd->len);
+		/* Every message accepted before the Close goes first; the close
+		 * timeout bounds that drain and the wait for the server's close. */
+		tl_conn_close_after_queue(l, c, cmd->code, payload, cmd->len);
 		tl_life_after(l, c);
 		if (c->dying)
 			return;
@@ -120,7 +122,7 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 		 * X.6, X.13). */
 		tl_life_flush(l, c);
 		tl_pub_set_state(l, c, TL_ST_CLOSING);
-		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
+		tl_timer_set_deadline(l, c, tl_conn_close_timeout(l, c));
 	} else if (c->state < TL_ST_OPEN) {
 		tl_life_fail(l, c, TL_E_ABORTED, 0, 1006, "closed before the handshake completed"); /* as an Abort: no close frame, 1006 */
 	}
@@ -134,14 +136,15 @@ static void cmd_close(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
  * at once. */
 static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd *cmd, const uint8_t *payload)
 {
-	uint32_t units = cmd->op == TL_CMD_SEND ? cmd->len : cmd->len + TL_CTRL_UNITS;
+	uint64_t units = cmd->op == TL_CMD_SEND ? cmd->len + ((cmd->flags & TL_CMDF_FIN) ? TL_UNIT_MSG : 0)
+						: cmd->len + TL_CTRL_UNITS + TL_UNIT_MSG;
 	/* Only a first dial queues sends for its open: after a reconnect
 	 * policy's drop, a send that raced the gap is dropped (Go refuses
 	 * sends during the gap), never sent on the next connection. */
 	int early = cmd->op == TL_CMD_SEND && c->state < TL_ST_OPEN && !c->discard && !c->dying && !c->opens;
 
 	if (!early && (c->state != TL_ST_OPEN || tl_conn_close_sent(c) || c->discard || c->send_errno)) {
-		tl_pub_tx_retire(l, c, units);
+		tl_pub_tx_drop(l, c, units);
 		return;
 	}
 	if (cmd->op == TL_CMD_SEND) {
@@ -161,7 +164,9 @@ static void cmd_frame(struct tl_loop *l, struct tl_conn *c, const struct tl_cmd 
 		else
 			tl_conn_wbuf(c)->units += units;
 	}
-	tl_life_flush(l, c);
+	/* A batch's frames collect until its last record: one write for all. */
+	if (!(cmd->flags & TL_CMDF_MORE))
+		tl_life_flush(l, c);
 }
 
 /* cmd_run dispatches one record. */
@@ -185,14 +190,19 @@ static void cmd_run(struct tl_loop *l, const struct tl_cmd *cmd, const uint8_t *
 		if ((c = cmd_conn(l, cmd)) != NULL)
 			tl_life_abort(l, c);
 		break;
-	case TL_CMD_DIRECT:
+	case TL_CMD_DIRECT: {
+		uint64_t units;
+		if (cmd->len < sizeof(units))
+			break;
+		memcpy(&units, payload, sizeof(units));
 		if ((c = cmd_conn(l, cmd)) != NULL) {
-			if (tl_tx_direct_rest(l, c, cmd->code, payload, cmd->len))
+			if (tl_tx_direct_rest(l, c, cmd->code, payload + sizeof(units), cmd->len - sizeof(units), units))
 				tl_life_maybe_finish(l, c);
 			else
 				tl_life_after(l, c);
 		}
 		break;
+	}
 	case TL_CMD_SEND:
 	case TL_CMD_PING:
 	case TL_CMD_PONG:

@@ -48,6 +48,11 @@ static void on_recv(struct tl_loop *l, struct tl_conn *c, struct io_uring_cqe *c
 		uint32_t last, n;
 		uint32_t q = tl_slots_take(&l->slots, hs, cqe->flags >> IORING_CQE_BUFFER_SHIFT, cqe->res, &last, &n);
 		if (cqe->res <= 0 || (c->discard && !tl_conn_watch_notify(c))) {
+			if (cqe->res > 0 && c->discard && !c->dying) {
+				tl_conn_late_input(c); /* after the server's close frame: the grace ends */
+				if (c->todo)
+					tl_life_after(l, c);
+			}
 			tl_slots_recycle_chain(&l->slots, q);
 		} else {
 			tl_sample_rx(l, c, !c->is_tls && !c->stalled && tl_rxq_empty(&c->rxq));
@@ -68,7 +73,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 
 	c->send_inflight = 0;
 	if (res < 0) {
-		tl_pub_tx_retire(l, c, ob->units);
+		tl_pub_tx_drop(l, c, ob->units);
 		ob->units = 0;
 		ob->len = 0;
 		ob->replies = 0;
@@ -84,7 +89,7 @@ static void on_send(struct tl_loop *l, struct tl_conn *c, int res)
 			c->send_errno = -res;
 			tl_conn_tx_drop_all(l, c);
 			if (!c->deadline_ns)
-				tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
+				tl_timer_set_deadline(l, c, tl_conn_close_timeout(l, c));
 			return;
 		}
 		if (!c->dying) {

@@ -312,6 +312,10 @@ void tl_life_maybe_finish(struct tl_loop *l, struct tl_conn *c)
 	if (c->fd >= 0 && !tl_tx_seize(l, c))
 		return; /* a Go sender writes the socket: close it once handed back */
 	if (c->fd >= 0) {
+		/* What is still queued never reaches this socket: dropped and
+		 * counted (a close that timed out, a drop; a reconnect's next
+		 * attempt starts empty). */
+		tl_conn_tx_drop_all(l, c);
 		close(c->fd);
 		c->fd = -1;
 	}
@@ -340,6 +344,12 @@ void tl_life_teardown(struct tl_loop *l, struct tl_conn *c)
 		return;
 	tl_life_dying_set(c, TL_DYING_TEARDOWN);
 	c->discard = 1;
+	/* A handle that will reconnect refuses sends from now on
+	 * (ErrReconnecting), before its queued output is dropped and the
+	 * drop wakes a waiting SendContext: nothing accepted for this
+	 * connection is sent on the next one. */
+	if (reconnect_wanted(l, c))
+		__atomic_store_n(&l->pub[c->slot].gap, 1, __ATOMIC_RELEASE);
 	tl_rx_step(l, c, RX_TEARDOWN, 0);
 	if (tl_rx_in_kernel(c) || c->connect_inflight) {
 		uint64_t target = tl_rx_in_kernel(c) ? tl_rx_ud(c) : tl_ud(TL_OPK_CONNECT, c->gen, c->slot);

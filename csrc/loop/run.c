@@ -48,13 +48,13 @@ static void shutdown_all(struct tl_loop *l)
 		if (c->state == TL_ST_OPEN && !tl_conn_close_sent(c) && c->fd >= 0 && !c->eof && !c->send_errno) {
 			/* Going away: send 1001 and let the close handshake run (the
 			 * echo, then TCP's end), bounded by the close timeout. */
-			tl_conn_send_close(l, c, 1001, (const uint8_t *)"pool closed", 11);
+			tl_conn_close_after_queue(l, c, 1001, (const uint8_t *)"pool closed", 11);
 			tl_life_after(l, c);
 			if (c->dying)
 				continue;
 			tl_pub_set_state(l, c, TL_ST_CLOSING);
 			tl_life_flush(l, c);
-			tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
+			tl_timer_set_deadline(l, c, tl_conn_close_timeout(l, c));
 			continue;
 		}
 		if (c->state == TL_ST_CLOSING && c->deadline_ns)
@@ -120,8 +120,13 @@ static int loop_top(struct tl_loop *l)
 		tl_evq_set_counting(&l->evq, l->live - l->rc_waits > 1);
 	if (l->evq.counting)
 		tl_loop_fair_tick(l);
-	if (__atomic_load_n(&l->stop_req, __ATOMIC_ACQUIRE))
+	if (!l->shutting_down && __atomic_load_n(&l->stop_req, __ATOMIC_ACQUIRE)) {
+		/* Go published every command accepted before Pool.Close ahead
+		 * of the stop (a batch's records all together): run them first,
+		 * so what was accepted is queued before the 1001 close frame. */
+		tl_cmdq_drain(l);
 		l->shutting_down = 1;
+	}
 	if (l->shutting_down && !l->stop_done) {
 		shutdown_all(l);
 		l->stop_done = 1;

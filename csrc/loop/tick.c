@@ -72,9 +72,14 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 		tl_life_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");
 	} else if (c->fail_err) {
 		tl_life_teardown(l, c);
+	} else if (tl_conn_close_rcvd(c) && c->shut_wr == TL_SHUT_DONE) {
+		/* The close frames crossed and ours is out (the sending side
+		 * is shut): the grace for the server's FIN is over, a clean end
+		 * (a server whose writer keeps going never sends one). */
+		tl_life_teardown(l, c);
 	} else if (tl_conn_close_rcvd(c)) {
-		/* The close frames crossed, but the peer did not end TCP in
-		 * time: a timed-out close, not a clean one. */
+		/* The close frames crossed, but our output did not drain (the
+		 * peer does not read) in time: a timed-out close, not a clean one. */
 		tl_life_fail(l, c, TL_E_CLOSE_TIMEOUT, 0, c->close_code, "the peer did not close the connection in time");
 		tl_life_teardown(l, c);
 	} else if (c->send_errno) {

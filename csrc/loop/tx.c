@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "base/pub.h"
+#include "base/timer.h"
 #include "transport/tls.h"
 #include "loop/uring.h"
 
@@ -153,14 +154,15 @@ int tl_tx_deferred_ready(struct tl_loop *l)
 	return 0;
 }
 
-int tl_tx_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, const uint8_t *p, size_t n)
+int tl_tx_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, const uint8_t *p, size_t n,
+		      uint64_t units)
 {
 	uint32_t *w = own_word(l, c);
 	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
 	struct tl_outbuf *ob = &c->out[c->cur ^ 1];
 
 	if ((v & TL_OWN_STATE) != TL_OWN_HANDOFF || (uint16_t)(v >> TL_OWN_EPOCH_SHIFT) != epoch) {
-		tl_pub_tx_retire(l, c, n); /* that socket is gone: nobody reads the rest */
+		tl_pub_tx_drop(l, c, units); /* that socket is gone: nobody reads the rest */
 		return 0;
 	}
 	__atomic_store_n(w, (v & ~(TL_OWN_STATE | TL_OWN_WANT)) | TL_OWN_LOOP, __ATOMIC_RELEASE);
@@ -169,7 +171,7 @@ int tl_tx_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, cons
 	 * the in-flight buffer is empty: the rest goes there, ahead of what the
 	 * loop collected in out[cur] meanwhile (a pong, a close, later sends). */
 	if (c->dying || c->send_errno || c->send_inflight || ob->len) {
-		tl_pub_tx_retire(l, c, n);
+		tl_pub_tx_drop(l, c, units);
 		if (c->dying)
 			return 1; /* it may have waited for the socket */
 		if (!c->send_errno) /* cannot happen: never splice a frame */
@@ -181,7 +183,7 @@ int tl_tx_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, cons
 	if (ob->cap < n) {
 		uint8_t *np = realloc(ob->p, n);
 		if (!np) {
-			tl_pub_tx_retire(l, c, n);
+			tl_pub_tx_drop(l, c, units);
 			tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory taking a direct send's rest");
 			return 0;
 		}
@@ -190,11 +192,30 @@ int tl_tx_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, cons
 	}
 	memcpy(ob->p, p, n);
 	ob->len = n;
-	ob->units = n;
+	ob->units = units;
 	ob->replies = 0;
 	c->sent_off = 0;
 	c->todo |= TL_DO_FLUSH;
 	return 0;
+}
+
+/* close_grace starts the end of a close handshake whose frames have
+ * crossed, now that our sending side is shut: at the server's FIN (the
+ * recv's end), at its first bytes after its close frame (at once, if they
+ * came already), or TL_CLOSE_GRACE_NS from now, whichever is first; the
+ * deadline's end is clean (tick.c). */
+static void close_grace(struct tl_loop *l, struct tl_conn *c)
+{
+	uint64_t grace = tl_timer_now_ns() + TL_CLOSE_GRACE_NS;
+
+	if (!tl_conn_close_rcvd(c))
+		return;
+	if (c->late_rx) {
+		c->todo |= TL_DO_TEARDOWN;
+		return;
+	}
+	if (!c->deadline_ns || c->deadline_ns > grace)
+		tl_timer_set_deadline(l, c, TL_CLOSE_GRACE_NS);
 }
 
 /* tl_tx_flush: one send per connection at a time keeps bytes in order. */
@@ -224,6 +245,7 @@ void tl_tx_flush(struct tl_loop *l, struct tl_conn *c)
 			 * left: tell the peer we are done writing. */
 			shutdown(c->fd, SHUT_WR);
 			tl_conn_shut_set(c, TL_SHUT_DONE);
+			close_grace(l, c);
 		}
 		tx_release(l, c); /* nothing left to write: Go senders may */
 		return;

@@ -57,10 +57,11 @@ int tl_tx_deferred_ready(struct tl_loop *l);
 /* tl_tx_direct_rest takes the rest of a direct send that Go's write did
  * not finish (TL_CMD_DIRECT; copies p): when c's socket is still in the
  * handoff Go left under epoch, the bytes go out before anything else of
- * c; otherwise (that socket is gone) they are dropped. Their n send units
- * are retired once written or dropped. Returns 1 when c is ending and
+ * c; otherwise (that socket is gone) they are dropped. Their send units
+ * (units: Go's count, ring.h) are retired once written or dropped. Returns 1 when c is ending and
  * may have waited for the socket (the caller runs tl_life_maybe_finish),
  * else 0; a failure is left in c->todo. */
-int tl_tx_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, const uint8_t *p, size_t n);
+int tl_tx_direct_rest(struct tl_loop *l, struct tl_conn *c, uint16_t epoch, const uint8_t *p, size_t n,
+		      uint64_t units);
 
 #endif

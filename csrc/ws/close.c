@@ -34,6 +34,8 @@ int tl_conn_close_frame(struct tl_loop *l, struct tl_conn *c)
 	c->discard = 1; /* nothing after a close frame counts */
 	if (!tl_conn_close_sent(c))
 		tl_conn_send_close(l, c, (uint16_t)code, c->reason, c->reason_len);
+	else if (c->close_queued)
+		tl_conn_tx_cut(l, c); /* ours waited behind data: it goes now, the data nobody reads is dropped */
 	if (c->state != TL_ST_CLOSING)
 		tl_pub_set_state(l, c, TL_ST_CLOSING);
 	if (c->fd < 0) { /* memory connection */
@@ -47,8 +49,17 @@ int tl_conn_close_frame(struct tl_loop *l, struct tl_conn *c)
 	 * its end; a close we started keeps its earlier deadline. */
 	c->todo |= TL_DO_SHUT_WR;
 	if (!c->deadline_ns)
-		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns);
+		tl_timer_set_deadline(l, c, tl_conn_close_timeout(l, c));
 	return TL_FEED_DEAD; /* stop parsing: input is discarded from here */
+}
+
+void tl_conn_late_input(struct tl_conn *c)
+{
+	if (!tl_conn_close_rcvd(c) || c->late_rx)
+		return;
+	c->late_rx = 1;
+	if (c->shut_wr == TL_SHUT_DONE)
+		c->todo |= TL_DO_TEARDOWN;
 }
 
 void tl_conn_on_eof(struct tl_loop *l, struct tl_conn *c)

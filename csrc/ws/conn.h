@@ -63,6 +63,7 @@ struct tl_dial {
 	size_t host_len, path_len, headers_len, protocols_len, server_name_len, ca_file_len, ca_pem_len;
 	int insecure;
 	uint64_t handshake_timeout_ns;
+	uint64_t close_timeout_ns;    /* DialOptions.CloseTimeout, else the loop's */
 	struct tl_tls_dial *tlsx; /* TLS policy (tls_verify.c), NULL for ws:// */
 	struct sockaddr_storage *alt; /* further addresses, tried in order when a connect fails */
 	uint32_t nalt, next_alt;      /* next_alt: the next one to try */
@@ -128,11 +129,20 @@ struct tl_sendq {
 };
 
 struct tl_sqrec {
+	uint64_t units; /* send units the frame carries (ring.h: bytes, plus TL_UNIT_MSG on a message's last frame) */
 	uint32_t len;   /* frame bytes that follow */
-	uint32_t units; /* send units the frame carries */
 	uint8_t fin;    /* the frame ends its message */
-	uint8_t pad[7];
+	uint8_t close;  /* our close frame, queued behind the data accepted before Close */
+	uint8_t pad[2];
 };
+_Static_assert(sizeof(struct tl_sqrec) == 16, "send queue records stay 8-byte aligned");
+
+/* TL_CLOSE_GRACE_NS is how long a connection whose close frames have
+ * crossed (ours written, the server's read, our sending side shut) waits
+ * for the server's FIN before it ends anyway, cleanly: a server whose
+ * writer keeps going after its close frame never sends one. The first
+ * bytes it sends after its close frame end the wait at once. */
+#define TL_CLOSE_GRACE_NS 100000000ull
 
 /* TL_TX_CHUNK bounds how far the collecting out buffer is filled from the
  * send queue: a close frame or a control frame waits behind at most this
@@ -292,6 +302,8 @@ struct tl_conn {
 	struct tl_sendq sq;
 	uint64_t tx_done;     /* send units retired; mirrored to tl_conn_pub.tx_done */
 	uint8_t tx_msg_open;  /* a data message has frames in the out buffers but not its last */
+	uint8_t close_queued; /* our close frame waits in the send queue behind data accepted before it */
+	uint8_t late_rx;      /* bytes came after the server's close frame (the close grace ends at once) */
 	/* reconnect (life.c): these survive the reset between attempts */
 	uint8_t was_open;      /* this attempt reached TL_ST_OPEN */
 	uint8_t rc_stop;       /* Close (or Abort) asked: no more attempts */
@@ -503,7 +515,7 @@ int tl_conn_send_frame(struct tl_loop *l, struct tl_conn *c, int opcode, int fin
  * are retired once the frame is written (at once on a memory connection).
  * Returns 0, or -1 after failing c. */
 int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
-		      uint32_t units);
+		      uint64_t units);
 
 /* tl_conn_tx_refill moves whole frames from the send queue into
  * tl_conn_wbuf while c collects less than TL_TX_CHUNK (nothing before c
@@ -542,6 +554,21 @@ static inline size_t tl_conn_replies(const struct tl_conn *c)
  * nothing): code and up to 123 reason bytes; code 0 or 1005 sends an empty
  * close. Returns as tl_conn_send_frame. */
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen);
+
+/* tl_conn_close_after_queue is a close we start (Conn.Close, Pool.Close):
+ * the close frame goes after every data frame accepted before it, at the
+ * send queue's tail when frames wait there (c->close_queued), else
+ * straight into the collecting buffer. Returns as tl_conn_send_frame. */
+int tl_conn_close_after_queue(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason,
+			      size_t rlen);
+
+/* tl_conn_late_input notes bytes from the server after its close frame:
+ * once our sending side is shut, c ends (TL_DO_TEARDOWN, a clean end),
+ * else it ends as soon as it is (loop/tx.c). */
+void tl_conn_late_input(struct tl_conn *c);
+
+/* tl_conn_close_timeout is c's close timeout: its dial's, else the loop's. */
+uint64_t tl_conn_close_timeout(const struct tl_loop *l, const struct tl_conn *c);
 
 /* tl_outbuf_reserve grows ob by n bytes and returns where they go, or
  * NULL on no memory. */

@@ -540,6 +540,8 @@ int tl_conn_feed(struct tl_loop *l, struct tl_conn *c, const uint8_t *p, size_t 
 	*used = 0;
 	if (c->discard) {
 		*used = n;
+		if (n)
+			tl_conn_late_input(c); /* (only after the server's close frame) */
 		return TL_FEED_OK;
 	}
 	if (c->state == TL_ST_UPGRADING) {

@@ -131,11 +131,11 @@ uint8_t *tl_sendq_reserve(struct tl_sendq *q, size_t n)
 /* sq_push frames and masks one data frame at q's tail. Returns 0 or -1 on
  * no memory. */
 static int sq_push(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
-		   uint32_t units)
+		   uint64_t units)
 {
 	size_t max = sizeof(struct tl_sqrec) + align8(TL_WS_MAX_HDR + n), hl;
 	uint8_t *d = tl_sendq_reserve(&c->sq, max), key[4];
-	struct tl_sqrec r = {.units = units, .fin = (uint8_t)!!fin};
+	struct tl_sqrec r = {.units = units, .fin = (uint8_t)!!fin, .close = opcode == TL_OP_CLOSE};
 
 	if (!d)
 		return -1;
@@ -166,7 +166,12 @@ static int sq_move(struct tl_loop *l, struct tl_conn *c)
 	}
 	memcpy(d, f, r.len);
 	ob->units += r.units;
-	c->tx_msg_open = !r.fin;
+	if (r.close) {
+		ob->replies += r.len; /* as send_reply counts a close frame */
+		c->close_queued = 0;
+	} else {
+		c->tx_msg_open = !r.fin;
+	}
 	q->head += sizeof(r) + align8(r.len);
 	if (sq_empty(q))
 		sq_reset(q);
@@ -174,7 +179,7 @@ static int sq_move(struct tl_loop *l, struct tl_conn *c)
 }
 
 int tl_conn_send_data(struct tl_loop *l, struct tl_conn *c, int opcode, int fin, const uint8_t *p, size_t n,
-		      uint32_t units)
+		      uint64_t units)
 {
 	if (c->fd < 0) { /* a memory connection: nobody to send to */
 		tl_pub_tx_retire(l, c, units);
@@ -204,21 +209,37 @@ int tl_conn_tx_refill(struct tl_loop *l, struct tl_conn *c)
 	return 0;
 }
 
-/* sq_drop empties the send queue, retiring the units of its frames. */
-static void sq_drop(struct tl_loop *l, struct tl_conn *c)
+/* sq_drop empties the send queue, dropping its frames (their units
+ * counted as dropped); our queued close frame, if any, is kept (the only
+ * record left) when keep_close is set. */
+static void sq_drop(struct tl_loop *l, struct tl_conn *c, int keep_close)
 {
 	struct tl_sendq *q = &c->sq;
 	uint64_t units = 0;
+	uint8_t close[sizeof(struct tl_sqrec) + TL_WS_MAX_HDR + 125];
+	size_t close_len = 0;
 
 	while (!sq_empty(q)) {
 		struct tl_sqrec r;
 		memcpy(&r, q->p + q->head, sizeof(r));
+		if (r.close && keep_close && sizeof(r) + r.len <= sizeof(close)) {
+			close_len = sizeof(r) + r.len;
+			memcpy(close, q->p + q->head, close_len);
+		}
 		units += r.units;
 		q->head += sizeof(r) + align8(r.len);
 	}
 	sq_reset(q);
-	if (units)
-		tl_pub_tx_retire(l, c, units);
+	if (!close_len)
+		c->close_queued = 0;
+	else {
+		uint8_t *d = tl_sendq_reserve(q, align8(close_len));
+		if (d)
+			memcpy(d, close, close_len);
+		else
+			c->close_queued = 0; /* no memory: the close frame is lost, the close timeout ends c */
+	}
+	tl_pub_tx_drop(l, c, units);
 }
 
 void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c)
@@ -226,7 +247,12 @@ void tl_conn_tx_cut(struct tl_loop *l, struct tl_conn *c)
 	while (c->tx_msg_open && !sq_empty(&c->sq))
 		if (sq_move(l, c) < 0)
 			return;
-	sq_drop(l, c);
+	sq_drop(l, c, 1);
+	/* Our queued close frame (all that is left) goes now, before the
+	 * sending side ends (tl_tx_shut_wr seals and shuts after what the
+	 * collecting buffer holds, never after the send queue). */
+	if (c->close_queued && sq_move(l, c) < 0)
+		return;
 }
 
 void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
@@ -248,9 +274,8 @@ void tl_conn_tx_drop_all(struct tl_loop *l, struct tl_conn *c)
 	c->tx_pt.replies = 0;
 	if (!c->send_inflight)
 		c->sent_off = 0;
-	if (units)
-		tl_pub_tx_retire(l, c, units);
-	sq_drop(l, c);
+	tl_pub_tx_drop(l, c, units);
+	sq_drop(l, c, 0);
 }
 
 void tl_conn_shut_set(struct tl_conn *c, uint8_t to)
@@ -273,10 +298,25 @@ void tl_conn_close_step(struct tl_conn *c, enum tl_close ev)
 	c->close_hs = (uint8_t)(c->close_hs | ev);
 }
 
+/* close_payload writes a close frame's body to pl (125 bytes): code and up
+ * to 123 reason bytes, nothing for code 0 or 1005. Returns its length. */
+static size_t close_payload(uint8_t pl[125], uint16_t code, const uint8_t *reason, size_t rlen)
+{
+	if (!code || code == 1005)
+		return 0;
+	if (rlen > 123)
+		rlen = 123;
+	pl[0] = (uint8_t)(code >> 8);
+	pl[1] = (uint8_t)code;
+	if (rlen)
+		memcpy(pl + 2, reason, rlen);
+	return 2 + rlen;
+}
+
 int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason, size_t rlen)
 {
 	uint8_t pl[125];
-	size_t n = 0;
+	size_t n;
 
 	if (tl_conn_close_sent(c))
 		return 0;
@@ -286,16 +326,33 @@ int tl_conn_send_close(struct tl_loop *l, struct tl_conn *c, uint16_t code, cons
 	tl_conn_tx_cut(l, c);
 	if (tl_conn_ending(c))
 		return -1;
-	if (code && code != 1005) {
-		if (rlen > 123)
-			rlen = 123;
-		pl[0] = (uint8_t)(code >> 8);
-		pl[1] = (uint8_t)code;
-		if (rlen)
-			memcpy(pl + 2, reason, rlen);
-		n = 2 + rlen;
-	}
+	n = close_payload(pl, code, reason, rlen);
 	return send_reply(l, c, TL_OP_CLOSE, pl, n);
+}
+
+int tl_conn_close_after_queue(struct tl_loop *l, struct tl_conn *c, uint16_t code, const uint8_t *reason,
+			      size_t rlen)
+{
+	uint8_t pl[125];
+	size_t n;
+
+	if (tl_conn_close_sent(c))
+		return 0;
+	if (sq_empty(&c->sq))
+		return tl_conn_send_close(l, c, code, reason, rlen); /* nothing waits: it goes next */
+	tl_conn_close_step(c, TL_CLOSE_SENT);
+	n = close_payload(pl, code, reason, rlen);
+	if (sq_push(l, c, TL_OP_CLOSE, 1, pl, n, 0) < 0) {
+		tl_conn_fail(l, c, TL_E_NOMEM, ENOMEM, 1011, "out of memory queueing a frame");
+		return -1;
+	}
+	c->close_queued = 1;
+	return 0;
+}
+
+uint64_t tl_conn_close_timeout(const struct tl_loop *l, const struct tl_conn *c)
+{
+	return c->dial && c->dial->close_timeout_ns ? c->dial->close_timeout_ns : l->cfg.close_timeout_ns;
 }
 
 void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16_t code, const char *detail)
@@ -315,7 +372,7 @@ void tl_conn_fail(struct tl_loop *l, struct tl_conn *c, int err, int aux, uint16
 		tl_pub_set_state(l, c, TL_ST_CLOSING);
 		c->todo |= TL_DO_FLUSH;
 		/* Give the peer a moment to read our close; then we go. */
-		tl_timer_set_deadline(l, c, l->cfg.close_timeout_ns < 1000000000ull ? l->cfg.close_timeout_ns : 1000000000ull);
+		tl_timer_set_deadline(l, c, tl_conn_close_timeout(l, c) < 1000000000ull ? tl_conn_close_timeout(l, c) : 1000000000ull);
 		return;
 	}
 	c->todo |= TL_DO_TEARDOWN;
