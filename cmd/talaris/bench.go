@@ -32,6 +32,7 @@ type bench struct {
 	idleDur, ordersDur            time.Duration
 	stallBytes                    int64
 	rate, decodeN, decodeRounds   int
+	burstOrders                   int
 	latRounds                     int
 	clientCPU, serverCPU, loopCPU int
 	tlsMode                       string
@@ -64,15 +65,15 @@ func splitSet(s string) map[string]bool {
 func benchMain(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: talaris bench [flags]\n\nRuns decode, ingress, latency and rtt workloads for talaris and the Go peers\n(and the Rust talaris crate when bench/rust-talaris is built) against a feed\nserver in a child process.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: talaris bench [flags]\n\nRuns decode, ingress, latency and rtt workloads for talaris and the Go peers\n(and the Rust talaris crate when bench/rust-talaris is built) against a feed\nserver in a child process.\n\nThe burst workload is opt-in (--workloads burst, or add it to the list; about\n10 s for ws and wss): --burst-orders orders of 64 B sent in bursts of 64 to a\nserver that reads them, by talaris (Conn.SendBatch per burst, and SendBinary\nper order; the first --variants entry), gorilla and coder; the rate, CPU and\nsend syscalls per order, and when each burst's first and last order arrive.\n\n")
 		fs.PrintDefaults()
 	}
 	b := &bench{}
-	workloads := fs.String("workloads", "decode,ingress,latency,rtt,orders,idle", "workloads to run (floor runs with ingress)")
+	workloads := fs.String("workloads", "decode,ingress,latency,rtt,orders,idle", "workloads to run (floor runs with ingress; burst is opt-in, see above)")
 	clients := fs.String("clients", "talaris,gorilla,gobwas,gws,coder,rust,floor", "clients to run")
 	variants := fs.String("variants", "default,block,spin,spin-then-block", "talaris configurations to run: "+variantNames())
 	conns := fs.String("conns", "1,4,16,64", "connection counts for ingress")
-	transports := fs.String("transports", "ws,wss", "ingress transports: ws (64 B frames), wss (256 B frames)")
+	transports := fs.String("transports", "ws,wss", "ingress and burst transports: ws, wss (ingress frames: 64 B on ws, 256 B on wss; burst orders: 64 B on both)")
 	samples := fs.String("sample", "off,64,1", "talaris decode and ingress rows per Config.SampleEvery: off, or N to stamp one completion in N (ingress: the first --variants entry only)")
 	quick := fs.Bool("quick", false, "short run (about 1-2 minutes): conns 1,16, shorter durations")
 	fs.DurationVar(&b.warm, "warmup", 300*time.Millisecond, "warm-up before each measurement")
@@ -83,6 +84,7 @@ func benchMain(args []string) error {
 	fs.DurationVar(&b.idleDur, "idle-duration", 10*time.Second, "idle workload: process CPU measured over this long")
 	fs.Int64Var(&b.stallBytes, "stall-bytes", 1<<30, "orders workload: bytes at most sent to the connection whose peer stopped reading (past its queue, sends get ErrWouldBlock and are retried)")
 	fs.IntVar(&b.rate, "rate", 20000, "latency workload: messages per second")
+	fs.IntVar(&b.burstOrders, "burst-orders", 640000, "burst workload: orders of 64 B in the measured stream (rounded up to whole bursts of 64)")
 	fs.IntVar(&b.decodeN, "decode-n", 100000, "decode workload: messages per round")
 	fs.IntVar(&b.decodeRounds, "decode-rounds", 11, "decode workload: rounds per client, interleaved across the in-process clients (each one's best is reported)")
 	fs.IntVar(&b.latRounds, "lat-rounds", 5, "latency and rtt workloads: rounds per client, interleaved across the in-process clients, each of 1/N of the duration after its own warm-up (the rounds' samples are merged)")
@@ -138,6 +140,9 @@ func benchMain(args []string) error {
 			return fmt.Errorf("bad --conns %q", *conns)
 		}
 		b.conns = append(b.conns, n)
+	}
+	if b.burstOrders < 1 {
+		return fmt.Errorf("bad --burst-orders %d", b.burstOrders)
 	}
 	b.cmdline = "talaris bench " + strings.Join(args, " ")
 	b.startedAt = time.Now()
@@ -238,6 +243,9 @@ func summaryOf(r *Result) string {
 		return s
 	case "idle":
 		return fmt.Sprintf("CPU %.2f %% of one core (%.1f ms in %.1f s)", idlePct(*r), r.CPUSecs*1e3, r.Secs)
+	case "burst":
+		return fmt.Sprintf("%7.3f M/s %6.3f CPU-us/frame %6.3f syscalls/frame | last-of-64 p50 %.1f us (isolated), %.1f us (loaded)",
+			r.FramesPerSec/1e6, r.CPUPerM, r.SyscallsPerFrame, r.LastP50, r.LoadedLastP50)
 	default:
 		return fmt.Sprintf("p50 %7.1f  p99 %8.1f  p99.9 %8.1f  max %8.1f us (n=%d) CPU %.1f us/sample", r.P50, r.P99, r.P999, r.Max, r.Count, cpuPerSample(*r))
 	}
@@ -490,6 +498,42 @@ func (b *bench) plan() []job {
 				j.label, j.client = "orders "+p.name, p.name
 				j.run = func() (Result, error) { return b.peerOrders(p) }
 				add(j)
+			}
+		}
+	}
+	if b.workloads["burst"] {
+		for _, tr := range []string{"ws", "wss"} {
+			if !b.transports[tr] || tr == "wss" && (b.tlsMode == "off" || !b.feed.TLSActive) {
+				continue
+			}
+			tlsOn := tr == "wss"
+			base := job{workload: "burst", transport: tr, size: orderSize, conns: 1}
+			lbl := fmt.Sprintf("burst %s %d x %d B ", tr, b.burstOrders, orderSize)
+			if want("talaris") && len(tvs) > 0 {
+				// The first --variants entry only ("talaris/<send>" for
+				// the default, "talaris/<variant>/<send>" otherwise).
+				v, name := tvs[0], "talaris/"
+				if v.name != "default" {
+					name += v.name + "/"
+				}
+				for _, batch := range []bool{true, false} {
+					j := base
+					j.client = name + "SendBinary"
+					if batch {
+						j.client = name + "SendBatch"
+					}
+					j.label = lbl + j.client
+					j.run = func() (Result, error) { return b.talBurst(v, batch, tlsOn) }
+					add(j)
+				}
+			}
+			for _, p := range goPeers {
+				if want(p.name) && burstPeers[p.name] {
+					j := base
+					j.label, j.client = lbl+p.name, p.name
+					j.run = func() (Result, error) { return b.peerBurst(p, tlsOn) }
+					add(j)
+				}
 			}
 		}
 	}

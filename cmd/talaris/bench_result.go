@@ -6,7 +6,7 @@ import "github.com/HdrHistogram/hdrhistogram-go"
 
 // Result is one measured run.
 type Result struct {
-	Workload  string  `json:"workload"` // decode, ingress, latency, rtt
+	Workload  string  `json:"workload"` // decode, ingress, latency, rtt, orders, idle, burst
 	Client    string  `json:"client"`   // talaris/<wait>, gorilla, gobwas, gws, coder, rust-talaris[/spin], floor
 	Transport string  `json:"transport,omitempty"`
 	Size      int     `json:"size,omitempty"`
@@ -52,6 +52,19 @@ type Result struct {
 	// threads, the busiest of them or the pump).
 	CeilingFPS float64 `json:"ceiling_frames_per_s,omitempty"`
 	Crate      string  `json:"crate,omitempty"` // the Rust client: "talaris <version>"
+	// The burst workload (bench_burst.go): the stream's send syscalls per
+	// order (write-type ones of every thread, /proc/self/io syscw, plus
+	// talaris' direct send(2) calls), and in microseconds from a burst's
+	// start to the sink's arrival of its first and last order: over the
+	// Count isolated bursts (First*, Last*) and the stream's (Loaded*).
+	SyscallsPerFrame float64 `json:"syscalls_per_frame,omitempty"`
+	FirstP50         float64 `json:"first_of_64_p50_us,omitempty"`
+	FirstP99         float64 `json:"first_of_64_p99_us,omitempty"`
+	LastP50          float64 `json:"last_of_64_p50_us,omitempty"`
+	LastP99          float64 `json:"last_of_64_p99_us,omitempty"`
+	LoadedFirstP50   float64 `json:"loaded_first_of_64_p50_us,omitempty"`
+	LoadedLastP50    float64 `json:"loaded_last_of_64_p50_us,omitempty"`
+	LoadedLastP99    float64 `json:"loaded_last_of_64_p99_us,omitempty"`
 }
 
 func (r *Result) finish() {

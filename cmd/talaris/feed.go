@@ -54,6 +54,11 @@ import (
 //	/stall?ms=T
 //	    Reads nothing after the upgrade (the client's sends fill the socket),
 //	    then closes after T ms (default 60000).
+//	/sink
+//	    Reads every data message: the burst workload's orders (bench_burst.go),
+//	    counted, with the arrival of each burst's first and last order stamped
+//	    by CLOCK_MONOTONIC. A data message shorter than an order's header is
+//	    answered with the record so far (sinkStats.appendReport).
 //	anything else
 //	    A ticker: a JSON text message {"seq":i,"ts":ns} every 1/rate s
 //	    (rate default 2), and every data message echoed.
@@ -161,6 +166,8 @@ func serveFeedConn(c net.Conn) {
 		feedPaced(c, fr, max(qint("size", 64), 16), max(qint("rate", 20000), 1), max(qint("batch", 1), 1), q.Get("sub") == "1")
 	case "/stall":
 		time.Sleep(time.Duration(max(qint("ms", 60000), 0)) * time.Millisecond)
+	case "/sink":
+		feedSink(c, fr)
 	case "/echo":
 		for {
 			op, p, err := fr.next()
@@ -182,6 +189,30 @@ func drain(c net.Conn, fr *frameReader) {
 	for {
 		if _, _, err := fr.next(); err != nil {
 			c.Close()
+			return
+		}
+	}
+}
+
+// sinkOrders counts the orders every /sink connection of this process
+// read, added as the connection ends (the tests count with it).
+var sinkOrders atomic.Uint64
+
+// feedSink reads the client's orders until it leaves, answering each
+// report request with the record so far.
+func feedSink(c net.Conn, fr *frameReader) {
+	var s sinkStats
+	defer func() { sinkOrders.Add(s.orders) }()
+	for {
+		_, p, err := fr.next()
+		if err != nil {
+			return
+		}
+		if len(p) >= orderHdr {
+			s.order(p)
+			continue
+		}
+		if _, err := c.Write(ws.AppendFrame(nil, true, ws.OpBinary, s.appendReport(nil))); err != nil {
 			return
 		}
 	}

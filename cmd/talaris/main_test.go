@@ -320,3 +320,52 @@ func TestBenchFloorTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBurst runs the burst workload briefly (6400 orders over ws://)
+// for each of its clients and checks that the sink read every order, by
+// its own count (sinkOrders) as well as by the report the client checks,
+// and that every figure of the row was measured.
+func TestBenchBurst(t *testing.T) {
+	addr := startTestFeed(t)
+	b := &bench{burstOrders: 6400, loopCPU: -1, clientCPU: -1, feed: &feedProc{WS: addr}}
+	stream, iso := b.burstCounts()
+	want := uint64(stream+iso) * burstLen
+	peer := func(name string) goPeer {
+		for _, p := range goPeers {
+			if p.name == name {
+				return p
+			}
+		}
+		t.Fatalf("no Go peer %s", name)
+		return goPeer{}
+	}
+	for _, tc := range []struct {
+		name string
+		run  func() (Result, error)
+	}{
+		{"talaris/SendBatch", func() (Result, error) { return b.talBurst(variant("default"), true, false) }},
+		{"talaris/SendBinary", func() (Result, error) { return b.talBurst(variant("default"), false, false) }},
+		{"gorilla", func() (Result, error) { return b.peerBurst(peer("gorilla"), false) }},
+		{"coder", func() (Result, error) { return b.peerBurst(peer("coder"), false) }},
+	} {
+		before := sinkOrders.Load()
+		r, err := tc.run()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		// The sink adds its count when the client's connection ends.
+		for end := time.Now().Add(5 * time.Second); sinkOrders.Load()-before < want && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+		if got := sinkOrders.Load() - before; got != want {
+			t.Fatalf("%s: the sink read %d orders, want %d (%d bursts of %d and %d isolated ones)", tc.name, got, want, stream, burstLen, iso)
+		}
+		if r.Frames != 6400 || r.Count != int64(iso) || r.Secs <= 0 || r.FramesPerSec <= 0 || r.CPUPerM <= 0 || r.SyscallsPerFrame <= 0 ||
+			r.FirstP50 <= 0 || r.FirstP99 < r.FirstP50 || r.LastP50 < r.FirstP50 || r.LastP99 < r.LastP50 ||
+			r.LoadedFirstP50 <= 0 || r.LoadedLastP50 <= 0 || r.LoadedLastP99 < r.LoadedLastP50 {
+			t.Fatalf("%s: a figure missing: %+v", tc.name, r)
+		}
+		t.Logf("%s: %.3f M frames/s, %.3f CPU-us/frame, %.3f syscalls/frame, first/last-of-64 p50 %.1f/%.1f us, loaded last p50 %.1f us; %s",
+			tc.name, r.FramesPerSec/1e6, r.CPUPerM, r.SyscallsPerFrame, r.FirstP50, r.LastP50, r.LoadedLastP50, r.Note)
+	}
+}

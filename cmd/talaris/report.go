@@ -119,6 +119,38 @@ func (b *bench) markdownTables() string {
 		}
 		s.WriteString("\n")
 	}
+	if rs := by("burst"); len(rs) > 0 {
+		stream, iso := b.burstCounts()
+		fmt.Fprintf(&s, "### burst: %d orders of %d B in bursts of %d, sent back to back to a server in another process that reads them (the feed's /sink), after %d isolated bursts (%d orders more)\n\n",
+			stream*burstLen, orderSize, burstLen, iso, iso*burstLen)
+		fmt.Fprintf(&s, "One connection per row. talaris (the zero Config, or the variant its client name shows; a goroutine in its pump, as a user has) sends a burst with one `Conn.SendBatch` (SendBatch rows) "+
+			"or with `SendBinary` per order (SendBinary rows); gorilla with `WriteMessage` and coder with `Write` per order. "+
+			"The stream's bursts follow each other as fast as the client accepts them: frames/s is its orders over the time from its first burst's start "+
+			"to the server's arrival of its last order; CPU (the whole client process, getrusage; for talaris also its loop thread) and send syscalls "+
+			"are counted from that start until the client handed the last order to the kernel (talaris: `Conn.Flush` returned). "+
+			"Send syscalls per frame = write-type syscalls of every thread (/proc/self/io syscw: write(2) and writev(2), which the Go peers send with, "+
+			"and eventfd writes that wake talaris' loop) + talaris' direct send(2) calls (sendto, not in syscw; from its direct-send counters); "+
+			"the sends talaris' loop submits to io_uring are no syscalls of their own and its io_uring_enter calls are not counted. "+
+			"Latency, in microseconds: from a burst's start (read just before its first send) to the server's arrival of its first and of its last order, "+
+			"both clocks CLOCK_MONOTONIC (one clock for both processes); isolated: %d bursts before the stream, each sent on an idle connection "+
+			"(the previous one flushed and %v of quiet); loaded: the stream's bursts, which queue behind the ones before. "+
+			"Server CPU is the reading server process's, in %% of one core, over the stream.\n\n", iso, burstGap)
+		s.WriteString("| transport | client | frames/s | CPU us / frame | loop thread us / frame | send syscalls / frame | first-of-64 p50 / p99 | last-of-64 p50 / p99 | loaded last-of-64 p50 / p99 | server CPU % |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rs {
+			if r.Err != "" {
+				fmt.Fprintf(&s, "| %s | %s | %s | | | | | | | |\n", r.Transport, r.Client, errCell(r))
+				continue
+			}
+			srv := 0.0
+			if r.Secs > 0 {
+				srv = 100 * r.ServerCPUSecs / r.Secs
+			}
+			fmt.Fprintf(&s, "| %s | %s | %s | %.3f | %s | %.3f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %s |\n", r.Transport, r.Client,
+				fmtRate(r.FramesPerSec), r.CPUPerM, fmtF(r.LoopPerM, 3), r.SyscallsPerFrame, r.FirstP50, r.FirstP99, r.LastP50, r.LastP99,
+				r.LoadedLastP50, r.LoadedLastP99, fmtF(srv, 0))
+		}
+		s.WriteString("\n")
+	}
 	if rs := by("idle"); len(rs) > 0 {
 		fmt.Fprintf(&s, "### idle: process CPU (getrusage) with one open, quiet connection and a goroutine waiting in the pump (Go peers: in a read), over %v\n\n", b.idleDur)
 		s.WriteString("| client | CPU % of one core | CPU ms |\n|---|---:|---:|\n")
@@ -289,7 +321,34 @@ func (b *bench) targets() string {
 	}
 	b.throughputTargets(row, isDefault)
 	b.samplingTargets(row)
+	b.burstTargets(row)
 	return s.String()
+}
+
+// burstTargets adds the burst rows, per transport: the stream's rate of
+// talaris' SendBatch and SendBinary loop against gorilla's, and the
+// isolated bursts' last-of-64 latency of SendBatch against gorilla's.
+func (b *bench) burstTargets(row func(target, value string, ok, have bool)) {
+	for _, tr := range []string{"ws", "wss"} {
+		g := b.findResult("burst", "gorilla", tr, 1)
+		if g == nil || g.FramesPerSec == 0 {
+			continue
+		}
+		for _, t := range []struct {
+			client string
+			want   float64
+		}{{"talaris/SendBatch", 2.5}, {"talaris/SendBinary", 0.9}} {
+			if r := b.findResult("burst", t.client, tr, 1); r != nil {
+				row(fmt.Sprintf("burst %s %s frames/s >= %.1fx gorilla", tr, t.client, t.want),
+					fmt.Sprintf("%s / %s = %.2fx", fmtRate(r.FramesPerSec), fmtRate(g.FramesPerSec), r.FramesPerSec/g.FramesPerSec),
+					r.FramesPerSec >= t.want*g.FramesPerSec, r.FramesPerSec > 0)
+			}
+		}
+		if r := b.findResult("burst", "talaris/SendBatch", tr, 1); r != nil && g.LastP50 > 0 {
+			row(fmt.Sprintf("burst %s last-of-64 p50 talaris/SendBatch <= 0.3x gorilla", tr),
+				fmt.Sprintf("%.1f us / %.1f us = %.2fx", r.LastP50, g.LastP50, r.LastP50/g.LastP50), r.LastP50 <= 0.3*g.LastP50, r.LastP50 > 0)
+		}
+	}
 }
 
 // findResult returns the successful row of workload w for client (for
