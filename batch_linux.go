@@ -7,9 +7,15 @@ package talaris
 // when the socket may be written directly, else as command records the
 // loop collects and flushes once, at the batch's last record.
 
+/*
+#include "csrc/talaris.h"
+*/
+import "C"
+
 import (
 	"crypto/rand"
 	"fmt"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/talaris-go/talaris/ws"
@@ -62,6 +68,11 @@ func (c Conn) sendBatch(op Opcode, msgs [][]byte) error {
 		}
 		return err
 	}
+	if p.cfg.Tuning.InlineLoop {
+		if err := sh.inlineBatchFits(msgs, p.maxRecord()); err != nil {
+			return c.unadmit(units, err)
+		}
+	}
 	if p.stampSends {
 		p.noteSend(sh, nanotime())
 	}
@@ -69,6 +80,44 @@ func (c Conn) sendBatch(op Opcode, msgs [][]byte) error {
 		return c.unadmit(units, err)
 	}
 	return nil
+}
+
+// errBatchTooBig is a batch an inline loop's command ring can never hold
+// at once, sent from another goroutine than the loop's.
+var errBatchTooBig = fmt.Errorf("%w: the batch is larger than the inline loop's command ring (Config.Tuning.InlineLoop): split it", ErrInvalidConfig)
+
+// inlineBatchFits checks, on an inline loop's shard and before any record
+// of the batch is put, that all of them fit the command ring now: on
+// another goroutine than the loop's nobody drains the ring until that
+// goroutine runs the loop, so a batch that had to wait for room would
+// hold sendMu (and every Close, Abort and Dial of the shard) and could be
+// cut by a Pool.Close half-published. Only sendMu holders add records and
+// the loop only frees room, so room found here stays. On the loop's own
+// goroutine reserve runs the loop for room, and any batch goes. Returns
+// errRingFull (SendContext-like callers wait on the ring) or
+// errBatchTooBig. Called with sendMu held.
+func (p *shard) inlineBatchFits(msgs [][]byte, maxr int) error {
+	need, big := uint64(0), 0
+	for _, m := range msgs {
+		for n := len(m); ; n -= maxr {
+			need += cmdHdr + (uint64(min(n, maxr))+15)&^15
+			big = max(big, min(n, maxr))
+			if n <= maxr {
+				break
+			}
+		}
+	}
+	need += cmdHdr + (uint64(big)+15)&^15 // the padding of one wrap at most
+	if p.tail+need-atomic.LoadUint64(p.cmdHead) <= p.cmdSize {
+		return nil
+	}
+	if p.p.runInline(C.TL_INLINE_NOWAIT) {
+		return nil // the loop's goroutine (it just ran the loop): reserve makes room as it goes
+	}
+	if need > p.cmdSize {
+		return errBatchTooBig
+	}
+	return errRingFull
 }
 
 // putBatchLocked appends msgs as the records of a batch: each message as

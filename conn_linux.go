@@ -110,8 +110,9 @@ func (c Conn) directSends() (sends, handoffs uint64) {
 	return sends, handoffs
 }
 
-// inGap reports whether c waits to reconnect (from its EventReconnecting
-// until the next open): sends then return ErrWouldBlock. Call after live.
+// inGap reports whether c waits to reconnect (from the teardown before
+// its EventReconnecting until the next open): sends then return
+// ErrReconnecting. Call after live.
 func (c Conn) inGap() bool {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.p.pub[c.slot].gap))) != 0
 }

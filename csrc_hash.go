@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0xc3a386ba5e920346
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x343092d3976ca398
 import "C"
 
-const csrcHash = "c3a386ba5e920346"
+const csrcHash = "343092d3976ca398"

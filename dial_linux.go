@@ -73,7 +73,8 @@ func (p *Pool) allocSlot(refs int32) (uint32, uint32, error) {
 	sh.lockSend()
 	p.txAcc[s].Store(0)
 	p.txFull[s].Store(0)
-	p.dropSeen[s] = 0
+	p.dropSeen[s].Store(0)
+	p.flushDrops[s].Store(0)
 	p.rcPolicy[s].Store(false)
 	d := &p.direct[s]
 	d.sends.Store(0)

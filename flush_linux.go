@@ -45,7 +45,6 @@ func (c Conn) flush(ctx context.Context) error {
 		return c.endErr()
 	}
 	target := p.txAcc[c.slot].Load()
-	drops := c.dropped()
 	sh.sendMu.Unlock()
 	done := func() bool {
 		return atomic.LoadUint64((*uint64)(unsafe.Pointer(&p.pub[c.slot].tx_done))) >= target
@@ -69,9 +68,12 @@ func (c Conn) flush(ctx context.Context) error {
 		return err
 	}
 	// tx_dropped is stored before tx_done (tl_pub_tx_drop): a drop among
-	// the units we waited for is visible now.
-	if c.dropped() != drops {
-		n := (c.dropped() - drops) / unitMsg
+	// the units we waited for is visible now. Every drop since the slot's
+	// dial that no Flush reported yet was of a message accepted before
+	// this call: it is reported once, here.
+	if cur, prev := c.dropped(), p.flushDrops[c.slot].Load(); cur != prev {
+		p.flushDrops[c.slot].CompareAndSwap(prev, cur)
+		n := (cur - prev) / unitMsg
 		if c.inGap() {
 			return fmt.Errorf("%w: %d queued messages dropped", ErrReconnecting, n)
 		}
@@ -104,7 +106,5 @@ func (c Conn) endErr() error {
 // EventReconnecting) and remembers the count. Pump goroutine only.
 func (p *Pool) dropsSince(slot uint32) uint64 {
 	n := atomic.LoadUint64((*uint64)(unsafe.Pointer(&p.pub[slot].tx_dropped))) / unitMsg
-	d := n - p.dropSeen[slot]
-	p.dropSeen[slot] = n
-	return d
+	return n - p.dropSeen[slot].Swap(n)
 }

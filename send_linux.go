@@ -35,10 +35,14 @@ type sendAdmission struct {
 	// handle exists).
 	rcPolicy []atomic.Bool
 	// Per slot: tx_dropped's messages the pump has reported in an Event
-	// (dropsSince; pump goroutine only, reset with the slot).
-	dropSeen  []uint64
-	direct    []directSlot // direct sends (direct_linux.go)
-	maxDirect int          // largest direct message; -1 with testhook.Knobs.NoDirectSend
+	// (dropsSince; written by the pump, reset with the slot by a dial:
+	// atomic, since what orders the two goes through the C rings).
+	dropSeen []atomic.Uint64
+	// Per slot: tx_dropped when a Flush last reported drops (reset with
+	// the slot): a Flush reports the drops since.
+	flushDrops []atomic.Uint64
+	direct     []directSlot // direct sends (direct_linux.go)
+	maxDirect  int          // largest direct message; -1 with testhook.Knobs.NoDirectSend
 }
 
 // Send units (csrc/ring.h): a message counts its payload bytes plus
@@ -389,7 +393,9 @@ func (c Conn) putChunksLocked(cmd uint8, op Opcode, b []byte, more uint8) error 
 			}
 			flags |= more
 		}
-		if err := sh.putRecord(cmd, flags, 0, c.slot, c.gen, chunk, first && cmd == cmdSend); err != nil {
+		// Once its first fragment is in, a message goes in whole, also if
+		// Pool.Close begins meanwhile (rest), as a batch does.
+		if err := sh.putRecordPre(cmd, flags, 0, c.slot, c.gen, nil, chunk, !first && cmd == cmdSend, first && cmd == cmdSend); err != nil {
 			return err
 		}
 		b = b[len(chunk):]

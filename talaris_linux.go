@@ -304,11 +304,11 @@ func newPool(cfg Config) (*Pool, error) {
 	if d.Tuning.ReplySpin > 0 && (d.loopWait == WaitAdaptive || d.consumerWait == WaitAdaptive) {
 		p.replySpin = int64(d.Tuning.ReplySpin)
 		// An inline loop's pump spins for the answer inside the loop
-		// (loop.c, reply_spin), not in Go.
+		// (loop/wait.c, reply_spin), not in Go.
 		p.pumpReply = d.consumerWait == WaitAdaptive && !d.Tuning.InlineLoop
 	}
 	// The loop's batched wait (Config.Tuning.MinWait) stops at a send, so sends
-	// are stamped for it too (loop.c, batch_gate).
+	// are stamped for it too (loop/wait.c, batch_gate).
 	p.stampSends = p.replySpin != 0 || d.Tuning.MinWait > 0
 	p.start = time.Now()
 	if d.SampleEvery != 0 {
@@ -349,7 +349,8 @@ func newPool(cfg Config) (*Pool, error) {
 	p.txFull = make([]atomic.Uint64, d.MaxConns)
 	p.userClosed = make([]atomic.Uint32, d.MaxConns)
 	p.rcPolicy = make([]atomic.Bool, d.MaxConns)
-	p.dropSeen = make([]uint64, d.MaxConns)
+	p.dropSeen = make([]atomic.Uint64, d.MaxConns)
+	p.flushDrops = make([]atomic.Uint64, d.MaxConns)
 	p.direct = make([]directSlot, d.MaxConns)
 	if !d.NoDirectSend {
 		p.maxDirect = min(directMax, p.maxRecord()-wsMaxHdr)
@@ -464,8 +465,9 @@ func (p *Pool) close() error {
 	// A producer inside sendMu finishes its records (a batch goes in
 	// whole, rest): once each lock has been taken and let go, everything
 	// accepted is in the rings, and the loop runs it before it starts to
-	// shut down (loop_top). An inline loop runs its commands when
-	// tl_loop_stop runs it.
+	// shut down (loop_top). An inline loop's tl_loop_stop runs its
+	// commands the same way; a batch there is never half-put (SendBatch
+	// checks it fits first: inlineBatchFits).
 	if !p.cfg.Tuning.InlineLoop {
 		for _, sh := range p.shards {
 			sh.sendMu.Lock()

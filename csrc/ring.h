@@ -41,9 +41,10 @@ enum {
 	TL_EV_RECONNECTING = 8,
 };
 
-/* Error causes carried in tl_event.err and tl_conn_pub.err; the cgo binding
- * (talaris_linux.go) maps them to the error sentinels of the exported API
- * (talaris.go). aux refines some of them. */
+/* Error causes carried in tl_event.err and tl_conn_pub.err; errors.go
+ * mirrors them by number (cErr*, checked against these values at compile
+ * time in talaris_linux.go) and maps them to the exported error sentinels.
+ * aux refines some of them. */
 enum {
 	TL_E_NONE = 0,
 	TL_E_DIAL = 1,          /* aux = errno of connect/socket */

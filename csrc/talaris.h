@@ -46,38 +46,40 @@ struct tl_config {
 	uint64_t close_timeout_ns;
 	uint64_t max_send_queue;
 	uint32_t sample_every;    /* stamp one receive completion in this many; 0: off */
-	/* Config.NoRecvBundle (off): open connections' multishot recvs are bundles
-	 * (IORING_RECVSEND_BUNDLE: one completion over several buffers) when
-	 * the kernel has them (6.10+); 0: one buffer per completion. */
+	/* testhook.Knobs.NoRecvBundle (off): open connections' multishot recvs
+	 * are bundles (IORING_RECVSEND_BUNDLE: one completion over several
+	 * buffers) when the kernel has them (6.10+); 0: one buffer per
+	 * completion. */
 	uint32_t recv_bundle;
-	/* Receive fairness (Config.MaxConnPendingEvents/Bytes): a connection
-	 * with this many events, or this many payload bytes, published and not
-	 * yet passed by the pump is held (stalled) until the pump passes some
-	 * of them, so a flood queues at most this much ahead of another
-	 * connection's message. 0: no limit (the Decoder). */
+	/* Receive fairness (testhook.Knobs.MaxConnPendingEvents/Bytes): a
+	 * connection with this many events, or this many payload bytes,
+	 * published and not yet passed by the pump is held (stalled) until the
+	 * pump passes some of them, so a flood queues at most this much ahead
+	 * of another connection's message. 0: no limit (the decoder). */
 	uint32_t conn_max_events;
-	/* Config.InlineLoop: no loop thread; tl_loop_new sets the ring up on
-	 * the calling thread, which alone runs the loop (tl_loop_inline_run). */
+	/* Config.Tuning.InlineLoop: no loop thread; tl_loop_new sets the ring
+	 * up on the calling thread, which alone runs the loop
+	 * (tl_loop_inline_run). */
 	uint32_t inline_loop;
 	uint64_t conn_max_bytes;
-	/* Config.ReplySpin (TL_WAIT_ADAPTIVE only; 0: off): after Go sends
+	/* Config.Tuning.ReplySpin (TL_WAIT_ADAPTIVE only; 0: off): after Go sends
 	 * (tl_cmdring.sent_ns), the loop spins up to this long past the send
 	 * for the answer's completion instead of sleeping, while answers
 	 * have been coming within it. */
 	uint64_t reply_spin_ns;
-	/* Config.NoTLSRecordLayer (off) and Config.TLSLibraryGCM: TLS 1.3
+	/* Config.Tuning.NoTLSRecordLayer and NoOwnGCM (both off): TLS 1.3
 	 * AES-GCM connections' records are opened by our own record layer
-	 * (tlsrec.h) once the library has read the first application data,
-	 * with our AES-GCM (gcm.h) where the CPU runs it (TL_TLSREC_ON) or
-	 * the library's (TL_TLSREC_LIB_GCM); TL_TLSREC_OFF: SSL_read
-	 * throughout. */
+	 * (transport/tlsrec.h) once the library has read the first application
+	 * data, with our AES-GCM (crypto/gcm.h) where the CPU runs it
+	 * (TL_TLSREC_ON) or the library's (TL_TLSREC_LIB_GCM); TL_TLSREC_OFF:
+	 * SSL_read throughout. */
 	uint32_t tls_record_layer;
-	/* Config.MinWaitCompletions: the batched wait (min_wait_ns) waits for
-	 * this many completions (at least 2). */
+	/* testhook.Knobs.MinWaitCompletions: the batched wait (min_wait_ns)
+	 * waits for this many completions (at least 2). */
 	uint32_t min_wait_nr;
-	/* Config.MinWait (0: off): while a flood streams in, the loop's wait
-	 * asks the kernel (IORING_FEAT_MIN_TIMEOUT, 6.12+) to wait up to this
-	 * long for min_wait_nr completions before it takes what came
+	/* Config.Tuning.MinWait (0: off): while a flood streams in, the loop's
+	 * wait asks the kernel (IORING_FEAT_MIN_TIMEOUT, 6.12+) to wait up to
+	 * this long for min_wait_nr completions before it takes what came
 	 * (loop/wait.c, wait_batched). */
 	uint64_t min_wait_ns;
 	/* Tuning.Prefault: populate the arena and the receive slots at setup
@@ -93,7 +95,7 @@ struct tl_config {
  * that soon): a third of the reply spin. */
 #define TL_PRESEND(cfg) ((cfg)->reply_spin_ns / 3)
 
-/* tl_pool_stats mirrors talaris.PoolStats and the counters of
+/* tl_pool_stats mirrors testhook.PoolStats and the counters of
  * talaris.Metrics (C writes with relaxed atomics; pump_sleeps is Go's).
  * msgs and bytes are counted loop-locally per message and stored here once
  * per published batch. */
@@ -104,20 +106,20 @@ struct tl_pool_stats {
 	uint64_t wire_bytes;   /* bytes the recvs delivered (TLS records and frame headers included) */
 	uint64_t sendq_full;   /* reads held back because a connection's own replies (pongs, close) passed max_send_queue */
 	uint64_t fair_holds;   /* connections held at their conn_max_events / conn_max_bytes (also counted in stalls) */
-	uint64_t tls_records;  /* TLS application-data records opened by our record layer (tlsrec.h), not SSL_read */
+	uint64_t tls_records;  /* TLS application-data records opened by our record layer (transport/tlsrec.h), not SSL_read */
 	uint64_t min_waits;    /* the loop's waits that were batched (cfg.min_wait_ns; loop/wait.c, wait_batched) */
-	uint64_t tls_records_gcm; /* those of tls_records opened with our AES-GCM (gcm.h), not the library's */
+	uint64_t tls_records_gcm; /* those of tls_records opened with our AES-GCM (crypto/gcm.h), not the library's */
 	uint64_t recv_revived; /* armed recvs the kernel left silent on a ready socket, cancelled and re-armed (loop/probe.c, tl_loop_probe_recvs) */
 	uint64_t send_dropped; /* messages accepted for sending that never reached a socket (tl_pub_tx_drop) */
 };
 
 struct tl_loop;
 
-/* tl_gcm_selftest_failed (gcm.h): 1 when the own AES-GCM's power-on
+/* tl_gcm_selftest_failed (crypto/gcm.h): 1 when the own AES-GCM's power-on
  * self-test failed and the library's AES-GCM opens every record. */
 int tl_gcm_selftest_failed(void);
 
-/* tl_gcm_supported (gcm.h): 1 when this CPU runs the own AES-GCM, its
+/* tl_gcm_supported (crypto/gcm.h): 1 when this CPU runs the own AES-GCM, its
  * self-test (run by the first call) passed and it outran the library's,
  * else 0. tl_gcm_library_faster: 1 when only the speed race ruled it out. */
 int tl_gcm_supported(void);

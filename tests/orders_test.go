@@ -5,6 +5,7 @@ package talaris_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -508,4 +509,78 @@ func TestClosePrompt(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestFlushAfterReconnectDrop: orders queued to a server that does not
+// read, then a reset: the reconnect drops them (EventReconnecting's
+// SendDropped counts them) and a Flush called after the drop (in the gap,
+// or once the next connection is open) reports it instead of nil; the
+// next Flush, with nothing new dropped, returns nil.
+func TestFlushAfterReconnectDrop(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, useTLS bool) {
+		var conns sync.Mutex
+		n := 0
+		reset := make(chan struct{})
+		srv := wstest.NewRaw(func(c *wstest.RawConn) {
+			conns.Lock()
+			n++
+			first := n == 1
+			conns.Unlock()
+			if first {
+				<-reset // read nothing, then reset
+				c.Reset()
+				return
+			}
+			for {
+				if _, _, err := c.ReadMessage(); err != nil {
+					return
+				}
+			}
+		})
+		opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
+		if opts == nil {
+			opts = &talaris.DialOptions{}
+		} else {
+			o := *opts
+			opts = &o
+		}
+		opts.Reconnect = &talaris.ReconnectPolicy{MinDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond}
+		p := newTestPool(t, talaris.Config{MaxSendQueue: 64 << 20}, hangGuard)
+		ctx, cancel := dialCtx(t)
+		defer cancel()
+		c, err := p.Dial(ctx, srv.URL, opts)
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+		next := 0
+		saturate(t, c, &next, 64<<10)
+		close(reset)
+		var dropped uint64
+		reopened := false
+		pumpUntil(t, p, func(cc talaris.Conn, ev talaris.Event) {
+			switch ev.Kind {
+			case talaris.EventReconnecting:
+				dropped += ev.SendDropped
+			case talaris.EventOpen:
+				reopened = ev.Reconnects > 0 // (the first open's event comes first)
+			case talaris.EventClose, talaris.EventError:
+				t.Fatalf("final event %+v: the handle should reconnect", ev)
+			}
+		}, func() bool { return reopened }, nil)
+		if dropped == 0 {
+			t.Fatalf("EventReconnecting reported no dropped orders (stats %+v)", c.Stats())
+		}
+		err = c.Flush(ctx)
+		if err == nil || !strings.Contains(err.Error(), "dropped") {
+			t.Fatalf("Flush after %d orders were dropped by the reconnect: %v, want an error that says so", dropped, err)
+		}
+		t.Logf("Flush after the drop: %v", err)
+		if err := c.SendText([]byte(`{"resend":1}`)); err != nil {
+			t.Fatalf("SendText on the new connection: %v", err)
+		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatalf("Flush with nothing dropped since: %v", err)
+		}
+		closeAndWait(t, p, c)
+	})
 }

@@ -31,10 +31,11 @@ struct tl_evmeta {
  * 4096 rather than 1024: a pump that catches up with a 1024-event batch
  * sleeps before the next one is ready (the loop takes about 50 us per
  * 1024 ws events, longer than the pump's SpinTime), and each sleep costs
- * the loop a futex wake. Measured (docs/ARCHITECTURE.md, "Rings and
- * wake-ups"): pump sleeps per 1000 messages 0.42-0.66 -> 0.14-0.36 at
- * 1-64 connections. Only batches this long wait for it: a message at a
- * low rate is published at the end of its completion batch as before. */
+ * the loop a futex wake. Measured (docs/notes/2026-12-per-message-cost.md,
+ * "Second pass (decode2)"): pump sleeps per 1000 messages 0.42-0.66 ->
+ * 0.14-0.36 at 1-64 connections. Only batches this long wait for it: a
+ * message at a low rate is published at the end of its completion batch
+ * as before. */
 #define TL_EVQ_EARLY_PUBLISH 4096
 
 struct tl_evq {

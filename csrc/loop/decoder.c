@@ -1,6 +1,7 @@
-/* loop/decoder.c - the synchronous decoder (talaris.Decoder): the frame parser,
- * event ring and arena of a detached loop with one memory connection, fed
- * on the caller's thread. No thread, socket or io_uring. */
+/* loop/decoder.c - the synchronous decoder (decoder_linux.go, which tests
+ * and the bench reach as testhook.Decoder): the frame parser, event ring
+ * and arena of a detached loop with one memory connection, fed on the
+ * caller's thread. No thread, socket or io_uring. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

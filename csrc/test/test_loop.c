@@ -381,7 +381,7 @@ int main(void)
 	 * then ends and is re-armed), slots held by in-place payloads. */
 	recv_bundle = 1;
 	test_socket();
-	/* The same with minimum-wait batching on (loop.c, wait_batched):
+	/* The same with minimum-wait batching on (loop/wait.c, wait_batched):
 	 * whether its gate opens depends on timing, what arrives does not. */
 	min_wait_ns = 50000;
 	test_socket();

@@ -1,8 +1,8 @@
 /* test_outcomes.c - the contract between the WebSocket state machine and
- * the loop (docs/ARCHITECTURE.md, "Dependencies between the C files"):
- * conn.c reports what only the loop can do in c->todo (TL_DO_*) and does
- * not do it; tl_life_after acts on it. Driven on a detached loop (no
- * thread, no io_uring) through the real parser, with real frames. */
+ * the loop (docs/ARCHITECTURE.md, "The C core"): ws/ reports what only
+ * the loop can do in c->todo (TL_DO_*) and does not do it; tl_life_after
+ * acts on it. Driven on a detached loop (no thread, no io_uring) through
+ * the real parser, with real frames. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

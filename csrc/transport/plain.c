@@ -16,8 +16,9 @@
  * first touch of each was a cache and TLB miss the parser waited for:
  * at ws 64 B x16 the reassembly copy of the frame split across the two
  * slots (its first reader) took 2.6-3.4 % of the loop thread's samples,
- * 0.3-0.5 % with this (docs/ARCHITECTURE.md, "Where ws x16 spends the
- * loop thread"). The rest of the slot the hardware prefetcher streams. */
+ * 0.3-0.5 % with this (docs/notes/2026-12-loop-threads.md, "Where ws x16
+ * spends the loop thread"). The rest of the slot the hardware prefetcher
+ * streams. */
 static inline void prefetch_slot(const struct tl_loop *l, uint32_t q)
 {
 	const uint8_t *p = tl_slots_ptr(&l->slots, q);

@@ -102,8 +102,8 @@ void tl_tls_close_notify(struct tl_conn *c)
 	ERR_clear_error();
 }
 
-/* pt_drop empties c's plaintext buffer, retiring the send units of its
- * frames (they will never be written). */
+/* pt_drop empties c's plaintext buffer, dropping the send units of its
+ * frames (they will never be written: counted as dropped). */
 static void pt_drop(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_outbuf *pt = &c->tx_pt;
@@ -112,7 +112,7 @@ static void pt_drop(struct tl_loop *l, struct tl_conn *c)
 	pt->len = 0;
 	pt->units = 0;
 	pt->replies = 0;
-	tl_pub_tx_retire(l, c, units);
+	tl_pub_tx_drop(l, c, units);
 }
 
 int tl_tls_seal(struct tl_loop *l, struct tl_conn *c)

@@ -145,8 +145,9 @@ _Static_assert(sizeof(struct tl_sqrec) == 16, "send queue records stay 8-byte al
 #define TL_CLOSE_GRACE_NS 100000000ull
 
 /* TL_TX_CHUNK bounds how far the collecting out buffer is filled from the
- * send queue: a close frame or a control frame waits behind at most this
- * much (plus one frame) of data that is already framed for the wire. */
+ * send queue: a control frame (and a close that cuts the queue) waits
+ * behind at most this much (plus one frame) of data already framed for
+ * the wire. A close we start waits behind the whole queue instead. */
 #define TL_TX_CHUNK (256u << 10)
 
 /* Where a connection under a reconnect policy stands between two
@@ -470,9 +471,10 @@ int tl_conn_start_upgrade(struct tl_loop *l, struct tl_conn *c);
 
 /* TL_CUR_CALLER as c->cur_q says the run is the caller's own buffer and
  * stays valid until the consumer has passed every event appended during
- * the feed (talaris.Decoder: Go consumes them all before Decode returns).
- * Whole data frames are then delivered in place, pointing into it, as from
- * a receive slot but with no slot reference to keep. */
+ * the feed (the decoder, testhook.Decoder: Go consumes them all before
+ * Decode returns). Whole data frames are then delivered in place,
+ * pointing into it, as from a receive slot but with no slot reference to
+ * keep. */
 #define TL_CUR_CALLER (-2)
 
 /* tl_conn_feed parses server bytes p[0..n) (upgrade response, then frames)

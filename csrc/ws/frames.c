@@ -169,7 +169,7 @@ static inline __attribute__((always_inline)) int conn_room(const struct tl_loop 
  * peer-driven event (a data message, a ping or a pong) with an n-byte
  * payload: c already has its share of the event ring pending, appended
  * and not yet passed by the pump (cfg.conn_max_events events, or
- * cfg.conn_max_bytes payload bytes: Config.MaxConnPendingEvents/Bytes),
+ * cfg.conn_max_bytes payload bytes: Knobs.MaxConnPendingEvents/Bytes),
  * and another connection is light or the ring under pressure
  * (conn_held_slow). The caller then stops parsing as for a full ring
  * (TL_FEED_STALL: c goes on the stalled list, its recv is paused once it
@@ -350,7 +350,10 @@ static int handle_ctrl(struct tl_loop *l, struct tl_conn *c)
 		    (conn_emit(l, c, TL_EV_PING, c->ctrl, c->ctrl_len, 0, 0, 0, 0) < 0 && ring_full(l)))
 			return TL_FEED_STALL;
 		__atomic_store_n(&pub->pings_in, pub->pings_in + 1, __ATOMIC_RELAXED);
-		if (!tl_conn_close_sent(c))
+		/* Also while our close frame waits behind queued data: the
+		 * pong goes ahead of it (RFC 6455 allows it), so a server's
+		 * heartbeat does not drop a connection that is still draining. */
+		if (!tl_conn_close_sent(c) || c->close_queued)
 			send_reply(l, c, TL_OP_PONG, c->ctrl, c->ctrl_len);
 		break;
 	case TL_OP_PONG:
