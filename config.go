@@ -30,11 +30,11 @@ const (
 	// or one that only reads a feed slower than one message per SpinTime,
 	// does not spin at all.
 	//
-	// Chosen with `talaris bench` on a 2-CPU machine with the peer on the
-	// same box (docs/ARCHITECTURE.md, "Wait strategies", has the numbers):
-	// WaitBlock there wakes a sleeping thread three times per order round
-	// trip, while WaitSpin and WaitSpinThenBlock keep threads spinning
-	// that the peer or the feed needs the CPU of.
+	// It is the default because WaitBlock wakes a sleeping thread three
+	// times per order round trip, while WaitSpin and WaitSpinThenBlock
+	// keep threads spinning on CPUs the peer or the feed may need
+	// (docs/notes/2026-12-wait-strategies.md, "Wait strategies", has the
+	// measurements).
 	WaitAdaptive WaitStrategy = iota
 	// WaitBlock sleeps in the kernel at once.
 	WaitBlock
@@ -45,10 +45,11 @@ const (
 )
 
 // Config configures a Pool and its C loop. The zero value is usable; every
-// zero field takes the default written beside it. A zero Config's NewPool
-// adds about 8 MiB of RSS and takes a few milliseconds: the arena and the
-// receive slots fault in as data first passes them (Tuning.Prefault maps
-// them in up front instead, about 90 MiB and tens of milliseconds).
+// zero field takes the default written beside it. NewPool maps the arena
+// and the receive slots without touching them: their pages fault in as
+// data first passes them (Tuning.Prefault populates them up front
+// instead). docs/notes/2026-12-redesign-and-record-layer-bench.md has the
+// RSS and time NewPool measured either way.
 //
 // MaxSendQueue bounds the bytes one connection may have accepted but not
 // yet written to its socket (ConnStats.SendQueued: payload bytes; a ping
@@ -80,7 +81,8 @@ type Config struct {
 	// them; at most 64. More loops split the loop work (the busiest thread,
 	// which bounds throughput given a core each), at some more CPU per
 	// message: worth it only with cores to spare for them
-	// (docs/ARCHITECTURE.md, "Loop threads per Pool", has the measurements).
+	// (docs/notes/2026-12-loop-threads.md, "Loop threads per Pool", has
+	// the measurements).
 	Loops int
 	// LoopCPUs pins loop i's thread to LoopCPUs[i] (-1: not pinned);
 	// loops past its end are not pinned (empty, the default: none is).
@@ -108,7 +110,7 @@ type Config struct {
 	Logger *slog.Logger
 	// OnEvent, if set, receives every event that is not a data message
 	// (open, ping, pong, close, error) from the pumps that take a DataFunc
-	// (PumpData, PumpNowait): on the pumping goroutine, in order with the
+	// (PumpData, PumpDataNowait): on the pumping goroutine, in order with the
 	// data. Pump delivers every event to its own EventFunc and does not
 	// call it. Nil: those events are consumed without a callback.
 	OnEvent EventFunc
@@ -122,18 +124,18 @@ type Config struct {
 }
 
 // Tuning holds switches whose zero value is the measured best; these are
-// for benchmarks and unusual hosts. docs/ARCHITECTURE.md has the
-// measurements behind each default.
+// for benchmarks and unusual hosts. The measurements behind each default
+// are in docs/notes/, named at each field.
 type Tuning struct {
 	// ReplySpin is how long after a send the pump and the loop spin for
 	// its answer before they sleep, under WaitAdaptive (300us; negative:
 	// never). Taken only while the latest send is unanswered, and only
 	// while answers have been coming within ReplySpin (a spin that ends
 	// empty turns it off until one does again), so an idle Pool, a feed
-	// reader and a Pool that sends into silence do not spin. Measured on
-	// a 2-vCPU machine whose idle CPUs halt: the order round trip's p50
-	// fell from about 140us to about 50us (docs/ARCHITECTURE.md, "The
-	// reply spin").
+	// reader and a Pool that sends into silence do not spin. It saves the
+	// wake-ups of a sleeping loop and pump per answer, which cost most
+	// where idle CPUs halt (docs/notes/2026-12-wait-strategies.md, "The
+	// reply spin", has the measurements).
 	ReplySpin time.Duration
 	// MinWait turns on minimum-wait batching of the loop's waits while a
 	// flood streams in (kernel 6.12+, IORING_FEAT_MIN_TIMEOUT; older
@@ -144,23 +146,21 @@ type Tuning struct {
 	// wake-up (and publish to the pump) carries more. Data that comes
 	// while it waits is delayed by at most MinWait; a lone message, a
 	// ping-pong or a feed slower than BufSize per wait never turns it on.
-	// 0: the default (off; negative: off). For consumers bound by
-	// throughput per CPU, not for trading ones: 50us cut the client's CPU
-	// per wss frame at one connection by about 11 % on the development
-	// machine, at the price of up to MinWait of added latency inside a
-	// flood (docs/ARCHITECTURE.md, "Minimum-wait batching", has the
-	// measurements).
+	// 0 (the default) or negative: off. For consumers bound by throughput
+	// per CPU, not for trading ones: fewer wake-ups mean less CPU per
+	// frame, at the price of up to MinWait of added latency inside a flood
+	// (docs/notes/2026-12-wait-strategies.md, "Minimum-wait batching", has
+	// the measurements).
 	MinWait time.Duration
 	// Prefault populates the payload arena (ArenaSize) and the receive
 	// slots (BufSize x BufCount) when the Pool is made, so no receive or
 	// pump ever takes a first-touch page fault on them. Off (the
-	// default), their pages fault in the first time data passes them: a
-	// zero Config's NewPool then costs a few MiB of RSS and a few
-	// milliseconds instead of the whole 80 MiB populated up front (tens
-	// of milliseconds). The faults are one per 4 KiB page, once: the
-	// arena is a ring, so after the first ArenaSize bytes of payload
-	// there are none. A trading service that warms up before it trades
-	// can leave it off; one whose first messages must not fault sets it.
+	// default), their pages fault in the first time data passes them, and
+	// NewPool does not populate their 80 MiB (at the default sizes) up
+	// front. The faults are one per 4 KiB page, once: the arena is a ring,
+	// so after the first ArenaSize bytes of payload there are none. A
+	// trading service that warms up before it trades can leave it off;
+	// one whose first messages must not fault sets it.
 	Prefault bool
 	// NoTLSRecordLayer turns off talaris' own TLS record layer. By
 	// default, on a TLS 1.3 connection with an AES-128-GCM or AES-256-GCM
@@ -171,16 +171,18 @@ type Tuning struct {
 	// and out of the library's record buffer. KeyUpdate, session tickets
 	// and alerts are handled as the library would. TLS 1.2 and other
 	// suites always use the library's SSL_read. Metrics.TLSRecords counts
-	// the records it opened; docs/ARCHITECTURE.md ("TLS") has the
-	// measurements.
+	// the records it opened (docs/notes/2026-12-tls-receive-path.md, "Our
+	// own record layer", has the measurements).
 	NoTLSRecordLayer bool
 	// NoOwnGCM makes the record layer decrypt with the TLS library's
 	// AES-GCM. By default, on a CPU with VAES and VPCLMULQDQ (AMD Zen 3
 	// and later, Intel Ice Lake and later; checked with CPUID), it uses
 	// talaris' own AES-GCM decryption on 256-bit vectors (csrc/crypto/gcm.c,
-	// tested against the library's on every build), about 1.3x the
-	// speed of the library's 128-bit code on the development machine;
-	// elsewhere the library's. Encryption (the write side) is always the
+	// tested against the library's on every build) when its power-on
+	// self-test passed and, in a race run once per process at NewPool, it
+	// opened records faster than the library's; elsewhere the library's
+	// (docs/notes/2026-12-tls-receive-path.md, "Our own AES-GCM", has the
+	// measurements). Encryption (the write side) is always the
 	// library's. Metrics.TLSRecordsOwnGCM counts the records it opened.
 	NoOwnGCM bool
 	// InlineLoop runs the loop without a thread of its own (opt-in; off):
@@ -198,7 +200,8 @@ type Tuning struct {
 	// ErrWouldBlock while the command ring is full, and Close closes the
 	// sockets without their close handshakes. Loops must be 1.
 	// Config.LoopCPUs[0] pins that goroutine's thread, which is the
-	// loop's. docs/ARCHITECTURE.md, "Inline loop".
+	// loop's. Measurements: docs/notes/2026-12-inline-loop.md, "Inline
+	// loop".
 	InlineLoop bool
 }
 
@@ -234,7 +237,7 @@ var defaults = Config{
 	Tuning: Tuning{
 		ReplySpin: 300 * time.Microsecond,
 		// Minimum-wait batching: off (negative) until measured to win;
-		// docs/ARCHITECTURE.md, "Minimum-wait batching".
+		// docs/notes/2026-12-wait-strategies.md, "Minimum-wait batching".
 		MinWait: -1,
 	},
 	ArenaSize:        64 << 20,
@@ -244,9 +247,9 @@ var defaults = Config{
 	CloseTimeout:     5 * time.Second,
 	MaxSendQueue:     64 << 20,
 	SampleEvery:      0, // off: stamping is opt-in
-	// One loop thread: 2, 3 and 4 measured no faster on a 2-vCPU machine
-	// that also runs the feed, at 5-30 % more CPU per message (ws);
-	// docs/ARCHITECTURE.md, "Loop threads per Pool".
+	// One loop thread: more were measured no faster where the feed shares
+	// the machine, at more CPU per message;
+	// docs/notes/2026-12-loop-threads.md, "Loop threads per Pool".
 	Loops: 1,
 }
 
@@ -261,11 +264,10 @@ var knobDefaults = testhook.Knobs{
 	EventRingSize:      1 << 16,
 	CmdRingSize:        4 << 20,
 	// A flood's share of the ring: 256 events is some microseconds of
-	// pumping ahead of another connection's message. Measured against
-	// 64..4096 in docs/ARCHITECTURE.md ("Receive fairness"): the orders
-	// round trip grows with the share (p50 ~47 us at 256, ~75 at 1024,
-	// 0.7-6 ms with the whole ring), while 16 flooding connections ran
-	// no faster with larger shares on this 2-CPU machine.
+	// pumping ahead of another connection's message. The orders round
+	// trip beside a flood grows with the share, while floods ran no
+	// faster with larger ones; docs/notes/2026-12-receive-fairness.md,
+	// "Receive fairness", has the shares measured (64..4096).
 	MaxConnPendingEvents: 256,
 	MaxConnPendingBytes:  4 << 20,
 }
@@ -395,9 +397,9 @@ func (c *Config) withDefaults() (settings, error) {
 // the default. The host name is matched against the certificate's
 // subjectAltName DNS and IP entries only, never its subject CN. Every
 // certificate among the roots is a trust anchor, also a self-signed leaf
-// that is not a CA (as in crypto/tls). docs/ARCHITECTURE.md has the table of
-// verdicts. Bad values make Dial fail with ErrInvalidConfig (checked in
-// tls_options.go).
+// that is not a CA (as in crypto/tls). docs/ARCHITECTURE.md ("TLS") has
+// the table of verdicts. Bad values make Dial fail with ErrInvalidConfig
+// (checked in tls_options.go).
 type TLSOptions struct {
 	RootCAFile         string // PEM file of trusted roots, replaces the system store
 	RootCAPEM          []byte // PEM of trusted roots, replaces the system store

@@ -238,7 +238,7 @@ func retryAfter(v string, now time.Time) time.Duration {
 
 // The C core's error codes, mirrored here so the table below is plain Go;
 // talaris_linux.go fails to compile if one drifts from csrc/ring.h or
-// csrc/http.h.
+// csrc/codec/http.h.
 const (
 	cErrNone         = 0  // TL_E_NONE
 	cErrDial         = 1  // TL_E_DIAL

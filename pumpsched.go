@@ -9,32 +9,25 @@ import (
 // The pump and Go's scheduler.
 //
 // A pump that keeps up with its feed sleeps on a futex (to the runtime, a
-// blocking syscall) thousands of times a second, and its goroutine never
-// parks: it leaves each syscall on the fast path, with its own P, and never
-// passes through the scheduler. The P's scheduler tick then stays the same
-// for as long as the pump runs, and the runtime's monitor thread (sysmon)
-// takes it for a goroutine that has run for 10 ms without a break
-// (forcePreemptNS): it preempts it or, found in the futex, takes its P
-// away. Every such retake resets sysmon's own sleep to 20 us, from which it
-// backs off again over about a thousand wake-ups (the pump sleeping on an
-// idle Pool is retaken once per 100 ms sleep the same way). Measured at
-// wss 256 B x1 (`talaris bench --workloads ingress --clients talaris
-// --conns 1 --transports wss`): sysmon slept 2.5 thousand times a second
-// and took about 5 % of a CPU, a tenth of the client's CPU per frame.
+// blocking syscall) thousands of times a second and leaves each sleep on
+// the syscall fast path with its own P, never passing through the
+// scheduler. Its P's scheduler tick then never changes, so the runtime's
+// monitor thread (sysmon) takes it for a goroutine that has run 10 ms
+// without a break (forcePreemptNS) and preempts it or takes its P; each
+// such retake resets sysmon's own sleep to its shortest, so sysmon keeps
+// waking and costs CPU.
 //
-// So the pump passes through the scheduler (runtime.Gosched) at most once
-// per pumpSchedEvery, where it is about to sleep anyway, while it sleeps
-// and wakes often (its previous sleep began less than pumpSchedEvery ago):
-// the tick then changes well within sysmon's 10 ms and sysmon keeps its
-// long sleeps. A pump that sleeps long (an idle or slow feed) is left as it
-// was: its P is retaken once per sleep and sysmon, with every P idle, sleeps
-// deeply; passing there too kept sysmon from that deep sleep (idle Pool 2.4
-// % of a CPU against 0.6 %). Gosched costs about half a microsecond on a
-// goroutine that is free to move, but on one locked to its OS thread
-// (runtime.LockOSThread, the way latency-minded users pin the pump to a
-// core) it hands the thread's P to another thread and back, 40-50 us here:
-// such a pump is left alone too. Whether it is locked is read from its
-// stack trace's header, once per pass.
+// So while the pump sleeps and wakes often (its previous sleep began less
+// than pumpSchedEvery ago) it passes through the scheduler
+// (runtime.Gosched) at most once per pumpSchedEvery, where it is about to
+// sleep anyway: the tick changes well within sysmon's 10 ms. It does not
+// pass when it sleeps long (an idle or slow feed: there a pass would keep
+// sysmon from the deep sleep it takes when every P is idle), nor when its
+// goroutine is locked to its OS thread (runtime.LockOSThread), where
+// Gosched hands the thread's P to another thread and back; whether it is
+// locked is read from its stack trace's header, once per pass. The
+// measurements: docs/notes/2026-12-tls-receive-path.md, "wss x1 after recv
+// bundles".
 
 // pumpSchedEvery is the longest the pump goes without passing through the
 // scheduler while it sleeps and wakes often: under sysmon's 10 ms, with

@@ -18,7 +18,7 @@ import (
 )
 
 // TLS policy: TLSOptions checked at Dial and translated for the C core
-// (csrc/tls_verify.c). Pure Go, no cgo: the same checks on every platform.
+// (csrc/transport/tls_verify.c). Pure Go, no cgo: the same checks on every platform.
 
 // tlsSuite maps a crypto/tls suite ID to the name both TLS libraries use.
 type tlsSuite struct {

@@ -22,7 +22,7 @@ import (
 
 // Recv bundles (on by default; testhook.Knobs.NoRecvBundle turns them off): one multishot recv completion hands
 // over several receive slots, taken from the buffer ring in its order
-// (csrc/bufring.h). The integrity, in-place, cgo-call and kill-restart
+// (csrc/base/bufring.h). The integrity, in-place, cgo-call and kill-restart
 // tests have bundle rows (TestIntegrity/bundle*, TestTLSInPlace*/bundle*,
 // TestHandoffCgoCalls/bundle, TestReconnectKillRestart/*/bundle,
 // TestTLSInPlaceCloseRace/bundle); these race closes against ws:// floods.

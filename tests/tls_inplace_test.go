@@ -27,7 +27,7 @@ import (
 // own buffer and copies (the ring stays the only back-pressure).
 // testhook.PayloadOrigin says which path each payload took.
 
-// ptSlot, ptRecord mirror TL_PT_SLOT and TL_PT_RECORD (csrc/slots.h): a
+// ptSlot, ptRecord mirror TL_PT_SLOT and TL_PT_RECORD (csrc/base/slots.h): a
 // frame of at most ptSlot-ptRecord bytes is kept whole in a slot.
 const (
 	ptSlot   = 64 << 10

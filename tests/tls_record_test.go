@@ -31,7 +31,7 @@ import (
 	"github.com/talaris-go/talaris/ws"
 )
 
-// talaris' own TLS 1.3 record layer (csrc/tlsrec.c, Config.Tuning.NoTLSRecordLayer):
+// talaris' own TLS 1.3 record layer (csrc/transport/tlsrec.c, Config.Tuning.NoTLSRecordLayer):
 // once the library has read the first application data (the 101, after the
 // server's session tickets), the loop opens the server's AES-GCM records
 // itself, from the receive slots into the plaintext slots.
@@ -424,7 +424,7 @@ func TestTLSRecordKeyUpdateFirst(t *testing.T) {
 	}
 }
 
-// Hostile-peer tests of our TLS 1.3 record layer (csrc/tlsrec.c): a Go
+// Hostile-peer tests of our TLS 1.3 record layer (csrc/transport/tlsrec.c): a Go
 // crypto/tls server does the handshake and writes the 101 (its record 0,
 // the library's last: the hand-over follows it), then the test writes
 // records of its own making on the raw TCP connection, sealed with the

@@ -17,10 +17,11 @@ import (
 
 // TLS-only runs (TALARIS_TEST_TLS_ONLY=1, what ./build.sh test sets for the
 // second TLS backend's pass): the two backends differ only in the TLS
-// library linked (cgo_linux.go), so a test that never reaches TLS runs the
-// same code on both and the default pass has run it. TestMain then runs
-// only the tests that may reach TLS, as found by tlsTests from this
-// package's source, and forEachTransport skips its ws:// half (tlsOnly).
+// library linked (the #cgo lines of talaris_linux.go), so a test that
+// never reaches TLS runs the same code on both and the default pass has
+// run it. TestMain then runs only the tests that may reach TLS, as found
+// by tlsTests from this package's source, and forEachTransport skips its
+// ws:// half (tlsOnly).
 // An explicit -run wins.
 var tlsOnly = os.Getenv("TALARIS_TEST_TLS_ONLY") != ""
 

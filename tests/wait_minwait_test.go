@@ -18,8 +18,8 @@ import (
 	"github.com/talaris-go/talaris/internal/wstest"
 )
 
-// Minimum-wait batching (Config.Tuning.MinWait; docs/ARCHITECTURE.md,
-// "Minimum-wait batching"): while a flood streams in, the loop's wait asks
+// Minimum-wait batching (Config.Tuning.MinWait;
+// docs/notes/2026-12-wait-strategies.md, "Minimum-wait batching"): while a flood streams in, the loop's wait asks
 // the kernel to wait up to MinWait for more completions. Real servers on
 // loopback: floods over ws and wss (the batched wait is taken, every
 // message intact and in order), a feed paced like the bench's latency

@@ -171,8 +171,8 @@ func TestReplyDoorbellAllocs(t *testing.T) {
 	}
 }
 
-// The reply spin (Config.Tuning.ReplySpin; docs/ARCHITECTURE.md, "The reply
-// spin"): after a send, the pump and the loop spin for the answer instead
+// The reply spin (Config.Tuning.ReplySpin;
+// docs/notes/2026-12-wait-strategies.md, "The reply spin"): after a send, the pump and the loop spin for the answer instead
 // of sleeping, while the send is unanswered and answers have been coming
 // within ReplySpin. Real gorilla servers on loopback: a fast echo (the
 // spin is taken), an echo 2 ms late (at most the first send spins: the
@@ -253,7 +253,7 @@ func TestReplySpinCloseRace(t *testing.T) {
 // it off, so the two use about the same CPU; without that latch the loop
 // would spin for every send. CPU time, not
 // wall time, so a busy machine does not make it flaky. (Measured: 41 ms
-// against 26 ms over 370 ms; with the latch taken out of loop.c, 92 ms
+// against 26 ms over 370 ms; with the latch taken out of loop/wait.c, 92 ms
 // against 22.)
 func TestReplySpinSilentPeerCPU(t *testing.T) {
 	srv := wstest.NewGorilla().Start(t)

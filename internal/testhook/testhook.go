@@ -30,7 +30,7 @@ const (
 // it (linux and cgo only; nil elsewhere).
 var PayloadOrigin func(pool any, b []byte) int
 
-// OwnGCM says whether this CPU runs talaris' own AES-GCM (csrc/gcm.h:
+// OwnGCM says whether this CPU runs talaris' own AES-GCM (csrc/crypto/gcm.h:
 // VAES and VPCLMULQDQ), which the TLS record layer then uses unless
 // Config.Tuning.NoOwnGCM. Package talaris sets it (linux and cgo only; nil
 // elsewhere).
