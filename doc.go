@@ -14,12 +14,9 @@
 //	c, err := p.Dial(ctx, "wss://feed.example:443/ws", nil)
 //	if err != nil { ... }
 //	c.SendText([]byte(`{"op":"subscribe","channel":"trades"}`))
-//	for {
-//		_, err := p.PumpData(func(c talaris.Conn, op talaris.Opcode, payload []byte) {
-//			handle(payload) // payload is valid only inside this call
-//		})
-//		if err != nil { break }
-//	}
+//	err = p.RunData(ctx, func(c talaris.Conn, op talaris.Opcode, payload []byte) {
+//		handle(payload) // payload is valid only inside this call
+//	}) // until ctx ends (ctx.Err()) or p is closed (nil)
 //
 // # Configuration
 //
@@ -35,17 +32,16 @@
 // io_uring instance, or with Config.Loops = N, N of them (pinned with
 // Config.LoopCPUs), each serving its own share of the connections: a
 // connection lives on one loop for its whole life, so its events keep
-// their order, and one pump drains every loop's ring. Exactly one goroutine pumps a Pool at a time (Pump,
-// PumpData, PumpNowait, ...); a second concurrent pump gets
+// their order, and one pump drains every loop's ring. Exactly one goroutine pumps a Pool at a time (Run,
+// RunData, Pump, PumpData, PumpNowait, ...); a second concurrent pump gets
 // ErrConcurrentPump. For the lowest latency, lock the pumping goroutine to
-// its OS thread and pin it to another CPU (PinCurrentThreadTo). The price
+// its OS thread (Run does) and pin it to another CPU (PinCurrentThreadTo). The price
 // of the lock is CPU, not latency: a pump that is not locked passes
-// through Go's scheduler once per 8 ms while it sleeps and wakes often
-// (half a microsecond), which keeps the runtime's monitor thread asleep;
-// on a locked one that pass would hand its thread's P away and back (tens
-// of microseconds), so it is not made, and the monitor takes the pump's P
-// every 10 ms and wakes often after (about 5 % of a CPU measured at 3
-// million messages a second). Dial,
+// through Go's scheduler once per 8 ms while it sleeps and wakes often,
+// which keeps the runtime's monitor thread (sysmon) asleep; on a locked
+// one that pass would hand its thread's P away and back, so it is not
+// made, and the monitor takes the pump's P every 10 ms and wakes often
+// after (docs/notes/2026-12-tls-receive-path.md has the costs measured). Dial,
 // DialAsync, Send*, Ping, Pong and Close may be called from any goroutine,
 // including from inside a pump callback; they copy their data into a
 // command ring the loop drains.
@@ -65,10 +61,10 @@
 //
 // Config.Tuning.InlineLoop (opt-in, Loops must be 1) runs the loop without a
 // thread of its own: the goroutine that created the Pool runs it inside
-// Pump*, Dial, blocking sends and Close, one cgo call per batch of events.
+// Pump*, Run*, Dial, blocking sends and Close, one cgo call per batch of events.
 // A reply then wakes one thread instead of two, but the Pool makes
 // progress only while that goroutine is in one of those calls; another
-// goroutine's Pump* returns ErrNotLoopThread.
+// goroutine's Pump* or Run* returns ErrNotLoopThread.
 //
 // # Memory lifetime
 //
@@ -149,19 +145,26 @@
 // at all: the caller gets the error, never the Conn. DialAsync's failure
 // is its EventError.
 //
-// Pump delivers every event to its EventFunc. PumpData and
-// PumpNowait deliver data to their DataFunc and every other event to
-// Config.OnEvent, on the same goroutine and in order, so a consumer that
-// only pumps data still sees each open, close and error. No blocking pump
-// waits on a pool with no connection left: once the last connection's
-// final event has been consumed (that event wakes it) it returns
-// ErrNoConns; ConnCount says how many connections have not ended (a
-// failed synchronous Dial's connection ended when Dial returned).
+// Run, Pump and PumpNowait deliver every event to their EventFunc.
+// RunData, PumpData and PumpDataNowait deliver data to their DataFunc and
+// every other event to Config.OnEvent, on the same goroutine and in order,
+// so a consumer that only pumps data still sees each open, close and
+// error. Run and RunData are the pump a service runs: they lock their
+// goroutine to its OS thread and pump until their context ends (they
+// return ctx.Err()) or the Pool is closed (nil), and while the pool has no
+// connection they sleep, without a timeout, until a dial's first event,
+// Close or the context's end wakes them. The other blocking pumps return
+// after each batch and do not wait on a pool with no connection left:
+// once the last connection's final event has been consumed (that event
+// wakes them) they return ErrNoConns; ConnCount says how many connections
+// have not ended (a failed synchronous Dial's connection ended when Dial
+// returned).
 //
 // Pool.Close may be called at any time from any goroutine, including a
 // pump callback: calls racing it return ErrPoolClosed (Conn.State
-// StateClosed, Stats zero) and never read freed memory, the pump returns
-// ErrPoolClosed, ConnCount is 0 and every handle is StateClosed.
+// StateClosed, Stats zero) and never read freed memory, the Pump* calls
+// return ErrPoolClosed and Run returns nil, ConnCount is 0 and every
+// handle is StateClosed.
 //
 // # Heartbeat, read timeout and abort
 //

@@ -152,7 +152,7 @@ func (r *evConsumer) consume(tail uint64, fe EventFunc, fd DataFunc, fs StampedF
 }
 
 // dataRun hands events [i, stop) to the DataFunc fd (PumpData,
-// PumpNowait, the decoder) and returns the callbacks made. The per-message
+// PumpDataNowait, the decoder) and returns the callbacks made. The per-message
 // path: a data event without flags goes straight to fd (one load of the
 // record, two compares, the call: no bounds check, no stamp or logger
 // test); anything else - control and lifecycle events, a sampled message,

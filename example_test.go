@@ -127,6 +127,60 @@ func ExampleConfig_onEvent() {
 	// no connection left
 }
 
+// Run is a service's pump: started before anything is dialed, it waits
+// (asleep) for connections, delivers their events, and returns when its
+// context ends (nil once the Pool is closed). Here the service stops once
+// its one connection has closed.
+func ExamplePool_Run() {
+	venue := newExampleServer(func(c *exampleConn) {
+		for {
+			_, msg, ok := c.read() // answers the close frame too
+			if !ok {
+				return
+			}
+			c.write("echo: " + string(msg))
+		}
+	})
+	defer venue.Close()
+
+	p, err := talaris.NewPool(talaris.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Run(ctx, func(c talaris.Conn, ev talaris.Event) {
+			switch ev.Kind {
+			case talaris.EventOpen:
+				fmt.Println("open")
+			case talaris.EventText:
+				fmt.Printf("%s\n", ev.Payload) // valid until this function returns
+				c.Close(talaris.CloseNormal, "done")
+			case talaris.EventClose, talaris.EventError:
+				fmt.Println("ended:", ev.Code)
+				cancel() // the service stops
+			}
+		})
+	}()
+
+	c, err := p.Dial(ctx, venue.URL, nil) // Run is already waiting
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.SendText([]byte("hello")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("Run:", <-done)
+	// Output:
+	// open
+	// echo: hello
+	// ended: 1000
+	// Run: context canceled
+}
+
 // NewPool with a tuned configuration: the loop pinned to CPU 1, spinning
 // waits, a bigger buffer ring. (Compiled, not run.)
 func ExampleNewPool() {
@@ -148,7 +202,7 @@ func ExampleNewPool() {
 		log.Fatal(err)
 	}
 	for {
-		if _, err := p.PumpNowait(func(c talaris.Conn, op talaris.Opcode, payload []byte) {
+		if _, err := p.PumpDataNowait(func(c talaris.Conn, op talaris.Opcode, payload []byte) {
 			// hot path: decode payload in place
 		}); err != nil {
 			break

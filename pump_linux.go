@@ -168,6 +168,15 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 	if p.cfg.Tuning.InlineLoop {
 		return p.pumpInline(fe, fd, fs, C.TL_INLINE_BLOCK, -1)
 	}
+	return p.pumpWait(fe, fd, fs, nil)
+}
+
+// pumpWait is pumpBlocking on loop threads, for a caller that holds the
+// claim. run is a Pool.Run's state (nil for the Pump* calls): with it, no
+// connection left is no end (the pump sleeps, without a timeout, until a
+// loop publishes the first event of a new one, Close, or run's context
+// ends), and when the context has ended it returns 0, nil (run_linux.go).
+func (p *Pool) pumpWait(fe EventFunc, fd DataFunc, fs StampedFunc, run *runState) (int, error) {
 	var spinFor time.Duration
 	switch p.cfg.consumerWait {
 	case WaitSpinThenBlock:
@@ -184,9 +193,13 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 	var start time.Time // when the ring was first found empty
 	var spinFrom time.Time
 	for {
+		idle := false // Run on a pool with no connection: sleep, no spin, no timeout
 		for i := 0; ; i++ {
 			if p.closed.Load() {
 				return 0, ErrPoolClosed
+			}
+			if run.stopped() {
+				return 0, nil
 			}
 			var sent int64 // the send these events may answer (not one a callback makes)
 			if p.pumpReply {
@@ -210,7 +223,16 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 				// Nothing pending and no connection left to deliver
 				// anything: the last final event was just consumed (it
 				// woke us), or there never was one.
-				return 0, ErrNoConns
+				if run == nil {
+					return 0, ErrNoConns
+				}
+				// Run waits for a connection instead: its first event
+				// (every dial publishes one) wakes the sleep below.
+				if start.IsZero() {
+					start = time.Now()
+				}
+				idle = true
+				break
 			}
 			if p.cfg.consumerWait == WaitSpin {
 				if i&255 == 255 {
@@ -255,8 +277,8 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 		if p.sched.beforeSleep(now) {
 			continue // the rings, once more, before the sleep
 		}
-		if p.bellEp >= 0 && now-p.lastDirect.Load() < int64(bellWindow) {
-			if p.sleepBell() {
+		if !idle && p.bellEp >= 0 && now-p.lastDirect.Load() < int64(bellWindow) {
+			if p.sleepBell(run) {
 				// A socket rang: its data woke us while it wakes the
 				// loop, which will publish it shortly; spin for that
 				// (yielding: the loop may be woken on this very CPU)
@@ -265,7 +287,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 			}
 			continue
 		}
-		p.sleep()
+		p.sleep(run, idle)
 	}
 }
 
@@ -274,7 +296,7 @@ func (p *Pool) pumpBlocking(fe EventFunc, fd DataFunc, fs StampedFunc) (int, err
 // answers have been coming in time; 0 when there is nothing to spin for.
 // Spinning then spares the answer a wake-up of the pump (on a machine
 // whose idle CPUs halt, tens of microseconds); it yields as it goes, and
-// the loop spins for the answer's completion the same way (loop.c,
+// the loop spins for the answer's completion the same way (loop/wait.c,
 // reply_spin).
 func (p *Pool) replySpinUntil() int64 {
 	ls := p.lastSend.Load()
@@ -302,13 +324,14 @@ func (p *Pool) noteAnswer(sent int64) {
 // halt, the two wake-ups overlap rather than add up. Dekker per loop as in
 // sleep (cons_sleeping 2, then the tail). It reports whether a socket
 // (not the eventfd) woke it. A stale edge (data the loop already
-// published while we were awake) only makes one spurious round.
-func (p *Pool) sleepBell() bool {
+// published while we were awake) only makes one spurious round. A Run
+// whose context ends writes bellEfd too (run: see sleep).
+func (p *Pool) sleepBell(run *runState) bool {
 	for _, sh := range p.shards {
 		atomic.StoreUint32(sh.consSleeping, 2)
 	}
 	rang := false
-	if p.idle() && !p.closed.Load() {
+	if p.idle() && !p.closed.Load() && !run.stopped() {
 		atomic.AddUint64((*uint64)(unsafe.Pointer(&p.shards[0].cstats.pump_sleeps)), 1)
 		n, _ := unix.EpollWait(p.bellEp, p.bellEvents[:], 100)
 		p.bellSleeps.Add(1)
@@ -327,21 +350,29 @@ func (p *Pool) sleepBell() bool {
 	return rang
 }
 
-// sleep waits until a loop publishes events (or Close, or 100 ms): it
-// announces on every loop's ring (cons_sleeping), rechecks them all, then
-// waits on their wake words at once, each loop's wake bumping its own
-// (one futex with one loop; futex_waitv over all with several, so nothing
-// in the C loop changes). Dekker per loop: our store of cons_sleeping,
+// sleep waits until a loop publishes events (or Close, a Run's context, or
+// 100 ms): it announces on every loop's ring (cons_sleeping), rechecks
+// them all, then waits on their wake words at once, each loop's wake
+// bumping its own (one futex with one loop; futex_waitv over all with
+// several, so nothing in the C loop changes). Dekker per loop: our store of cons_sleeping,
 // then the load of its tail; its store of the tail, then the load of
-// cons_sleeping.
-func (p *Pool) sleep() {
+// cons_sleeping. Close and the end of a Run's context (run) bump every
+// wake word after they set what the recheck reads (closed, run's stop),
+// so neither is missed either. With idle (a Run on a pool with no
+// connection) there is no 100 ms cap: nothing but those wakes can
+// change what the pump would see.
+func (p *Pool) sleep(run *runState, idle bool) {
 	if len(p.shards) == 1 {
 		sh := p.shards[0]
 		seq := atomic.LoadUint32(sh.wakeSeq)
 		atomic.StoreUint32(sh.consSleeping, 1)
-		if sh.ev.loadTail() == sh.ev.pos && !p.closed.Load() {
+		if sh.ev.loadTail() == sh.ev.pos && !p.closed.Load() && !run.stopped() {
 			atomic.AddUint64((*uint64)(unsafe.Pointer(&sh.cstats.pump_sleeps)), 1)
-			futexWait(sh.wakeSeq, seq, 100*time.Millisecond)
+			if idle {
+				futexWaitIdle(sh.wakeSeq, seq)
+			} else {
+				futexWait(sh.wakeSeq, seq, 100*time.Millisecond)
+			}
 		}
 		atomic.StoreUint32(sh.consSleeping, 0)
 		return
@@ -350,9 +381,13 @@ func (p *Pool) sleep() {
 		p.waitv[i].val = uint64(atomic.LoadUint32(sh.wakeSeq))
 		atomic.StoreUint32(sh.consSleeping, 1)
 	}
-	if p.idle() && !p.closed.Load() {
+	if p.idle() && !p.closed.Load() && !run.stopped() {
 		atomic.AddUint64((*uint64)(unsafe.Pointer(&p.shards[0].cstats.pump_sleeps)), 1)
-		futexWaitAny(p.waitv, 100*time.Millisecond)
+		if idle {
+			futexWaitAnyIdle(p.waitv)
+		} else {
+			futexWaitAny(p.waitv, 100*time.Millisecond)
+		}
 	}
 	for _, sh := range p.shards {
 		atomic.StoreUint32(sh.consSleeping, 0)

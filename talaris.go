@@ -103,7 +103,8 @@ func (p *Pool) DialMemory() (Conn, error) { return p.dialMemory() }
 // is 0): none was dialed, or the last one's final event was just consumed
 // (that event wakes a sleeping pump). A Dial or DialAsync counts from the
 // moment it is called, so a program dials, then pumps; a connection that
-// reconnects counts until its policy gives up.
+// reconnects counts until its policy gives up. Run and RunData wait for a
+// connection instead.
 func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, nil) }
 
 // PumpData is Pump for data messages: open, ping, pong, close and error
@@ -113,15 +114,38 @@ func (p *Pool) Pump(fn EventFunc) (int, error) { return p.pumpBlocking(fn, nil, 
 // many did. It ends as Pump does.
 func (p *Pool) PumpData(fn DataFunc) (int, error) { return p.pumpBlocking(nil, fn, nil) }
 
-// PumpNowait makes one non-blocking pass: it delivers what is pending
-// (non-data events to Config.OnEvent, as PumpData) and returns at once;
-// n == 0 means nothing arrived yet. A loop over it is a busy-polling
-// pump that never sleeps (Config.Wait picks spinning for the blocking
-// pumps).
-func (p *Pool) PumpNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil) }
+// PumpNowait is Pump's one non-blocking pass: it delivers every event
+// that is pending and returns at once; n == 0 means nothing arrived yet.
+// A loop over it is a busy-polling pump that never sleeps (Config.Wait
+// picks spinning for the blocking pumps).
+func (p *Pool) PumpNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn) }
 
-// PumpEventsNowait is PumpNowait for every event kind.
-func (p *Pool) PumpEventsNowait(fn EventFunc) (int, error) { return p.pumpOnce(nil, fn) }
+// PumpDataNowait is PumpData's one non-blocking pass: data messages to
+// fn, the other events to Config.OnEvent, as PumpNowait.
+func (p *Pool) PumpDataNowait(fn DataFunc) (int, error) { return p.pumpOnce(fn, nil) }
+
+// Run is the pump a service runs: it locks the calling goroutine to its
+// OS thread (runtime.LockOSThread, undone when it returns) and delivers
+// every event to fn, as Pump does, until ctx ends (it returns ctx.Err())
+// or the Pool is closed (it returns nil; also when it was closed before
+// Run, and when fn itself calls Close). Unlike Pump it does not end when
+// the pool has no connection: it sleeps until a Dial, DialAsync or
+// DialMemory adds one (its first event wakes it), Close, or the end of
+// ctx, without spinning or polling. With connections it waits as the
+// blocking pumps do (Config.Wait), and the end of ctx wakes it from
+// those waits too.
+//
+// Run is a pump call for its whole life: a second pump (Run, RunData,
+// Pump* ...) meanwhile gets ErrConcurrentPump, and so does Run while
+// another goroutine pumps. With Config.Tuning.InlineLoop only the
+// goroutine that created the Pool may run it (else ErrNotLoopThread);
+// its idle waits are the inline loop's, at most 100 ms each.
+func (p *Pool) Run(ctx context.Context, fn EventFunc) error { return p.run(ctx, fn, nil) }
+
+// RunData is Run for data messages, as PumpData: open, ping, pong, close,
+// error and reconnecting events go to Config.OnEvent, in order with the
+// data, or are consumed without a callback when it is nil.
+func (p *Pool) RunData(ctx context.Context, fn DataFunc) error { return p.run(ctx, nil, fn) }
 
 // PumpStamped is PumpData whose callback also gets the message's stage
 // stamps: zero unless the message was sampled (Config.SampleEvery), so a
@@ -335,11 +359,13 @@ func (c Conn) SendBatch(op Opcode, msgs [][]byte) error { return c.sendBatch(op,
 
 // Flush waits until every message accepted before the call (Send*,
 // SendBatch, SendContext, Ping, Pong) has been handed to the socket:
-// written to the kernel (TLS-sealed first for wss). It returns nil then;
-// the connection's error (ErrClosed for a clean close) if it ends first
-// or some of those messages were dropped (ErrReconnecting when a
-// reconnect dropped them); ctx.Err() wrapped when ctx ends first. It
-// sleeps on the same futex as SendContext: no polling.
+// written to the kernel (TLS-sealed first for wss). It returns nil then,
+// and an error if some of them never will be: the connection's error
+// (ErrClosed for a clean close) once it ended, ErrReconnecting when a
+// reconnect dropped them (also a drop before the call that no Flush
+// reported yet: each drop is reported by one Flush), ctx.Err() wrapped
+// when ctx ends first. It sleeps on the same futex as SendContext: no
+// polling.
 func (c Conn) Flush(ctx context.Context) error { return c.flush(ctx) }
 
 // Ping queues a ping with payload b (at most 125 bytes). It goes out

@@ -25,6 +25,9 @@ func (p *Pool) pumpOnce(DataFunc, EventFunc) (int, error) { return 0, ErrUnsuppo
 func (p *Pool) dial(context.Context, string, *DialOptions) (Conn, error) {
 	return Conn{}, ErrUnsupported
 }
+func (p *Pool) run(context.Context, EventFunc, DataFunc) error {
+	return ErrUnsupported
+}
 
 func (c Conn) send(Opcode, []byte) error                         { return ErrUnsupported }
 func (c Conn) sendContext(context.Context, Opcode, []byte) error { return ErrUnsupported }

@@ -194,7 +194,7 @@ func benchTalarisTLS(b *testing.B, addr string, cfg talaris.Config) {
 		b.Fatal(err)
 	}
 	// Drain EventOpen so the timed loop sees data only.
-	p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {})
+	p.PumpNowait(func(talaris.Conn, talaris.Event) {})
 	var next uint64
 	bad := false
 	fn := func(_ talaris.Conn, _ talaris.Opcode, pl []byte) {

@@ -143,8 +143,8 @@ func (h blockingWarn) WithGroup(string) slog.Handler { return h }
 // events itself (reapQuiet) under the pump claim; the Config.Logger
 // records of them are written after it gave the claim back, so a user's
 // slow handler never holds up a pump call. Here the handler blocks until
-// PumpNowait has returned. Found by a review: the records were written
-// under the claim and PumpNowait spun for as long as the handler ran.
+// PumpDataNowait has returned. Found by a review: the records were written
+// under the claim and PumpDataNowait spun for as long as the handler ran.
 func TestFailedDialLogsOutsidePumpClaim(t *testing.T) {
 	url := "ws://" + refusedAddr(t) + "/"
 	h := blockingWarn{entered: make(chan struct{}, 1), release: make(chan struct{})}
@@ -161,16 +161,16 @@ func TestFailedDialLogsOutsidePumpClaim(t *testing.T) {
 	}
 	pumped := make(chan error, 1)
 	go func() {
-		_, err := p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {})
+		_, err := p.PumpDataNowait(func(talaris.Conn, talaris.Opcode, []byte) {})
 		pumped <- err
 	}()
 	select {
 	case err := <-pumped:
 		if err != nil {
-			t.Errorf("PumpNowait: %v", err)
+			t.Errorf("PumpDataNowait: %v", err)
 		}
 	case <-time.After(hangGuard):
-		t.Error("PumpNowait waits on the Logger of a failed Dial")
+		t.Error("PumpDataNowait waits on the Logger of a failed Dial")
 	}
 	close(h.release)
 	if err := <-dialDone; err == nil {
@@ -210,7 +210,7 @@ func TestCloseDuringBackoffCode(t *testing.T) {
 
 // TestFailedDialsRaceClose: failed Dials passing their own events
 // (reapQuiet) race Pool.Close, a pumping goroutine and each other: refused
-// connects and 503 refusals over ws and wss, four dialers, PumpNowait in a
+// connects and 503 refusals over ws and wss, four dialers, PumpDataNowait in a
 // loop, Close at a different moment each round. Every call returns
 // (ErrPoolClosed once Close started), nothing panics; under -race in the
 // race lane. Both TLS backends (run with -tags talaris_openssl).
@@ -247,7 +247,7 @@ func TestFailedDialsRaceClose(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				if _, err := p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {}); errors.Is(err, talaris.ErrPoolClosed) {
+				if _, err := p.PumpDataNowait(func(talaris.Conn, talaris.Opcode, []byte) {}); errors.Is(err, talaris.ErrPoolClosed) {
 					return
 				}
 				select {
@@ -309,8 +309,8 @@ func TestDialFailureIsQuiet(t *testing.T) {
 		t.Errorf("Dial past its context: %v, want ErrTimeout wrapping DeadlineExceeded", err)
 	}
 	// The failed dials' final events are consumed without a callback.
-	if n, err := p.PumpEventsNowait(func(c talaris.Conn, ev talaris.Event) { t.Errorf("Pump saw %v for %#x", ev.Kind, c.ID()) }); n != 0 || err != nil {
-		t.Errorf("PumpEventsNowait after failed dials: %d, %v", n, err)
+	if n, err := p.PumpNowait(func(c talaris.Conn, ev talaris.Event) { t.Errorf("Pump saw %v for %#x", ev.Kind, c.ID()) }); n != 0 || err != nil {
+		t.Errorf("PumpNowait after failed dials: %d, %v", n, err)
 	}
 	if n, err := p.PumpData(func(talaris.Conn, talaris.Opcode, []byte) {}); n != 0 || !errors.Is(err, talaris.ErrNoConns) {
 		t.Errorf("PumpData after failed dials: %d, %v; want ErrNoConns", n, err)

@@ -134,7 +134,7 @@ func TestInlineAbandonedDial(t *testing.T) {
 				// Run the loop while the dial starts (connect, TLS, the
 				// upgrade request), then not at all.
 				for time.Since(start) < 100*time.Millisecond {
-					if _, err := p.PumpEventsNowait(record); err != nil {
+					if _, err := p.PumpNowait(record); err != nil {
 						t.Fatal(err)
 					}
 					time.Sleep(time.Millisecond)
@@ -149,7 +149,7 @@ func TestInlineAbandonedDial(t *testing.T) {
 					if time.Now().After(deadline) {
 						t.Fatalf("abandoned dial still counted 5 s on (events %q)", got)
 					}
-					if _, err := p.PumpEventsNowait(record); err != nil {
+					if _, err := p.PumpNowait(record); err != nil {
 						t.Fatal(err)
 					}
 					time.Sleep(time.Millisecond)
@@ -228,7 +228,7 @@ func TestInlineDialWhileCallbackWaits(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%d connections 10 s on", p.ConnCount())
 				}
-				if _, err := p.PumpEventsNowait(func(cc talaris.Conn, ev talaris.Event) {
+				if _, err := p.PumpNowait(func(cc talaris.Conn, ev talaris.Event) {
 					if cc != c {
 						others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))
 					}
@@ -383,7 +383,7 @@ func TestInlineDialAbortFullRing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d/%d echoes, %d connections", seen, accepted, p.ConnCount())
 		}
-		if _, err := p.PumpEventsNowait(func(cc talaris.Conn, ev talaris.Event) {
+		if _, err := p.PumpNowait(func(cc talaris.Conn, ev talaris.Event) {
 			switch {
 			case cc != c:
 				others = append(others, fmt.Sprintf("%v %q", ev.Kind, ev.Payload))

@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The inline loop (Config.Tuning.InlineLoop; docs/ARCHITECTURE.md, "Inline
-// loop"): no loop thread; the goroutine that made the Pool runs the loop
+// The inline loop (Config.Tuning.InlineLoop; docs/notes/2026-12-inline-loop.md,
+// "Inline loop"): no loop thread; the goroutine that made the Pool runs the loop
 // inside its Pump calls (and its Dial, its sends waiting for room, its
 // Close). Real gorilla and coder servers on loopback, ws and wss (both TLS
 // backends: run with and without -tags talaris_openssl): round trips
@@ -255,7 +255,7 @@ func TestInlineStoppedReader(t *testing.T) {
 		// while it waits, would then find room (seen in CI).
 		stuck := 0
 		for i := 0; i < 8192 && stuck < 32; i++ {
-			p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {})
+			p.PumpDataNowait(func(talaris.Conn, talaris.Opcode, []byte) {})
 			switch err := c.SendBinary(msg); {
 			case errors.Is(err, talaris.ErrWouldBlock):
 				stuck++
@@ -564,7 +564,7 @@ func TestInlineSendersShareRing(t *testing.T) {
 					done = true
 				default:
 				}
-				if _, err := p.PumpNowait(func(talaris.Conn, talaris.Opcode, []byte) {}); err != nil {
+				if _, err := p.PumpDataNowait(func(talaris.Conn, talaris.Opcode, []byte) {}); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(100 * time.Microsecond)

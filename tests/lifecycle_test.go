@@ -288,13 +288,13 @@ func TestZeroConnAPI(t *testing.T) {
 	}
 }
 
-// TestOnEventEveryPump: with Config.OnEvent, PumpData and PumpNowait
+// TestOnEventEveryPump: with Config.OnEvent, PumpData and PumpDataNowait
 // deliver open, ping, data, close in order on the pumping
 // goroutine; once the last connection's final event was consumed,
 // PumpData returns ErrNoConns instead of blocking.
 func TestOnEventEveryPump(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *wstest.Server) {
-		for _, pump := range []string{"PumpData", "PumpNowait"} {
+		for _, pump := range []string{"PumpData", "PumpDataNowait"} {
 			t.Run(pump, func(t *testing.T) {
 				var got []recorded
 				cfg := talaris.Config{OnEvent: func(c talaris.Conn, ev talaris.Event) {
@@ -314,8 +314,8 @@ func TestOnEventEveryPump(t *testing.T) {
 					switch pump {
 					case "PumpData":
 						_, err = p.PumpData(data)
-					case "PumpNowait":
-						_, err = p.PumpNowait(data)
+					case "PumpDataNowait":
+						_, err = p.PumpDataNowait(data)
 						if !final() {
 							time.Sleep(100 * time.Microsecond)
 						}
@@ -568,7 +568,7 @@ func TestLoopThreadName(t *testing.T) {
 // as a closed one: every call returns at once, the ones that can fail
 // with ErrPoolClosed, Close with nil, and nothing panics. Found by a
 // hostile review: Close panicked (close of nil channel), Dial said
-// ErrTooManyConns and PumpNowait nil.
+// ErrTooManyConns and PumpDataNowait nil.
 func TestZeroPool(t *testing.T) {
 	var p talaris.Pool
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -586,14 +586,14 @@ func TestZeroPool(t *testing.T) {
 	want("DialAsync", err)
 	_, err = p.DialMemory()
 	want("DialMemory", err)
-	_, err = p.PumpNowait(nop)
-	want("PumpNowait", err)
+	_, err = p.PumpDataNowait(nop)
+	want("PumpDataNowait", err)
 	_, err = p.PumpData(nop)
 	want("PumpData", err)
 	_, err = p.Pump(func(talaris.Conn, talaris.Event) {})
 	want("Pump", err)
-	_, err = p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {})
-	want("PumpEventsNowait", err)
+	_, err = p.PumpNowait(func(talaris.Conn, talaris.Event) {})
+	want("PumpNowait", err)
 	_, err = p.PumpStamped(func(talaris.Conn, talaris.Opcode, []byte, talaris.Stamps) {})
 	want("PumpStamped", err)
 	if n := p.ConnCount(); n != 0 {

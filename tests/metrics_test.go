@@ -96,7 +96,7 @@ func drainConns(t *testing.T, p *talaris.Pool) {
 	t.Helper()
 	deadline := time.Now().Add(hangGuard)
 	for p.ConnCount() > 0 {
-		n, err := p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {})
+		n, err := p.PumpNowait(func(talaris.Conn, talaris.Event) {})
 		if err != nil {
 			t.Fatalf("draining: %v", err)
 		}

@@ -140,16 +140,16 @@ func testPumpAllocs(t *testing.T, cfg talaris.Config) {
 				}
 			}
 		},
-		"PumpNowait": func() {
+		"PumpDataNowait": func() {
 			inject()
 			for want := got + want1; got < want; {
-				if _, err := p.PumpNowait(dataFn); err != nil {
+				if _, err := p.PumpDataNowait(dataFn); err != nil {
 					t.Fatal(err)
 				}
 			}
 		},
 	}
-	for _, name := range []string{"PumpData", "Pump", "PumpNowait"} {
+	for _, name := range []string{"PumpData", "Pump", "PumpDataNowait"} {
 		run := runs[name]
 		run() // warm up (the EventOpen, first-touch of ring memory)
 		if a := testing.AllocsPerRun(200, run); a != 0 {
@@ -196,10 +196,10 @@ func TestConcurrentPump(t *testing.T) {
 		}
 		nop := func(talaris.Conn, talaris.Opcode, []byte) {}
 		checks := map[string]func() (int, error){
-			"Pump":             func() (int, error) { return p.Pump(func(talaris.Conn, talaris.Event) {}) },
-			"PumpData":         func() (int, error) { return p.PumpData(nop) },
-			"PumpNowait":       func() (int, error) { return p.PumpNowait(nop) },
-			"PumpEventsNowait": func() (int, error) { return p.PumpEventsNowait(func(talaris.Conn, talaris.Event) {}) },
+			"Pump":           func() (int, error) { return p.Pump(func(talaris.Conn, talaris.Event) {}) },
+			"PumpData":       func() (int, error) { return p.PumpData(nop) },
+			"PumpDataNowait": func() (int, error) { return p.PumpDataNowait(nop) },
+			"PumpNowait":     func() (int, error) { return p.PumpNowait(func(talaris.Conn, talaris.Event) {}) },
 		}
 		for name, fn := range checks {
 			if n, err := fn(); !errors.Is(err, talaris.ErrConcurrentPump) || n != 0 {
@@ -210,8 +210,8 @@ func TestConcurrentPump(t *testing.T) {
 		if err := <-errc; !errors.Is(err, talaris.ErrPoolClosed) {
 			t.Errorf("the blocked Pump returned %v after Close, want ErrPoolClosed", err)
 		}
-		if _, err := p.PumpNowait(nop); !errors.Is(err, talaris.ErrPoolClosed) {
-			t.Errorf("PumpNowait after Close: %v, want ErrPoolClosed", err)
+		if _, err := p.PumpDataNowait(nop); !errors.Is(err, talaris.ErrPoolClosed) {
+			t.Errorf("PumpDataNowait after Close: %v, want ErrPoolClosed", err)
 		}
 	})
 	t.Run("racing", func(t *testing.T) {
@@ -232,7 +232,7 @@ func TestConcurrentPump(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for !done.Load() {
-					_, err := p.PumpEventsNowait(func(cc talaris.Conn, ev talaris.Event) {
+					_, err := p.PumpNowait(func(cc talaris.Conn, ev talaris.Event) {
 						if !mu.TryLock() {
 							t.Error("two callbacks ran at once")
 							return

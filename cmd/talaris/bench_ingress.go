@@ -29,9 +29,9 @@ func (b *bench) talPool(v talVariant, sampleEvery uint32) (*talaris.Pool, error)
 }
 
 func talPump(p *talaris.Pool, v talVariant, fn talaris.DataFunc) (int, error) {
-	if v.spin { // a busy-polling pump: PumpNowait in a loop, never sleeping
+	if v.spin { // a busy-polling pump: PumpDataNowait in a loop, never sleeping
 		for range 1024 {
-			if n, err := p.PumpNowait(fn); n > 0 || err != nil {
+			if n, err := p.PumpDataNowait(fn); n > 0 || err != nil {
 				return n, err
 			}
 		}
@@ -119,7 +119,7 @@ func talDialAll(p *talaris.Pool, url string, opts *talaris.DialOptions, n int) (
 	var failed error
 	deadline := time.Now().Add(20 * time.Second)
 	for open < n && failed == nil {
-		k, err := p.PumpEventsNowait(func(_ talaris.Conn, ev talaris.Event) {
+		k, err := p.PumpNowait(func(_ talaris.Conn, ev talaris.Event) {
 			switch ev.Kind {
 			case talaris.EventOpen:
 				open++
@@ -159,7 +159,7 @@ func closePool(p *talaris.Pool, cs []talaris.Conn, inline bool) error {
 	stopped := 0
 	deadline := time.Now().Add(5 * time.Second)
 	for stopped < len(cs) && time.Now().Before(deadline) {
-		n, err := p.PumpEventsNowait(func(_ talaris.Conn, ev talaris.Event) {
+		n, err := p.PumpNowait(func(_ talaris.Conn, ev talaris.Event) {
 			if ev.Kind == talaris.EventText && string(ev.Payload) == "stopped" {
 				stopped++
 			}

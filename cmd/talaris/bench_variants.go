@@ -13,7 +13,7 @@ import (
 type talVariant struct {
 	name       string
 	loop, cons talaris.WaitStrategy
-	spin       bool          // pump with a loop over PumpNowait instead of PumpData
+	spin       bool          // pump with a loop over PumpDataNowait instead of PumpData
 	spinTime   time.Duration // Config.SpinTime (0: the default)
 	ringFlags  uint32        // testhook.Knobs.RingFlags (0: the default)
 	evRing     uint32        // testhook.Knobs.EventRingSize (0: the default)

@@ -444,7 +444,7 @@ func (b *bench) markdownReport(mdPath string, plots []string) string {
 	fmt.Fprintf(&s, "- load average when the run started (other processes on the machine): %s\n", b.loadAvg)
 	fmt.Fprintf(&s, "- pinning: client %s, feed server %s, talaris loop thread %s\n", pin(b.clientCPU), pin(b.serverCPU), pin(b.loopCPU))
 	s.WriteString("- feed server: `talaris feed-server` in a child process (pre-built frames in 256 KiB writes; crypto/tls for wss); Go peers use their fastest read API, crypto/tls for wss\n")
-	s.WriteString("- talaris variants: `default` is the zero Config (Wait: WaitAdaptive); the others set the wait strategy of both the C loop and the consumer (`block`, `spin` with a loop over PumpNowait, `spin-then-block`, ...; see `talaris bench -h`)\n")
+	s.WriteString("- talaris variants: `default` is the zero Config (Wait: WaitAdaptive); the others set the wait strategy of both the C loop and the consumer (`block`, `spin` with a loop over PumpDataNowait, `spin-then-block`, ...; see `talaris bench -h`)\n")
 	if len(b.rustFlags) > 0 {
 		fmt.Fprintf(&s, "- Rust client extra flags: `%s`\n", strings.Join(b.rustFlags, " "))
 	}
