@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-DEB_PKGS=(liburing-dev android-libboringssl-dev libssl-dev openssl clang libclang-rt-14-dev make gcc)
+DEB_PKGS=(liburing-dev android-libboringssl-dev libssl-dev openssl clang libclang-rt-14-dev make gcc python3-venv)
 
 as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -36,21 +36,97 @@ install_packages() {
 	fi
 }
 
-# install_node_ws puts Node's ws module in build/node for the interop tests.
+# install_node_ws installs Node (Debian's nodejs and npm, when node or npm
+# is missing: a Node already there, say NodeSource's, which conflicts with
+# Debian's npm, is kept) and Node's ws module into build/node for the
+# interop tests (tests/peers_test.go looks there). Any failure fails the
+# build: a missing peer would only make its tests skip (tools/skiptable.py
+# fails those too, later).
 install_node_ws() {
-	if command -v npm >/dev/null 2>&1 && [ ! -d build/node/node_modules/ws ]; then
-		echo "== npm install ws (interop peer)"
+	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+		echo "== apt-get install nodejs npm (the Node interop peer)"
+		if ! { as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs npm >/dev/null; }; then
+			echo "build.sh: cannot install nodejs and npm from Debian: the Node interop tests cannot run" >&2
+			return 1
+		fi
+	fi
+	if ! NODE_PATH=build/node/node_modules node -e 'require("ws")' >/dev/null 2>&1; then
+		echo "== npm install ws@8 into build/node (the Node interop peer)"
 		mkdir -p build/node
-		(cd build/node && npm install --no-audit --no-fund --silent ws@8 >/dev/null 2>&1) ||
-			echo "npm install ws failed: the Node interop test will skip"
+		if ! (cd build/node && npm install --no-audit --no-fund --silent ws@8) >build/node/npm.log 2>&1; then
+			cat build/node/npm.log >&2
+			echo "build.sh: npm install ws@8 failed (log above): the Node interop tests cannot run" >&2
+			return 1
+		fi
+		if ! NODE_PATH=build/node/node_modules node -e 'require("ws")'; then
+			echo "build.sh: npm installed ws@8 but node cannot require it from build/node/node_modules" >&2
+			return 1
+		fi
 	fi
 }
 
-# install_python_websockets installs Python's websockets for interop tests.
+# install_python_websockets makes build/venv, a venv with Python's websockets
+# from PyPI, for the interop tests (Debian's python3 is externally managed:
+# no pip install into it). The Go tests run with build/venv/bin first on
+# PATH (go_test), so their python3 is the venv's. Any failure fails the
+# build.
+PY_WEBSOCKETS='websockets>=13,<18'
 install_python_websockets() {
-	if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import websockets' >/dev/null 2>&1; then
-		python3 -m pip install -q websockets >/dev/null 2>&1 || echo "pip install websockets failed"
+	local py=build/venv/bin/python3
+	if [ -x "$py" ] && "$py" -c 'import websockets' >/dev/null 2>&1; then
+		return 0
 	fi
+	echo "== python3 -m venv build/venv; pip install $PY_WEBSOCKETS (the Python interop peer)"
+	rm -rf build/venv
+	mkdir -p build
+	if ! python3 -m venv build/venv; then
+		echo "build.sh: python3 -m venv build/venv failed (Debian: python3-venv): the Python interop tests cannot run" >&2
+		return 1
+	fi
+	if ! "$py" -m pip install -q --disable-pip-version-check "$PY_WEBSOCKETS"; then
+		echo "build.sh: pip install $PY_WEBSOCKETS into build/venv failed (PyPI unreachable?): the Python interop tests cannot run" >&2
+		return 1
+	fi
+	if ! "$py" -c 'import websockets'; then
+		echo "build.sh: build/venv has no importable websockets after pip install" >&2
+		return 1
+	fi
+}
+
+# go_test PASS MODULE [VAR=value...] ARGS... runs go test -json ARGS in
+# MODULE with build/venv/bin first on PATH (the Python peer) and the VARs
+# set. tools/skiptable.py keeps every event in build/test-PASS.MODULE.json
+# (for the skip table at the end) and prints what a plain go test prints:
+# package lines and failing tests' output. Fails as go test fails.
+go_test() {
+	local pass=$1 m=$2 vars=() name
+	shift 2
+	while [ $# -gt 0 ] && [[ $1 == [A-Z_]*=* ]]; do
+		vars+=("$1")
+		shift
+	done
+	name=${m//\//-}
+	[ "$name" != . ] || name=root
+	env PATH="$PWD/build/venv/bin:$PATH" "${vars[@]}" go -C "$m" test -json "$@" 2>&1 |
+		python3 tools/skiptable.py filter "build/test-$pass.$name.json"
+}
+
+# each_module_test PASS ARGS... runs go_test PASS in every module.
+each_module_test() {
+	local m pass=$1
+	shift
+	for m in "${MODULES[@]}"; do
+		step go_test "$pass" "$m" "$@"
+	done
+}
+
+# c_test PASS [make variables...] runs the C tests (cgo.mk), keeping their
+# output in build/ctest-PASS.log for the skip table.
+c_test() {
+	local pass=$1
+	shift
+	mkdir -p build
+	make -s -f cgo.mk test "$@" 2>&1 | tee "build/ctest-$pass.log"
 }
 
 # step runs a command under a "== command" header and reports how long it
@@ -202,9 +278,9 @@ PY
 # directly or through a helper) and skips the ws:// halves of
 # forEachTransport, of TestPoolCloseRace and of the conformance run.
 lane2() {
-	TALARIS_TEST_TLS_ONLY=1 each_module test -count=1 -timeout 30m -tags talaris_openssl ./...
-	step env TALARIS_TEST_NO_TLSREC=1 TALARIS_TEST_TLS_ONLY=1 go -C tests test -count=1 -timeout 30m -tags talaris_openssl .
-	each_module test -count=1 -timeout 30m -race -short ./...
+	TALARIS_TEST_TLS_ONLY=1 each_module_test openssl -count=1 -timeout 30m -tags talaris_openssl ./...
+	step go_test openssl-notlsrec tests TALARIS_TEST_NO_TLSREC=1 TALARIS_TEST_TLS_ONLY=1 -count=1 -timeout 30m -tags talaris_openssl .
+	each_module_test race -count=1 -timeout 30m -race -short ./...
 }
 
 # lane_start LOG FUNC runs FUNC in the background (errexit on, output to
@@ -248,6 +324,7 @@ test)
 	install_packages
 	install_node_ws
 	install_python_websockets
+	rm -f build/test-*.json build/ctest-*.log # this run's results only (the skip table)
 	each_module vet ./...
 	# Only the root module has talaris_openssl code (talaris_linux.go's #cgo
 	# lines); the other modules' vet would check the same Go again.
@@ -255,21 +332,25 @@ test)
 	step env GOOS=darwin go vet ./...
 	step env CGO_ENABLED=0 go build ./...
 	step check_graph
+	step python3 tools/checkrefs.py
 	# Two lanes at once: one pass of the Go tests keeps about one of the
 	# two vCPUs busy (the rest is waiting on peers, timers and wake-ups),
 	# so a second lane runs beside it and prints its log when done.
 	lane_start build/lane2.log lane2
-	each_module test -count=1 -timeout 30m ./...
+	each_module_test default -count=1 -timeout 30m ./...
 	# The TLS tests again with the library's SSL_read only (no own record
 	# layer or AES-GCM: tests/tlsonly_test.go), the read path a user gets
 	# with Config.Tuning.NoTLSRecordLayer or a ChaCha20 or TLS 1.2 server.
-	step env TALARIS_TEST_NO_TLSREC=1 TALARIS_TEST_TLS_ONLY=1 go -C tests test -count=1 -timeout 30m .
+	step go_test notlsrec tests TALARIS_TEST_NO_TLSREC=1 TALARIS_TEST_TLS_ONLY=1 -count=1 -timeout 30m .
 	step fetch_vectors
-	step make -s -f cgo.mk test
-	step make -s -f cgo.mk test TLS=openssl BUILD=build/openssl
+	step c_test default
+	step c_test openssl TLS=openssl BUILD=build/openssl
 	step make -s -f cgo.mk fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-12}"
 	go_fuzz
 	lane_wait
+	# Every skipped Go test and C program of this run, with its message;
+	# fails on a skip not on the list of allowed ones in the script.
+	step python3 tools/skiptable.py report build/test-*.json build/ctest-*.log
 	echo; echo "== all tests passed"
 	;;
 bench)

@@ -84,11 +84,13 @@ func TestAbort(t *testing.T) {
 			}
 			got := ""
 			for got == "" {
-				p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+				if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 					if cc == c && ev.Kind == talaris.EventText {
 						got = string(ev.Payload)
 					}
-				})
+				}); err != nil {
+					t.Fatalf("pump before the echo: %v", err) // (ErrPoolClosed: the hang guard)
+				}
 			}
 			expectAborted(t, c, "open "+sc.name)
 		})

@@ -65,7 +65,7 @@ func ExampleConn_SendText() {
 	c.SendBinary([]byte{1, 2, 3})
 	echoed := 0
 	for done := false; !done; {
-		p.Pump(func(c talaris.Conn, ev talaris.Event) {
+		if _, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
 			switch ev.Kind {
 			case talaris.EventText, talaris.EventBinary:
 				fmt.Printf("echo %v %q\n", ev.Kind, ev.Payload)
@@ -76,7 +76,9 @@ func ExampleConn_SendText() {
 				fmt.Println("closed", ev.Code)
 				done = true
 			}
-		})
+		}); err != nil {
+			log.Fatal(err)
+		}
 	}
 	// Output:
 	// echo text "hello"
@@ -102,12 +104,14 @@ func ExampleConn_Close() {
 		log.Fatal(err)
 	}
 	for done := false; !done; {
-		p.Pump(func(c talaris.Conn, ev talaris.Event) {
+		if _, err := p.Pump(func(c talaris.Conn, ev talaris.Event) {
 			if ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError {
 				fmt.Println("closed with", ev.Code) // the server echoes the code
 				done = true
 			}
-		})
+		}); err != nil {
+			log.Fatal(err)
+		}
 	}
 	fmt.Println(c.SendText([]byte("late")))
 	// Output:

@@ -89,14 +89,16 @@ func TestPythonWebsockets(t *testing.T) {
 			}
 			closed := false
 			for !closed {
-				p.Pump(func(cc talaris.Conn, ev talaris.Event) {
+				if _, err := p.Pump(func(cc talaris.Conn, ev talaris.Event) {
 					if cc == e && (ev.Kind == talaris.EventClose || ev.Kind == talaris.EventError) {
 						if ev.Kind != talaris.EventClose || ev.Code != 1000 {
 							t.Errorf("close: %v %d %v", ev.Kind, ev.Code, ev.Err)
 						}
 						closed = true
 					}
-				})
+				}); err != nil {
+					t.Fatalf("pump before the echo connection's close: %v", err)
+				}
 			}
 		})
 	}
