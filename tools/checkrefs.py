@@ -49,11 +49,11 @@ EXTERNAL = {
 ARCH = "docs/ARCHITECTURE.md"
 NOTES = "docs/notes/"
 HEADING = re.compile(r"^#+\s+(.*?)\s*#*$", re.M)
-# A section named after "ARCHITECTURE" (the name may wrap lines):
+# A section cited after the architecture document's name (it may wrap lines):
 ARCH_CITE = re.compile(r'ARCHITECTURE(?:\.md)?(?:'
                        r'(?:\s*,\s*|\s+)\(?\s*"([^"]+)"'  # , "S" / ("S") / "S"
                        r'|\s+\(([A-Z][^()"`]*?)\)'  # (S)
-                       r'|\s*,\s*([A-Z][^()"`,]*?)\))')  # (ARCHITECTURE, S)
+                       r'|\s*,\s*([A-Z][^()"`,]*?)\))')  # (its name, S)
 NOTE_CITE = re.compile(r'notes/([\w.-]+\.md)(?:\]\([^)]*\))?(?:\s*,\s*|\s+)\(?"([^"]+)"')
 NOTES_LIST = re.compile(r"^- \[notes/([\w.-]+\.md)\]\([^)]*\):(.*)$", re.M)
 DOCS_PATH = re.compile(r"(?<![\w.\-/])((?:\.\./)*docs/[\w./-]*[\w/])")
