@@ -96,7 +96,7 @@ var errBatchTooBig = fmt.Errorf("%w: the batch is larger than the inline loop's 
 // goroutine reserve runs the loop for room, and any batch goes. Returns
 // errRingFull (SendContext-like callers wait on the ring) or
 // errBatchTooBig. Called with sendMu held.
-func (p *shard) inlineBatchFits(msgs [][]byte, maxr int) error {
+func (sh *shard) inlineBatchFits(msgs [][]byte, maxr int) error {
 	need, big := uint64(0), 0
 	for _, m := range msgs {
 		for n := len(m); ; n -= maxr {
@@ -108,13 +108,13 @@ func (p *shard) inlineBatchFits(msgs [][]byte, maxr int) error {
 		}
 	}
 	need += cmdHdr + (uint64(big)+15)&^15 // the padding of one wrap at most
-	if p.tail+need-atomic.LoadUint64(p.cmdHead) <= p.cmdSize {
+	if sh.tail+need-atomic.LoadUint64(sh.cmdHead) <= sh.cmdSize {
 		return nil
 	}
-	if p.p.runInline(C.TL_INLINE_NOWAIT) {
+	if sh.p.runInline(C.TL_INLINE_NOWAIT) {
 		return nil // the loop's goroutine (it just ran the loop): reserve makes room as it goes
 	}
-	if need > p.cmdSize {
+	if need > sh.cmdSize {
 		return errBatchTooBig
 	}
 	return errRingFull

@@ -61,86 +61,86 @@ func (p *Pool) maxRecord() int {
 // instead of the sleep: only the loop's goroutine makes room, and it may
 // not run the loop for a long time (Send* promise not to wait;
 // SendContext waits with its context, waitRing).
-func (p *shard) reserve(n uint64, rest, refuse bool) (uint64, error) {
+func (sh *shard) reserve(n uint64, rest, refuse bool) (uint64, error) {
 	spins := 0
 	for {
-		if p.refuses(rest) {
+		if sh.refuses(rest) {
 			return 0, ErrPoolClosed
 		}
-		off := p.tail & (p.cmdSize - 1)
+		off := sh.tail & (sh.cmdSize - 1)
 		pad := uint64(0)
-		if off+n > p.cmdSize {
-			pad = p.cmdSize - off
+		if off+n > sh.cmdSize {
+			pad = sh.cmdSize - off
 		}
-		if p.tail+pad+n-p.headCache <= p.cmdSize {
+		if sh.tail+pad+n-sh.headCache <= sh.cmdSize {
 			if pad > 0 {
-				h := (*C.struct_tl_cmd)(unsafe.Pointer(&p.cmdBuf[off]))
+				h := (*C.struct_tl_cmd)(unsafe.Pointer(&sh.cmdBuf[off]))
 				*h = C.struct_tl_cmd{len: C.uint32_t(pad - cmdHdr), op: cmdPad}
-				p.tail += pad
+				sh.tail += pad
 				off = 0
 			}
 			return off, nil
 		}
-		p.headCache = atomic.LoadUint64(p.cmdHead)
-		if p.tail+pad+n-p.headCache <= p.cmdSize {
+		sh.headCache = atomic.LoadUint64(sh.cmdHead)
+		if sh.tail+pad+n-sh.headCache <= sh.cmdSize {
 			continue
 		}
 		// The loop is behind: let it run (it drains unconditionally);
 		// an inline loop's own goroutine runs it here. Records put but
 		// not yet published (a batch publishes once, at its end) are
 		// published first: the room we wait for may be theirs to free.
-		if atomic.LoadUint64(p.cmdTail) != p.tail {
-			atomic.StoreUint64(p.cmdTail, p.tail)
+		if atomic.LoadUint64(sh.cmdTail) != sh.tail {
+			atomic.StoreUint64(sh.cmdTail, sh.tail)
 		}
-		if p.p.cfg.Tuning.InlineLoop && p.p.runInline(C.TL_INLINE_NOWAIT) {
+		if sh.p.cfg.Tuning.InlineLoop && sh.p.runInline(C.TL_INLINE_NOWAIT) {
 			continue
 		}
-		p.kick()
+		sh.kick()
 		if spins < 64 {
 			spins++
 			runtime.Gosched()
 			continue
 		}
-		if refuse && p.p.cfg.Tuning.InlineLoop {
+		if refuse && sh.p.cfg.Tuning.InlineLoop {
 			return 0, errRingFull
 		}
 		// Announce, then recheck (Dekker with the loop's seq_cst store of
 		// head and load of prod_waiting), then sleep until a drain.
-		atomic.StoreUint32(p.prodWaiting, 1)
-		seq := atomic.LoadUint32(p.spaceSeq)
-		p.headCache = atomic.LoadUint64(p.cmdHead)
-		if p.tail+pad+n-p.headCache > p.cmdSize && !p.refuses(rest) {
-			futexWait(p.spaceSeq, seq, time.Second) // the timeout is a defence only
+		atomic.StoreUint32(sh.prodWaiting, 1)
+		seq := atomic.LoadUint32(sh.spaceSeq)
+		sh.headCache = atomic.LoadUint64(sh.cmdHead)
+		if sh.tail+pad+n-sh.headCache > sh.cmdSize && !sh.refuses(rest) {
+			futexWait(sh.spaceSeq, seq, time.Second) // the timeout is a defence only
 		}
-		atomic.StoreUint32(p.prodWaiting, 0)
+		atomic.StoreUint32(sh.prodWaiting, 0)
 	}
 }
 
 // publish makes records up to p.tail visible and wakes the loop if it
 // announced that it sleeps.
-func (p *shard) publish() {
-	atomic.StoreUint64(p.cmdTail, p.tail)
-	p.kick()
+func (sh *shard) publish() {
+	atomic.StoreUint64(sh.cmdTail, sh.tail)
+	sh.kick()
 }
 
 // kick wakes the loop if it announced that it sleeps.
-func (p *shard) kick() {
-	if atomic.LoadUint32(p.loopSleeping) != 0 && atomic.CompareAndSwapUint32(p.loopSleeping, 1, 0) {
-		p.wakeLoop()
+func (sh *shard) kick() {
+	if atomic.LoadUint32(sh.loopSleeping) != 0 && atomic.CompareAndSwapUint32(sh.loopSleeping, 1, 0) {
+		sh.wakeLoop()
 	}
 }
 
 // refuses reports whether the shard's ring takes no more records: once
 // the pool closes, except a direct send's rest (rest), which the loop
 // waits for (its close frame goes after it) until the loop is gone.
-func (p *shard) refuses(rest bool) bool {
-	return p.p.closed.Load() && (!rest || p.gone.Load())
+func (sh *shard) refuses(rest bool) bool {
+	return sh.p.closed.Load() && (!rest || sh.gone.Load())
 }
 
 // putRecord appends one record for global slot slot (one of the shard's)
 // without publishing it. Called with sendMu held.
-func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte, refuse bool) error {
-	return p.putRecordPre(op, flags, code, slot, gen, nil, payload, op == cmdDirect, refuse)
+func (sh *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payload []byte, refuse bool) error {
+	return sh.putRecordPre(op, flags, code, slot, gen, nil, payload, op == cmdDirect, refuse)
 }
 
 // putRecordPre is putRecord whose payload is pre then payload (a direct
@@ -148,19 +148,19 @@ func (p *shard) putRecord(op, flags uint8, code uint16, slot, gen uint32, payloa
 // record goes in after Pool.Close began, until the loop is gone (a
 // direct send's rest, a batch's records after its first: what was
 // accepted goes in whole).
-func (p *shard) putRecordPre(op, flags uint8, code uint16, slot, gen uint32, pre, payload []byte, rest, refuse bool) error {
+func (sh *shard) putRecordPre(op, flags uint8, code uint16, slot, gen uint32, pre, payload []byte, rest, refuse bool) error {
 	pl := len(pre) + len(payload)
 	n := cmdHdr + (uint64(pl)+15)&^15
-	off, err := p.reserve(n, rest, refuse)
+	off, err := sh.reserve(n, rest, refuse)
 	if err != nil {
 		return err
 	}
-	h := (*C.struct_tl_cmd)(unsafe.Pointer(&p.cmdBuf[off]))
+	h := (*C.struct_tl_cmd)(unsafe.Pointer(&sh.cmdBuf[off]))
 	*h = C.struct_tl_cmd{len: C.uint32_t(pl), op: C.uint8_t(op), flags: C.uint8_t(flags),
-		code: C.uint16_t(code), slot: C.uint32_t(slot - p.base), gen: C.uint32_t(gen)}
-	copy(p.cmdBuf[off+cmdHdr:], pre)
-	copy(p.cmdBuf[off+cmdHdr+uint64(len(pre)):], payload)
-	p.tail += n
+		code: C.uint16_t(code), slot: C.uint32_t(slot - sh.base), gen: C.uint32_t(gen)}
+	copy(sh.cmdBuf[off+cmdHdr:], pre)
+	copy(sh.cmdBuf[off+cmdHdr+uint64(len(pre)):], payload)
+	sh.tail += n
 	return nil
 }
 
@@ -170,19 +170,19 @@ func (p *shard) putRecordPre(op, flags uint8, code uint16, slot, gen uint32, pre
 // the lock is taken this goroutine runs the loop (iterations that do not
 // wait), which drains the ring and wakes the holder. Anywhere else it is
 // sendMu.Lock.
-func (p *shard) lockSend() {
-	if p.p.cfg.Tuning.InlineLoop {
+func (sh *shard) lockSend() {
+	if sh.p.cfg.Tuning.InlineLoop {
 		for {
-			if p.sendMu.TryLock() {
+			if sh.sendMu.TryLock() {
 				return
 			}
-			if !p.p.runInline(C.TL_INLINE_NOWAIT) {
+			if !sh.p.runInline(C.TL_INLINE_NOWAIT) {
 				break // another goroutine, or the loop stopped: the holder's wait ends without us
 			}
 			runtime.Gosched()
 		}
 	}
-	p.sendMu.Lock()
+	sh.sendMu.Lock()
 }
 
 // command appends and publishes one record on slot's loop.

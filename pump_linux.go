@@ -24,6 +24,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The states of the pump claim (pool.pumping): who may consume the event
+// rings. One word, so that a pump call, a failed Dial's reaper and the
+// release at Close exclude each other with one compare-and-swap.
+const (
+	pumpFree    = 0 // nobody consumes
+	pumpCalling = 1 // a Pump* call runs
+	pumpFreed   = 2 // Close released the loop: nobody ever consumes again
+	pumpReaping = 3 // reapQuiet passes a failed Dial's quiet events
+)
+
 // pumpWait is the pumper's state between passes: how it last waited, its
 // scheduler pacing and the reply spin.
 type pumpWait struct {

@@ -55,16 +55,6 @@ func (p *Pool) quietEvent(e *C.struct_tl_event, slot uint32, kind EventKind) boo
 	return true
 }
 
-// The states of the pump claim (pool.pumping): who may consume the event
-// rings. One word, so that a pump call, a failed Dial's reaper and the
-// release at Close exclude each other with one compare-and-swap.
-const (
-	pumpFree    = 0 // nobody consumes
-	pumpCalling = 1 // a Pump* call runs
-	pumpFreed   = 2 // Close released the loop: nobody ever consumes again
-	pumpReaping = 3 // reapQuiet passes a failed Dial's quiet events
-)
-
 // reapAll is reapQuiet for no particular connection: it passes the
 // quiet events of failed synchronous Dials at the head of the rings, when
 // no pump call runs (allocSlot's last resort before ErrTooManyConns).
