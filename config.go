@@ -213,18 +213,6 @@ type settings struct {
 	loopWait, consumerWait WaitStrategy // Knobs.LoopWait/ConsumerWait, else Config.Wait
 }
 
-func init() {
-	testhook.SetKnobs = func(cfg any, k *testhook.Knobs) {
-		c := cfg.(*Config)
-		if k == nil {
-			c.knobs = nil
-			return
-		}
-		kk := *k
-		c.knobs = &kk
-	}
-}
-
 // defaults is the one table of Config defaults: withDefaults fills every
 // zero field from it, the decoder (testhook.NewDecoder) takes
 // MaxMessageSize from it, and the C loop always receives the resulting

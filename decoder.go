@@ -2,8 +2,6 @@ package talaris
 
 import (
 	"errors"
-
-	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // The decoder runs the C frame parser synchronously on bytes the caller
@@ -16,19 +14,6 @@ import (
 // frame split across calls reassembled. A decoder is not safe for
 // concurrent use. The platform half is decoder_linux.go or
 // talaris_stub.go.
-
-func init() {
-	testhook.NewDecoder = func(maxMessage int) (testhook.Decoder, error) {
-		if maxMessage <= 0 {
-			maxMessage = int(defaults.MaxMessageSize)
-		}
-		d, err := newDecoder(uint64(maxMessage), decoderEventRing, arenaFor(decoderMinArenaSize, uint64(maxMessage)))
-		if err != nil {
-			return nil, err
-		}
-		return d, nil
-	}
-}
 
 // errDecodeFunc is Decode's answer to a callback that is no DataFunc.
 var errDecodeFunc = errors.New("talaris: decoder: the callback is not a DataFunc")

@@ -509,7 +509,3 @@ func (s *stageSet) export(m *Metrics) {
 		h.cumulativeBuckets(latencyBoundsNs[:], out.Buckets[:])
 	}
 }
-
-func init() {
-	testhook.SetLoopCounters = func(m any, c testhook.LoopCounters) { m.(*Metrics).loop = c }
-}

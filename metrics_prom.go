@@ -4,8 +4,6 @@ import (
 	"io"
 	"math"
 	"strconv"
-
-	"github.com/talaris-go/talaris/internal/testhook"
 )
 
 // writePrometheus writes m in the Prometheus text exposition format
@@ -156,11 +154,4 @@ func formatFloat(v float64) string {
 		return "NaN"
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
-}
-
-func init() {
-	testhook.WritePrometheus = func(w io.Writer, pool string, m any) error {
-		mm := m.(Metrics)
-		return writePrometheus(w, pool, &mm)
-	}
 }
