@@ -171,7 +171,11 @@ func (b *bench) peerLatencyRound(wl string, p goPeer, url string, d time.Duratio
 	} else {
 		msg := make([]byte, 64)
 		start := time.Now()
-		for i := uint64(0); time.Since(start) < b.warm+d; i++ {
+		// One clock read per round trip decides both whether it counts
+		// and whether the window is over, so the round trip that ends the
+		// window is always recorded (two reads could straddle the warm-up's
+		// end: one said "still warming", the next "window over").
+		for i := uint64(0); ; i++ {
 			binary.LittleEndian.PutUint64(msg, i)
 			t := time.Now()
 			if err := pc.write(msg); err != nil {
@@ -180,11 +184,15 @@ func (b *bench) peerLatencyRound(wl string, p goPeer, url string, d time.Duratio
 			if err := pc.readOne(func(bool, []byte) {}); err != nil {
 				return Result{}, err
 			}
-			if time.Since(start) > b.warm {
+			now := time.Now()
+			if now.Sub(start) > b.warm {
 				if t0.IsZero() {
 					c0, t0 = cpuSeconds(), t
 				}
-				h.RecordValue(max(int64(time.Since(t)), 1))
+				h.RecordValue(max(int64(now.Sub(t)), 1))
+			}
+			if now.Sub(start) >= b.warm+d {
+				break
 			}
 		}
 		c1, t1 = cpuSeconds(), time.Now()

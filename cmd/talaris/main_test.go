@@ -106,7 +106,8 @@ func TestFeedCounts(t *testing.T) {
 // calls and round trips. A 1 ns window is the same case without the
 // stall: shorter than any gap between two looks at the clock, it is
 // always straddled. (The Go peers' rtt and orders loops record the round
-// trip that ends their window, so they never closed empty.)
+// trip that ends their window, read with the one clock read that ends
+// it, so they never close empty.)
 func TestBenchWindowsNeverEmpty(t *testing.T) {
 	addr := startTestFeed(t)
 	b := &bench{warm: 20 * time.Millisecond, latDur: time.Nanosecond, rttDur: time.Nanosecond, loopCPU: -1, clientCPU: -1,
