@@ -49,26 +49,30 @@ func checkDead(t *testing.T, c talaris.Conn) {
 // connection with megabytes of output queued for a server that does not
 // read, a connection still dialing, and a memory connection: each at
 // once, with EventError wrapping ErrAborted and code 1006; afterwards
-// every method reports ErrClosed.
+// every method reports ErrClosed. "At once" is the event's doing, not a
+// timer's: the pool's timers that could end these connections (the
+// handshake's, the close's) are longer than the hang guard, so an Abort
+// that only took effect at one would trip the hang guard, and one that
+// degraded into a close or a timeout would end with another error; the
+// connection with 16 MiB queued ends with them dropped (SendDropped), not
+// drained. The time each took is logged, not asserted.
 func TestAbort(t *testing.T) {
-	p := newTestPool(t, talaris.Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{HandshakeTimeout: 2 * hangGuard, CloseTimeout: 2 * hangGuard}, hangGuard)
 	ctx, cancel := dialCtx(t)
 	defer cancel()
-	expectAborted := func(t *testing.T, c talaris.Conn, what string) {
+	expectAborted := func(t *testing.T, c talaris.Conn, what string) finalEvent {
 		t.Helper()
 		t0 := time.Now()
 		if err := c.Abort(); err != nil {
 			t.Fatalf("Abort: %v", err)
 		}
-		f, at := pumpFinal(t, p, c, nil)
+		f, at := pumpFinal(t, p, c, nil) // hang guard: newTestPool's
 		t.Logf("%s: aborted in %v", what, at.Sub(t0))
 		if f.Kind != talaris.EventError || !errors.Is(f.Err, talaris.ErrAborted) || !errors.Is(f.Err, talaris.ErrClosed) || f.Code != talaris.CloseAbnormal {
 			t.Fatalf("%s: final %+v, want EventError ErrAborted (matching ErrClosed too) 1006", what, f)
 		}
-		if d := at.Sub(t0); d > 2*time.Second {
-			t.Errorf("%s: abort took %v", what, d)
-		}
 		checkDead(t, c)
+		return f
 	}
 
 	for _, sc := range schemes() {
@@ -110,7 +114,9 @@ func TestAbort(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		expectAborted(t, c, "16 MiB queued")
+		if f := expectAborted(t, c, "16 MiB queued"); f.SendDropped == 0 {
+			t.Errorf("aborted with 16 MiB queued for a peer that never reads: final %+v counts no message dropped (the abort waited for the queue?)", f)
+		}
 	})
 
 	t.Run("dialing", func(t *testing.T) {
@@ -274,11 +280,33 @@ func TestAbortRaces(t *testing.T) {
 
 // TestPoolCloseGoingAway: Pool.Close sends 1001 "pool closed" and waits
 // for the close handshake: a raw Go server (ws) and Python websockets
-// (wss) both receive 1001, and Close returns in milliseconds; against a
-// server that never answers it returns after CloseTimeout.
+// (wss) both receive 1001, and Close returns once the handshake is done
+// (in milliseconds: logged); against a server that never answers it
+// returns after CloseTimeout. Where the handshake completes, the pool's
+// CloseTimeout is longer than the hang guard: a Close that returns within
+// the hang guard was ended by the handshake (the server's echo, then its
+// FIN or the short grace), not by the close timer, however loaded the
+// machine.
 func TestPoolCloseGoingAway(t *testing.T) {
 	ctx, cancel := dialCtx(t)
 	defer cancel()
+	const longClose = 2 * hangGuard
+	closePool := func(t *testing.T, p *talaris.Pool) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		done := make(chan struct{})
+		go func() {
+			p.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+			return time.Since(t0)
+		case <-time.After(hangGuard): // hang guard: the handshake takes milliseconds
+			t.Fatalf("Pool.Close did not return in %v (CloseTimeout %v): the close handshake did not complete", hangGuard, longClose)
+			return 0
+		}
+	}
 
 	t.Run("raw_ws", func(t *testing.T) {
 		got := make(chan string, 1)
@@ -293,45 +321,35 @@ func TestPoolCloseGoingAway(t *testing.T) {
 				}
 			}
 		}).Start(t)
-		p, err := talaris.NewPool(talaris.Config{})
+		p, err := talaris.NewPool(talaris.Config{CloseTimeout: longClose})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := p.Dial(ctx, srv.URL+"/", nil); err != nil {
 			t.Fatal(err)
 		}
-		t0 := time.Now()
-		p.Close()
-		d := time.Since(t0)
+		d := closePool(t, p)
 		g := <-got
 		t.Logf("server received %q; Pool.Close took %v", g, d)
 		if g != "1001 pool closed <nil>" {
 			t.Errorf("server received close %q, want 1001 pool closed", g)
 		}
-		if d > time.Second {
-			t.Errorf("Pool.Close took %v", d)
-		}
 	})
 
 	t.Run("python_wss", func(t *testing.T) {
 		pp := startPython(t, true)
-		p, err := talaris.NewPool(talaris.Config{})
+		p, err := talaris.NewPool(talaris.Config{CloseTimeout: longClose})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := p.Dial(ctx, "wss://127.0.0.1:"+pp.port+"/record", tlsOpts); err != nil {
 			t.Fatal(err)
 		}
-		t0 := time.Now()
-		p.Close()
-		d := time.Since(t0)
+		d := closePool(t, p)
 		l := pp.waitLine(t, "CLOSED")
 		t.Logf("%s: Python websockets printed %q; Pool.Close took %v", talaris.TLSBackend(), l, d)
 		if l != "CLOSED 1001 pool closed" {
 			t.Errorf("server saw %q, want CLOSED 1001 pool closed", l)
-		}
-		if d > time.Second {
-			t.Errorf("Pool.Close took %v", d)
 		}
 	})
 
@@ -339,7 +357,8 @@ func TestPoolCloseGoingAway(t *testing.T) {
 		// The server floods (and reads in parallel) and nobody pumps: the
 		// event ring is full and the connection stalled when Close runs.
 		// The close handshake still completes (events are dropped once
-		// the pool closes) well before CloseTimeout.
+		// the pool closes): Close returns though CloseTimeout is longer
+		// than the hang guard.
 		got := make(chan string, 1)
 		srv := wstest.NewRaw(func(c *wstest.RawConn) {
 			var stop atomic.Bool
@@ -366,7 +385,7 @@ func TestPoolCloseGoingAway(t *testing.T) {
 				}
 			}
 		}).Start(t)
-		p, err := talaris.NewPool(testhook.WithKnobs(talaris.Config{ArenaSize: 1 << 20, MaxMessageSize: 64 << 10}, testhook.Knobs{EventRingSize: 1024}))
+		p, err := talaris.NewPool(testhook.WithKnobs(talaris.Config{ArenaSize: 1 << 20, MaxMessageSize: 64 << 10, CloseTimeout: longClose}, testhook.Knobs{EventRingSize: 1024}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,16 +397,11 @@ func TestPoolCloseGoingAway(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		time.Sleep(100 * time.Millisecond)
-		t0 := time.Now()
-		p.Close()
-		d := time.Since(t0)
+		d := closePool(t, p)
 		g := <-got
-		t.Logf("Pool.Close of a stalled flooded connection took %v (CloseTimeout 5s); server received %q", d, g)
+		t.Logf("Pool.Close of a stalled flooded connection took %v (CloseTimeout %v); server received %q", d, longClose, g)
 		if g != "1001 pool closed <nil>" {
 			t.Errorf("server received close %q, want 1001 pool closed", g)
-		}
-		if d > 2*time.Second {
-			t.Errorf("Pool.Close took %v", d)
 		}
 	})
 
@@ -424,9 +438,12 @@ type closePeer struct {
 // reference), and logs how long each close took: from Close to the final
 // event, and from the open to the final event of a server-closed
 // connection. Over TLS the client answers the completed handshake with
-// close_notify and its FIN, so none waits for CloseTimeout (5 s) any more;
-// the bound asserted is 1 s, and the final event must be a clean
-// EventClose 1000.
+// close_notify and its FIN, so none waits for CloseTimeout any more: with
+// a CloseTimeout of 30 s (far beyond any handshake on a loaded machine,
+// within the hang guard) the final event must be a clean EventClose 1000,
+// which only the handshake gives (the server's close frame, then its FIN
+// or the 100 ms grace); a close the timer ended is EventError wrapping
+// ErrCloseTimeout. The times are logged, not asserted.
 func TestCloseTiming(t *testing.T) {
 	ctx, cancel := dialCtx(t)
 	defer cancel()
@@ -466,7 +483,7 @@ func TestCloseTiming(t *testing.T) {
 		t.Log("node ws not installed: skipping the Node peer")
 	}
 
-	p := newTestPool(t, talaris.Config{}, hangGuard)
+	p := newTestPool(t, talaris.Config{CloseTimeout: hangGuard / 2}, hangGuard)
 	for _, pc := range peers {
 		scheme := "ws"
 		opts := &talaris.DialOptions{}
@@ -495,13 +512,10 @@ func TestCloseTiming(t *testing.T) {
 			t.Logf("close timing %s %s %s: client-initiated %v, server-initiated (dial+close) %v",
 				talaris.TLSBackend(), pc.name, scheme, dClient.Round(10*time.Microsecond), dServer.Round(10*time.Microsecond))
 			if fc.Kind != talaris.EventClose || fc.Code != talaris.CloseNormal {
-				t.Errorf("client-initiated close ended with %+v", fc)
+				t.Errorf("client-initiated close ended with %+v (after %v), want EventClose 1000: the handshake's end, not the close timer's", fc, dClient)
 			}
 			if fs.Kind != talaris.EventClose || fs.Code != talaris.CloseNormal {
-				t.Errorf("server-initiated close ended with %+v", fs)
-			}
-			if dClient > time.Second || dServer > time.Second {
-				t.Errorf("close took %v / %v, want well under CloseTimeout", dClient, dServer)
+				t.Errorf("server-initiated close ended with %+v (after %v), want EventClose 1000: the handshake's end, not the close timer's", fs, dServer)
 			}
 		})
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Probes of this process: descriptors, memory, the loop threads and their
@@ -286,4 +288,50 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// taskCPU is the CPU time (user and system) thread tid of this process
+// has used, read from its per-thread CPU clock (the clock id
+// pthread_getcpuclockid builds: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)),
+// to the nanosecond (threadCPU in run_test.go reads /proc's 10 ms ticks).
+// Unlike cpuTime it counts that thread alone, not the in-process peers,
+// the GC or the rest of the test binary, so a CPU check of the code under
+// test does not depend on the machine's load: a thread that sleeps uses
+// no CPU however busy the box is. The thread must still run (a loop
+// thread: read it before Pool.Close). No testing.TB: goroutines that may
+// not call t.Fatal read it.
+func taskCPU(tid int) (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(int32(^uint32(tid)<<3|6), &ts); err != nil {
+		return 0, fmt.Errorf("CPU clock of thread %d: %w", tid, err)
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// tasksCPU sums taskCPU over tids.
+func tasksCPU(tids map[int]bool) (time.Duration, error) {
+	var d time.Duration
+	for tid := range tids {
+		c, err := taskCPU(tid)
+		if err != nil {
+			return 0, err
+		}
+		d += c
+	}
+	return d, nil
+}
+
+// newLoopTids returns the "talaris-loop" threads that are not in before
+// (a loopTids taken earlier): the loop threads of the pools made since
+// (a pool with a loop thread of its own was: none is a failure).
+func newLoopTids(t *testing.T, before map[int]bool) map[int]bool {
+	t.Helper()
+	m := loopTids(t)
+	for tid := range before {
+		delete(m, tid)
+	}
+	if len(m) == 0 {
+		t.Fatal("no new talaris-loop thread")
+	}
+	return m
 }

@@ -157,10 +157,14 @@ func TestReconnectRetryAfter(t *testing.T) {
 // attempts follow the backoff (each interval within [MinDelay, the
 // attempt's cap] with generous slack, and no shorter than the Delay the
 // event announced), MaxAttempts ends the handle with the last error as a
-// final EventError, and the process stays idle while it waits.
+// final EventError, and the pool stays idle while it waits: its loop
+// thread and the pumping thread, whose CPU time is read (not the
+// process's, with the in-process servers and the GC), use little CPU.
 func TestReconnectBackoff(t *testing.T) {
 	srv := startAcceptLog(t, func(int, net.Conn) {})
+	before := loopTids(t)
 	p := newTestPool(t, talaris.Config{}, hangGuard)
+	tids := newLoopTids(t, before)
 	const attempts = 6
 	pol := &talaris.ReconnectPolicy{MinDelay: 50 * time.Millisecond, MaxDelay: 400 * time.Millisecond, MaxAttempts: attempts}
 	fw := watchFreezes(t)
@@ -197,10 +201,19 @@ func TestReconnectBackoff(t *testing.T) {
 		}
 	}
 
-	// Idle between attempts: two waits of 1 s cost the process far less
-	// than a CPU-second (the loop sleeps until the deadline).
+	// Idle between attempts: two waits of 1 s cost the loop thread and
+	// the pumping thread (this goroutine's, locked to it) far less than a
+	// CPU-second (the loop sleeps until the deadline, the pump until an
+	// event). A thread that sleeps uses no CPU however loaded the
+	// machine is.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tids[syscall.Gettid()] = true
 	srv2 := startAcceptLog(t, func(int, net.Conn) {})
-	cpu0 := cpuTime()
+	cpu0, err := tasksCPU(tids)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w0 := time.Now()
 	c2, err := p.DialAsync(srv2.url(), &talaris.DialOptions{Reconnect: &talaris.ReconnectPolicy{MinDelay: time.Second, MaxDelay: time.Second, MaxAttempts: 3}})
 	if err != nil {
@@ -208,14 +221,21 @@ func TestReconnectBackoff(t *testing.T) {
 	}
 	var log2 rcLog
 	pumpUntil(t, p, log2.fn(c2), func() bool { return log2.final != nil }, nil)
-	wall, cpu := time.Since(w0), cpuTime()-cpu0
+	cpu1, err := tasksCPU(tids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall, cpu := time.Since(w0), cpu1-cpu0
 	if wall < 2*time.Second {
 		t.Errorf("3 attempts 1 s apart took %v", wall)
 	}
-	if cpu > 300*time.Millisecond {
-		t.Errorf("the process used %v of CPU over %v of backoff waits", cpu, wall)
+	if n := len(srv2.accepted()); n != 3 || log2.count(talaris.EventReconnecting) != 2 {
+		t.Errorf("%d attempts, events %v: want 3 attempts, 2 EventReconnecting", n, log2.kinds)
 	}
-	t.Logf("backoff waits: wall %v, process CPU %v", wall, cpu)
+	if cpu > 300*time.Millisecond {
+		t.Errorf("the loop's and the pump's threads used %v of CPU over %v of backoff waits", cpu, wall)
+	}
+	t.Logf("backoff waits: wall %v, CPU of the loop's and the pump's threads %v", wall, cpu)
 }
 
 // TestReconnectDialGivesUp: a synchronous Dial under a policy makes
