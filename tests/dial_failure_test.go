@@ -212,8 +212,11 @@ func TestCloseDuringBackoffCode(t *testing.T) {
 // (reapQuiet) race Pool.Close, a pumping goroutine and each other: refused
 // connects and 503 refusals over ws and wss, four dialers, PumpDataNowait in a
 // loop, Close at a different moment each round. Every call returns
-// (ErrPoolClosed once Close started), nothing panics; under -race in the
-// race lane. Both TLS backends (run with -tags talaris_openssl).
+// (ErrPoolClosed once Close started), every other failed Dial with its
+// target's sentinel (ErrDial for the refused connect, ErrBadStatus for
+// the 503s; each seen) or ErrTooManyConns (the four slots held by failed
+// Dials whose final events the pump has not passed yet), nothing panics;
+// under -race in the race lane. Both TLS backends (run with -tags talaris_openssl).
 func TestFailedDialsRaceClose(t *testing.T) {
 	busy := wstest.NewRaw(func(*wstest.RawConn) {})
 	busy.Response = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
@@ -221,7 +224,17 @@ func TestFailedDialsRaceClose(t *testing.T) {
 	busyTLS := wstest.NewRaw(func(*wstest.RawConn) {})
 	busyTLS.Response = busy.Response
 	busyTLS.StartTLS(t, serverTLS(t, testCertFile, testKeyFile, 0, 0))
-	urls := []string{"ws://" + refusedAddr(t) + "/", busy.URL, busyTLS.URL}
+	// Each failure is its own sentinel; Pool.Close makes every later one
+	// ErrPoolClosed.
+	targets := []struct {
+		url  string
+		want error
+	}{
+		{"ws://" + refusedAddr(t) + "/", talaris.ErrDial},
+		{busy.URL, talaris.ErrBadStatus},
+		{busyTLS.URL, talaris.ErrBadStatus},
+	}
+	seen := make([]atomic.Int64, len(targets)) // Dials that failed with their target's want
 	for round := range 6 {
 		p := newTestPool(t, talaris.Config{MaxConns: 4, Logger: slog.New(slog.DiscardHandler)}, hangGuard)
 		done := make(chan struct{})
@@ -231,13 +244,17 @@ func TestFailedDialsRaceClose(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
-					url := urls[(g+i)%len(urls)]
-					_, err := p.Dial(context.Background(), url, tlsOpts)
-					if errors.Is(err, talaris.ErrPoolClosed) {
+					k := (g + i) % len(targets)
+					tg := targets[k]
+					_, err := p.Dial(context.Background(), tg.url, tlsOpts)
+					switch {
+					case errors.Is(err, talaris.ErrPoolClosed):
 						return
-					}
-					if err == nil {
-						t.Errorf("Dial %s succeeded", url)
+					case errors.Is(err, tg.want):
+						seen[k].Add(1)
+					case errors.Is(err, talaris.ErrTooManyConns):
+					default:
+						t.Errorf("Dial %s: %v, want an error matching %q (or ErrTooManyConns, ErrPoolClosed)", tg.url, err, tg.want)
 						return
 					}
 				}
@@ -267,6 +284,12 @@ func TestFailedDialsRaceClose(t *testing.T) {
 		case <-ended:
 		case <-time.After(hangGuard):
 			t.Fatalf("round %d: a Dial or the pump did not return after Pool.Close", round)
+		}
+	}
+	for k, tg := range targets {
+		t.Logf("%s: %d Dials failed with %q", tg.url, seen[k].Load(), tg.want)
+		if seen[k].Load() == 0 {
+			t.Errorf("no Dial to %s failed with %q in 6 rounds: its failure never raced the Close", tg.url, tg.want)
 		}
 	}
 }
@@ -362,17 +385,30 @@ func TestCloseDuringResolve(t *testing.T) {
 		done <- err
 	}()
 	<-entered // the lookup is under way
+	// Close must return while the lookup is still blocked: the lookup is
+	// only let go after Close returned, so a Close that waited for it
+	// would never return (the order is the verdict, not the time taken).
 	start := time.Now()
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close returned in %v with the name lookup still blocked", time.Since(start))
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(20 * time.Second): // hang guard: Close returns in microseconds
+		close(unblock)
+		t.Fatal("Close did not return while a Dial's name lookup was blocked: it waits for the lookup")
 	}
-	took := time.Since(start)
+	select {
+	case <-done:
+		t.Fatal("the Dial returned before its lookup ended")
+	default:
+	}
 	close(unblock)
 	if err := <-done; !errors.Is(err, talaris.ErrResolve) && !errors.Is(err, talaris.ErrPoolClosed) {
 		t.Errorf("Dial after its lookup ended: %v, want ErrResolve or ErrPoolClosed", err)
-	}
-	if took > time.Second { // generous: it returns in microseconds
-		t.Errorf("Close waited %v for a name lookup", took)
 	}
 }
 

@@ -32,7 +32,10 @@ import (
 // with the default configuration and with NoDirectSend and small fairness
 // shares. No call panics, blocks past the end or returns an error outside
 // its documented set; the counters keep their invariants; after the end
-// every call answers ErrClosed or ErrPoolClosed, and Stats is zero.
+// every call answers ErrClosed or ErrPoolClosed, and Stats is zero. Each
+// iteration is the race only if a call ran while an ender ran (not all
+// ended by the peer's end first): it is set up again until one did (at
+// most 20 attempts), else the test fails.
 func TestHostileAPIRaces(t *testing.T) {
 	cfgs := []struct {
 		name     string
@@ -52,7 +55,19 @@ func TestHostileAPIRaces(t *testing.T) {
 				t.Run(peer+"/"+end+"/"+cf.name, func(t *testing.T) {
 					forEachTransport(t, func(t *testing.T, useTLS bool) {
 						for it := range iters {
-							hostileOnce(t, useTLS, peer, end, cf.cfg, cf.noDirect, it)
+							const attempts = 20
+							var raced int64
+							for a := range attempts {
+								if raced = hostileOnce(t, useTLS, peer, end, cf.cfg, cf.noDirect, it+a*iters); raced > 0 || t.Failed() {
+									if a > 0 {
+										t.Logf("iteration %d: the race happened in attempt %d", it, a+1)
+									}
+									break
+								}
+							}
+							if raced == 0 && !t.Failed() {
+								t.Fatalf("iteration %d: in %d attempts no call ran while %s ran (peer %s): the race never happened", it, attempts, end, peer)
+							}
 						}
 					})
 				})
@@ -108,7 +123,9 @@ func hostilePeer(peer string) func(rc *wstest.RawConn) {
 	}
 }
 
-func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config, noDirect bool, it int) {
+// hostileOnce runs one race and returns how many calls ran while an ender
+// ran (the race; none when the calls ended before the enders started).
+func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config, noDirect bool, it int) int64 {
 	srv := wstest.NewRaw(hostilePeer(peer))
 	opts := startWS(t, useTLS, srv.Start, srv.StartTLS)
 	cfg.CloseTimeout = 300 * time.Millisecond
@@ -122,7 +139,10 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 		return errors.Is(err, talaris.ErrClosed) || errors.Is(err, talaris.ErrPoolClosed)
 	}
 	var wg sync.WaitGroup
-	var calls atomic.Int64
+	// A call raced the end when it ran while an ender ran: it started
+	// before the last ender returned and returned after the first started.
+	var endStarted, endFinished atomic.Bool
+	var racing atomic.Int64
 	errs := make(chan error, 16)
 	report := func(format string, a ...any) {
 		select {
@@ -135,8 +155,11 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 		go func() {
 			defer wg.Done()
 			for {
+				early := !endFinished.Load()
 				err := f()
-				calls.Add(1)
+				if early && endStarted.Load() {
+					racing.Add(1)
+				}
 				switch {
 				case err == nil:
 				case ended(err):
@@ -193,6 +216,11 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 		"Abort":      c.Abort,
 	}
 	var endWG sync.WaitGroup
+	var endsLeft atomic.Int32
+	endsLeft.Store(1)
+	if end == "all" {
+		endsLeft.Store(int32(len(enders)))
+	}
 	for name, f := range enders {
 		if end != "all" && end != name {
 			continue
@@ -200,9 +228,14 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 		endWG.Add(1)
 		go func() {
 			defer endWG.Done()
+			endStarted.Store(true)
+			err := f()
+			if endsLeft.Add(-1) == 0 {
+				endFinished.Store(true)
+			}
 			// The peer may have ended the connection first (or another
 			// ender did): then ErrClosed / ErrPoolClosed is the answer.
-			if err := f(); err != nil && !ended(err) {
+			if err != nil && !ended(err) {
 				report("%s: %v", name, err)
 			}
 		}()
@@ -253,14 +286,12 @@ func hostileOnce(t *testing.T, useTLS bool, peer, end string, cfg talaris.Config
 	for err := range errs {
 		t.Error(err)
 	}
-	if calls.Load() == 0 {
-		t.Logf("no call got in before the end (timing)")
-	}
+	return racing.Load()
 }
 
 // TestZeroConnAPI: every method of the zero Conn (a Dial that failed
 // returns one) answers without a panic: sends, SendContext, Ping, Pong,
-// Close and Abort refuse with an error, Stats is zero, State idle.
+// Close and Abort refuse with ErrClosed, Stats is zero, State idle.
 func TestZeroConnAPI(t *testing.T) {
 	var c talaris.Conn
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -274,10 +305,8 @@ func TestZeroConnAPI(t *testing.T) {
 		"Close":       func() error { return c.Close(talaris.CloseNormal, "") },
 		"Abort":       c.Abort,
 	} {
-		if err := f(); err == nil {
-			t.Errorf("zero Conn %s: nil error", name)
-		} else {
-			t.Logf("zero Conn %s: %v", name, err)
+		if err := f(); !errors.Is(err, talaris.ErrClosed) {
+			t.Errorf("zero Conn %s: %v, want ErrClosed", name, err)
 		}
 	}
 	if st := c.Stats(); st != (talaris.ConnStats{}) {
@@ -566,7 +595,8 @@ func TestLoopThreadName(t *testing.T) {
 
 // TestZeroPool: a Pool not made by NewPool (var p talaris.Pool) behaves
 // as a closed one: every call returns at once, the ones that can fail
-// with ErrPoolClosed, Close with nil, and nothing panics. Found by a
+// with ErrPoolClosed, Close and WritePrometheus (zero metrics) with nil,
+// and nothing panics. Found by a
 // hostile review: Close panicked (close of nil channel), Dial said
 // ErrTooManyConns and PumpDataNowait nil.
 func TestZeroPool(t *testing.T) {
@@ -602,8 +632,13 @@ func TestZeroPool(t *testing.T) {
 	_ = testhook.Stats(&p)
 	_ = p.Metrics()
 	_ = p.MetricsInterval()
-	if err := p.WritePrometheus(&bytes.Buffer{}); err != nil {
-		t.Logf("zero Pool: WritePrometheus: %v", err)
+	// WritePrometheus has nothing to refuse: like a closed pool's, the
+	// exposition of its (zero) Metrics.
+	var prom bytes.Buffer
+	if err := p.WritePrometheus(&prom); err != nil {
+		t.Errorf("zero Pool: WritePrometheus: %v, want nil", err)
+	} else if !bytes.Contains(prom.Bytes(), []byte("\ntalaris_gcm_selftest_failures_total{pool=\"\"} 0\n")) {
+		t.Errorf("zero Pool: WritePrometheus wrote no zero talaris_gcm_selftest_failures_total sample:\n%.2000s", prom.Bytes())
 	}
 	if err := p.Close(); err != nil {
 		t.Errorf("zero Pool: Close: %v", err)

@@ -211,25 +211,41 @@ func checkStorm(t *testing.T, st resetStorm) {
 // TestPeerResetLostRecv: the shape that loses the kernel's completion, one
 // stream of a few thousand messages at a time on an inline loop, the
 // reset arriving while the client still reads. With the probe (the
-// default) every stream ends; t.Logf says how often the probe revived a
-// recv. Without it (testhook.Knobs.NoRecvProbe) a lost end shows as a
+// default) every stream ends, and the probe revived at least one recv.
+// Without it (testhook.Knobs.NoRecvProbe) a lost end shows as a
 // connection still open after the bound (the pool is then closed and a
-// new one goes on until the time budget is spent): the kernel still holds
-// the recv on its poll list (logged) on a socket the reset closed. The
-// kernel loses about one such stream in 500-2500, so a run of this length
-// sees none about half the time; that is logged, not failed.
+// new one goes on): the kernel still holds the recv on its poll list
+// (logged) on a socket the reset closed. The kernel loses about one such
+// stream in 500-2500, so one run of the budget sees none about half the
+// time: each subtest runs the budget again until its scenario happened
+// (a revived recv, a lost end), at most three budgets in all. A kernel
+// that did not lose a completion in that time is a property of the
+// machine (a kernel with the bug fixed loses none), not of this code: the
+// subtest then skips, loudly, and ./build.sh test's skip table prints it;
+// with the probe on, every stream must still have ended.
 func TestPeerResetLostRecv(t *testing.T) {
 	url := wstest.NewGorilla().Start(t).URL // ws: the fastest streams
 	scale := resetStormScale()
 	budget := time.Duration(float64(12*time.Second) * scale)
+	const maxStreams = 15000
+	limit := 3 * budget
 	for _, probe := range []bool{true, false} {
 		t.Run(fmt.Sprintf("probe=%v", probe), func(t *testing.T) {
 			cfg := testhook.WithKnobs(talaris.Config{Tuning: talaris.Tuning{InlineLoop: true}}, testhook.Knobs{NoRecvProbe: !probe})
 			var streams, revived int
 			var lost []string
+			happened := func() bool { return (probe && revived > 0) || (!probe && len(lost) > 0) }
 			t0 := time.Now()
-			for time.Since(t0) < budget {
-				st := runResetStorm(t, cfg, url, nil, stormSpec{total: 1 << 30, width: 1, msgs: 5000, budget: budget - time.Since(t0), bound: 3 * time.Second})
+			runs := 1
+			for end := t0.Add(budget); ; {
+				if time.Now().After(end) {
+					if happened() || streams >= maxStreams || time.Since(t0) >= limit {
+						break
+					}
+					end = end.Add(budget) // not yet: one more budget
+					runs++
+				}
+				st := runResetStorm(t, cfg, url, nil, stormSpec{total: 1 << 30, width: 1, msgs: 5000, budget: max(time.Until(end), 1), bound: 3 * time.Second})
 				streams += st.started
 				revived += int(st.stats.RecvRevived)
 				if st.wrongEnd > 0 {
@@ -246,12 +262,16 @@ func TestPeerResetLostRecv(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("probe %v: %d streams in %v: %d lost ends, %d recvs revived", probe, streams, time.Since(t0).Round(time.Millisecond), len(lost), revived)
+			t.Logf("probe %v: %d streams in %v (%d runs of %v): %d lost ends, %d recvs revived", probe, streams, time.Since(t0).Round(time.Millisecond), runs, budget, len(lost), revived)
 			if probe && len(lost) > 0 {
 				t.Errorf("%d connections never ended with the probe on", len(lost))
 			}
-			if !probe && len(lost) == 0 {
-				t.Logf("no lost end in this run (the kernel loses about one such stream in 500-2500)")
+			if !happened() && !t.Failed() {
+				what := "the probe revived no recv"
+				if !probe {
+					what = "no stream lost its end"
+				}
+				t.Skipf("kernel lost no recv completion: %s in %d streams over %v (Linux 6.18 loses about one stream in 500-2500; a kernel without the bug loses none)", what, streams, time.Since(t0).Round(time.Second))
 			}
 		})
 	}

@@ -247,9 +247,11 @@ func TestSendConcurrentSenders(t *testing.T) {
 
 // TestSendStuckBesideHealthy: one connection whose peer stopped reading,
 // its queue full and a SendContext waiting on it, does not touch another
-// connection of the same Pool: the healthy one's echo round trips go on
-// (p99 logged; asserted only under a generous 50 ms), a new Dial and the
-// healthy Close complete, and the stuck one's Close ends it within
+// connection of the same Pool: the healthy one's echo round trips all
+// complete, in order, while the stuck one stays stuck (its queue full,
+// its sender waiting: they never waited for it to drain; the round trip's
+// p50/p99 are logged, a figure: BenchmarkSendBesideStuck measures it), a
+// new Dial and the healthy Close complete, and the stuck one's Close ends it within
 // CloseTimeout, returning its waiting sender ErrClosed. With Loops 2 the
 // stuck connection and the healthy one live on different loop threads.
 func TestSendStuckBesideHealthy(t *testing.T) {
@@ -303,8 +305,15 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 	p50, p99 := rtts[len(rtts)/2], rtts[len(rtts)*99/100]
 	t.Logf("healthy echo round trip beside a stuck connection: p50 %v p99 %v max %v (%d rounds)",
 		p50, p99, rtts[len(rtts)-1], rounds)
-	if p99 > 50*time.Millisecond {
-		t.Errorf("healthy round trip p99 %v beside a stuck connection", p99)
+	// Every round trip above completed while the stuck connection stayed
+	// stuck: still open, its queue not drained, its sender still waiting.
+	if st := stuck.Stats(); st.SendQueued == 0 || stuck.State() != talaris.StateOpen {
+		t.Errorf("the stuck connection drained or ended during the healthy round trips: state %v, stats %+v", stuck.State(), st)
+	}
+	select {
+	case err := <-waiter:
+		t.Fatalf("SendContext on the stuck connection returned during the healthy round trips: %v", err)
+	default:
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -348,6 +357,60 @@ func testSendStuckBesideHealthy(t *testing.T, loops int) {
 		}
 	case <-time.After(hangGuard):
 		t.Fatal("a SendContext waiting on a closed connection did not return")
+	}
+}
+
+// BenchmarkSendBesideStuck: the echo round trip of a connection beside
+// one of the same Pool whose peer stopped reading (its queue full): the
+// figure TestSendStuckBesideHealthy logs but does not assert. ns/op is
+// the mean round trip; p50-ns and p99-ns its percentiles.
+func BenchmarkSendBesideStuck(b *testing.B) {
+	gate := make(chan struct{})
+	stuckSrv := wstest.NewRaw(func(*wstest.RawConn) { <-gate }).Start(b) // never reads
+	b.Cleanup(func() { close(gate) })
+	echo := wstest.NewGorilla().Start(b)
+	p := newTestPool(b, talaris.Config{MaxSendQueue: 1 << 20, CloseTimeout: time.Second}, hangGuard)
+	stuck := dial(b, p, stuckSrv.URL+"/")
+	// Fill its queue until the socket takes no more: refused at once
+	// again after a pause in which the loop could have written.
+	big := make([]byte, 64<<10)
+	for refused := 0; refused < 3; {
+		err := stuck.SendBinary(big)
+		switch {
+		case errors.Is(err, talaris.ErrWouldBlock):
+			refused++
+			time.Sleep(50 * time.Millisecond)
+		case err != nil:
+			b.Fatal(err)
+		default:
+			refused = 0
+		}
+	}
+	healthy := dial(b, p, echo.URL+"/echo")
+	msg := make([]byte, 64)
+	rtts := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for k := range b.N {
+		binary.LittleEndian.PutUint64(msg, uint64(k))
+		t0 := time.Now()
+		if err := healthy.SendBinary(msg); err != nil {
+			b.Fatal(err)
+		}
+		got := false
+		pumpUntil(b, p, func(c talaris.Conn, ev talaris.Event) {
+			if c == healthy && ev.Kind == talaris.EventBinary && len(ev.Payload) == 64 &&
+				binary.LittleEndian.Uint64(ev.Payload) == uint64(k) {
+				got = true
+			}
+		}, func() bool { return got }, nil)
+		rtts = append(rtts, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(rtts)
+	b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds()), "p99-ns")
+	if st := stuck.Stats(); st.SendQueued == 0 {
+		b.Fatalf("the stuck connection drained: %+v", st)
 	}
 }
 
@@ -444,7 +507,10 @@ func TestSendCloseWithQueued(t *testing.T) {
 // TestSendRacingClose: senders (SendBinary, SendContext, Ping, Pong) race
 // Conn.Close or Pool.Close from other goroutines. No panic, no hang; every
 // error is ErrClosed, ErrPoolClosed or ErrWouldBlock; after the end every
-// send returns ErrClosed (or ErrPoolClosed after Pool.Close).
+// send returns ErrClosed (or ErrPoolClosed after Pool.Close). Each
+// iteration is the race only if a send got in and a send ran while the
+// close ran: it is set up again until both happened (at most 20
+// attempts), else the test fails.
 func TestSendRacingClose(t *testing.T) {
 	iters := 6
 	if testing.Short() || raceEnabled {
@@ -458,14 +524,28 @@ func TestSendRacingClose(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			forEachTransport(t, func(t *testing.T, useTLS bool) {
 				for it := range iters {
-					raceOnce(t, useTLS, poolClose, it%2 == 0)
+					const attempts = 20
+					var raced int64
+					for a := range attempts {
+						if raced = raceOnce(t, useTLS, poolClose, it%2 == 0); raced > 0 || t.Failed() {
+							if a > 0 {
+								t.Logf("iteration %d: the race happened in attempt %d", it, a+1)
+							}
+							break
+						}
+					}
+					if raced == 0 && !t.Failed() {
+						t.Fatalf("iteration %d (reading %v): in %d attempts no send ran while %s ran: the race never happened", it, it%2 == 0, attempts, name)
+					}
 				}
 			})
 		})
 	}
 }
 
-func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
+// raceOnce runs one race and returns how many sends ran while the close
+// ran (0 when no send got in at all).
+func raceOnce(t *testing.T, useTLS, poolClose, reading bool) int64 {
 	s := newSink(t, useTLS, reading, 0)
 	p := newTestPool(t, talaris.Config{MaxSendQueue: 256 << 10, CloseTimeout: 300 * time.Millisecond}, hangGuard)
 	c := dialSink(t, p, s)
@@ -474,6 +554,10 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 	}
 	var wg sync.WaitGroup
 	var sent atomic.Int64
+	// A send raced the close when it ran while the close ran: it started
+	// before the close returned and returned after the close started.
+	var closing, closed atomic.Bool
+	var racing atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	for g := range 8 {
@@ -483,6 +567,7 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 			b := make([]byte, 4096+g*1000)
 			for {
 				var err error
+				early := !closed.Load()
 				switch g % 4 {
 				case 0:
 					err = c.SendBinary(b)
@@ -492,6 +577,9 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 					err = c.Ping(b[:8])
 				default:
 					err = c.Pong(b[:8])
+				}
+				if early && closing.Load() {
+					racing.Add(1)
 				}
 				switch {
 				case err == nil:
@@ -510,11 +598,15 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 	time.Sleep(time.Duration(5+len(t.Name())%7) * time.Millisecond)
 	closer := make(chan error, 1)
 	go func() {
+		closing.Store(true)
+		var err error
 		if poolClose {
-			closer <- p.Close()
+			err = p.Close()
 		} else {
-			closer <- c.Close(talaris.CloseNormal, "")
+			err = c.Close(talaris.CloseNormal, "")
 		}
+		closed.Store(true)
+		closer <- err
 	}()
 	fin := make(chan struct{})
 	go func() { wg.Wait(); close(fin) }()
@@ -545,8 +637,9 @@ func raceOnce(t *testing.T, useTLS, poolClose, reading bool) {
 		t.Errorf("Close after the end: %v, want %v", err, want)
 	}
 	if sent.Load() == 0 {
-		t.Logf("no send got in before the close (timing)")
+		return 0 // no send got in at all: not the race
 	}
+	return racing.Load()
 }
 
 // TestSendValidation: SendText refuses invalid UTF-8 and SendContext a

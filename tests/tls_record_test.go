@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "unsafe" // go:linkname: serverPrefers13
 
 	"github.com/talaris-go/talaris"
 	"github.com/talaris-go/talaris/internal/testhook"
@@ -63,6 +64,43 @@ func recServer(t *testing.T, s ipStream, v uint16, suite *atomic.Uint32) string 
 	})
 }
 
+// crypto/tls's TLS 1.3 server preference lists (with and without AES
+// hardware). crypto/tls has no TLS 1.3 suite setting (Config.CipherSuites
+// ignores 1.3) and picks AES-128-GCM whenever the client offers it, which
+// BoringSSL always does (it has no TLS 1.3 suite setting either, see
+// csrc/transport/tls_verify.c); crypto/tls keeps these two reachable by
+// go:linkname (quic-go reads them).
+//
+//go:linkname tlsServerPref13 crypto/tls.defaultCipherSuitesTLS13
+var tlsServerPref13 []uint16
+
+//go:linkname tlsServerPref13NoAES crypto/tls.defaultCipherSuitesTLS13NoAES
+var tlsServerPref13NoAES []uint16
+
+// serverPrefers13 makes this process's crypto/tls servers pick suite in
+// TLS 1.3 whenever the client offers it, until t ends. Call it before the
+// server starts: the tests of this package run one at a time, and the
+// server's handshake reads the list after this write and before t's
+// cleanup restores it.
+func serverPrefers13(t *testing.T, suite uint16) {
+	t.Helper()
+	prefer := func(l []uint16) []uint16 {
+		out := []uint16{suite}
+		for _, s := range l {
+			if s != suite {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	old, oldNoAES := tlsServerPref13, tlsServerPref13NoAES
+	if len(old) == 0 || len(oldNoAES) == 0 {
+		t.Fatal("crypto/tls's TLS 1.3 preference lists are empty: the go:linkname names no longer match")
+	}
+	tlsServerPref13, tlsServerPref13NoAES = prefer(old), prefer(oldNoAES)
+	t.Cleanup(func() { tlsServerPref13, tlsServerPref13NoAES = old, oldNoAES })
+}
+
 // TestTLSRecordLayer: every message of a wss feed from a Go server arrives
 // intact and in order through our record layer, for both AES-GCM suites,
 // with one frame per record, many, frames straddling records and tiny
@@ -70,6 +108,9 @@ func recServer(t *testing.T, s ipStream, v uint16, suite *atomic.Uint32) string 
 // full record straddles slots). The count of records it opened is exact:
 // every record after the 101 (the library's last) is ours, none lost or
 // read twice. ChaCha20, TLS 1.2 and NoTLSRecordLayer keep SSL_read (0).
+// Every row with a suite negotiates that suite on both backends (the
+// client offers only it on OpenSSL, the server prefers it: BoringSSL
+// offers every TLS 1.3 suite), checked on the server's side.
 func TestTLSRecordLayer(t *testing.T) {
 	needOwnRecordLayer(t)
 	t.Logf("TLS backend %s", talaris.TLSBackend())
@@ -88,7 +129,7 @@ func TestTLSRecordLayer(t *testing.T) {
 		{"aes256-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096}, testhook.Knobs{NoRecvBundle: true}), true},
 		{"aes128-libgcm", tls.TLS_AES_128_GCM_SHA256, tls.VersionTLS13, talaris.Config{Tuning: talaris.Tuning{NoOwnGCM: true}}, true},
 		{"aes256-libgcm-1slot", tls.TLS_AES_256_GCM_SHA384, tls.VersionTLS13, testhook.WithKnobs(talaris.Config{BufSize: 4096, Tuning: talaris.Tuning{NoOwnGCM: true}}, testhook.Knobs{NoRecvBundle: true}), true},
-		{"chacha20", tls.TLS_CHACHA20_POLY1305_SHA256, tls.VersionTLS13, talaris.Config{}, true},
+		{"chacha20", tls.TLS_CHACHA20_POLY1305_SHA256, tls.VersionTLS13, talaris.Config{}, false},
 		{"tls12", 0, tls.VersionTLS12, talaris.Config{}, false},
 		{"off", 0, tls.VersionTLS13, talaris.Config{Tuning: talaris.Tuning{NoTLSRecordLayer: true}}, false},
 	}
@@ -97,6 +138,9 @@ func TestTLSRecordLayer(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/chunk%d", r.name, chunk), func(t *testing.T) {
 				s := ipStream{msgs: uniform(n, 256, 1), chunk: chunk}
 				var suite atomic.Uint32
+				if r.suite != 0 {
+					serverPrefers13(t, r.suite) // before the server: its cleanup runs after the server's
+				}
 				url := recServer(t, s, r.version, &suite)
 				p := newTestPool(t, r.cfg, hangGuard)
 				res := map[talaris.Conn]*ipResult{}
@@ -117,16 +161,12 @@ func TestTLSRecordLayer(t *testing.T) {
 				if chunk > 0 {
 					want = uint64(n*(256+4)/chunk + 1)
 				}
-				// BoringSSL offers every TLS 1.3 suite whatever CipherSuites
-				// says (it has no setting for them), and crypto/tls then
-				// picks AES-128-GCM: what ran is what the server negotiated.
 				neg := uint16(suite.Load())
-				ours := r.ours && (neg == tls.TLS_AES_128_GCM_SHA256 || neg == tls.TLS_AES_256_GCM_SHA384)
-				t.Logf("negotiated %s", tls.CipherSuiteName(neg))
+				t.Logf("negotiated %s (%s)", tls.CipherSuiteName(neg), talaris.TLSBackend())
 				if r.suite != 0 && neg != r.suite {
-					t.Logf("asked for %s (this backend does not restrict TLS 1.3 suites)", tls.CipherSuiteName(r.suite))
+					t.Fatalf("negotiated %s on %s, want %s", tls.CipherSuiteName(neg), talaris.TLSBackend(), tls.CipherSuiteName(r.suite))
 				}
-				if !ours {
+				if !r.ours {
 					want = 0
 				}
 				if got != want {
