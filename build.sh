@@ -194,9 +194,13 @@ go_fuzz_one() {
 }
 
 # go_fuzz runs every Go fuzz target (FUZZ functions in any module) for
-# GO_FUZZTIME each, from the module that holds it.
+# GO_FUZZTIME each, from the module that holds it. A target that executed
+# no input fails, as a C fuzzer does (cgo.mk): go test -fuzz passes with
+# "no fuzz tests to fuzz" when the name matches nothing built (a build
+# tag), so its last "execs: N" must be there and N > 0.
 go_fuzz() {
-	local f dir mod rel name
+	local f dir mod rel name log
+	mkdir -p build
 	for f in $(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./build/' || true); do
 		dir=$(dirname "$f")
 		mod=$dir
@@ -204,7 +208,12 @@ go_fuzz() {
 		rel=${dir#"$mod"}
 		rel=${rel#/}
 		for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
-			step go_fuzz_one "$mod" "$rel" "$name"
+			log=build/gofuzz-$name.log
+			step go_fuzz_one "$mod" "$rel" "$name" 2>&1 | tee "$log"
+			if ! grep -o 'execs: [0-9]*' "$log" | tail -n 1 | grep -q 'execs: [1-9]'; then
+				echo "fuzz: $name executed no input (no \"execs: N\" with N > 0 in $log)" >&2
+				return 1
+			fi
 		done
 	done
 }
@@ -270,17 +279,21 @@ PY
 [ "${1:-}" = vectors ] || go run ./internal/cgohash/gen
 
 # lane2 is the test lane that runs beside the default pass, the C tests and
-# the fuzz smoke: the second TLS backend, then the race detector. The second
-# TLS backend's passes (own record layer on, then off) run what can reach
-# TLS only: the backends differ in the TLS library linked and nothing else,
-# so the default pass runs the rest on the same code. The tests module picks
-# its TLS tests from its source (tests/tlsonly_test.go: whatever names TLS,
-# directly or through a helper) and skips the ws:// halves of
-# forEachTransport, of TestPoolCloseRace and of the conformance run.
+# the fuzz smoke: the second TLS backend, then the race detector on both
+# backends. The second TLS backend's passes (own record layer on, then
+# off, then under -race -short) run what can reach TLS only: the backends
+# differ in the TLS library linked and nothing else, so the default passes
+# run the rest on the same code. The tests module picks its TLS tests from
+# its source (tests/tlsonly_test.go: whatever names TLS, directly or
+# through a helper) and skips the ws:// halves of forEachTransport, of
+# TestPoolCloseRace and of the conformance run.
 lane2() {
 	TALARIS_TEST_TLS_ONLY=1 each_module_test openssl -count=1 -timeout 30m -tags talaris_openssl ./...
 	step go_test openssl-notlsrec tests TALARIS_TEST_NO_TLSREC=1 TALARIS_TEST_TLS_ONLY=1 -count=1 -timeout 30m -tags talaris_openssl .
 	each_module_test race -count=1 -timeout 30m -race -short ./...
+	# The race matrix's other half: OpenSSL under -race (the tests module:
+	# the only one whose tests reach TLS; about 200 s on 2 cores).
+	step go_test openssl-race tests TALARIS_TEST_TLS_ONLY=1 -count=1 -timeout 30m -race -short -tags talaris_openssl ./...
 }
 
 # lane_start LOG FUNC runs FUNC in the background (errexit on, output to
@@ -346,7 +359,16 @@ test)
 	step c_test default
 	step c_test openssl TLS=openssl BUILD=build/openssl
 	step make -s -f cgo.mk fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-12}"
+	# The fuzzers built against OpenSSL (tlsrec and gcm_diff check against
+	# the TLS library): a shorter smoke. Each fuzzer must report executed
+	# inputs (cgo.mk's fuzz fails otherwise).
+	step make -s -f cgo.mk fuzz TLS=openssl BUILD=build/openssl FUZZ_SECONDS="${FUZZ_SECONDS_OPENSSL:-5}"
 	go_fuzz
+	# Everything compiled is run: the C micro-benchmarks and every Go
+	# benchmark, once each (a check that they build and run, not a
+	# measurement: ./build.sh bench measures).
+	step make -s -f cgo.mk bench
+	each_module test -run '^$' -bench . -benchtime 1x ./...
 	lane_wait
 	# Every skipped Go test and C program of this run, with its message;
 	# fails on a skip not on the list of allowed ones in the script.

@@ -88,18 +88,30 @@ $(BUILD)/test/%: csrc/test/%.c $(TEST_OBJS) $(CORE_HDRS) csrc/test/check.h csrc/
 	$(CC) $(TEST_CFLAGS) -o $@ $< $(TEST_OBJS) $(LDLIBS)
 
 # Each fuzzer runs over a scratch copy of its seed corpus, so new inputs
-# it finds stay in build/ and testdata/ only changes by hand.
+# it finds stay in build/ and testdata/ only changes by hand. A fuzzer
+# that ran no input fails the target as a finding does: libFuzzer's
+# final stats (-print_final_stats) must report a positive
+# stat::number_of_executed_units (a fuzzer that exits at once, or whose
+# stats line is missing, tested nothing).
 fuzz: $(FUZZ_BINS)
-	@set -e; for n in $(FUZZ_NAMES); do \
+	@set -e; [ -n "$(FUZZ_NAMES)" ] || { echo "fuzz: no fuzzers in csrc/fuzz" >&2; exit 1; }; \
+	for n in $(FUZZ_NAMES); do \
 		c=$(BUILD)/fuzz/corpus/$$n; mkdir -p $$c; \
 		if [ -d testdata/fuzz/$$n ]; then cp -f testdata/fuzz/$$n/* $$c/ 2>/dev/null || true; fi; \
-		echo "== fuzz_$$n for $(FUZZ_SECONDS)s"; \
-		./$(BUILD)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-			-artifact_prefix=$(BUILD)/fuzz/fuzz_$$n- $$c 2>$(BUILD)/fuzz/fuzz_$$n.log \
-			|| { tail -n 60 $(BUILD)/fuzz/fuzz_$$n.log; exit 1; }; \
-		grep -E '^#[0-9]+.*DONE|stat::number_of_executed_units|stat::average_exec_per_sec' \
-			$(BUILD)/fuzz/fuzz_$$n.log || true; \
-	done
+		echo "== fuzz_$$n for $(FUZZ_SECONDS)s ($(TLS))"; \
+		log=$(BUILD)/fuzz/fuzz_$$n.log; \
+		$(BUILD)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(BUILD)/fuzz/fuzz_$$n- $$c 2>$$log \
+			|| { tail -n 60 $$log; exit 1; }; \
+		grep -E '^#[0-9]+.*DONE|stat::number_of_executed_units|stat::average_exec_per_sec' $$log || true; \
+		u=$$(sed -n 's/^stat::number_of_executed_units: *\([0-9][0-9]*\).*/\1/p' $$log | tail -n 1); \
+		if [ -z "$$u" ] || [ "$$u" -eq 0 ]; then \
+			tail -n 60 $$log; \
+			echo "fuzz_$$n: $${u:-no} stat::number_of_executed_units in $$log: it executed no input" >&2; \
+			exit 1; \
+		fi; \
+	done; \
+	echo "all $(words $(FUZZ_NAMES)) fuzzers executed inputs ($(TLS))"
 
 fuzz-build: $(FUZZ_BINS)
 

@@ -182,7 +182,8 @@ func ExamplePool_Run() {
 }
 
 // NewPool with a tuned configuration: the loop pinned to CPU 1, spinning
-// waits, a bigger buffer ring. (Compiled, not run.)
+// waits, a bigger buffer ring. (Compiled, not run: it needs a feed on
+// 127.0.0.1:9000, pins threads to CPUs 0 and 1 and spins.)
 func ExampleNewPool() {
 	p, err := talaris.NewPool(talaris.Config{
 		LoopCPUs: []int{1},
