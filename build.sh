@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-DEB_PKGS=(liburing-dev android-libboringssl-dev libssl-dev openssl clang libclang-rt-14-dev make gcc python3-venv)
+DEB_PKGS=(liburing-dev android-libboringssl-dev libssl-dev openssl clang libclang-rt-14-dev make gcc pkg-config python3-venv)
 
 as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -172,6 +172,103 @@ check_graph() {
 		echo "the library pulls in more than golang.org/x/sys: $extra" >&2
 		return 1
 	fi
+}
+
+# check_reach builds the library as a user does and runs it: a throw-away
+# module outside the repository (a replace to this clone) builds
+# testdata/reach with plain go build and runs it (a standard-library echo
+# server on 127.0.0.1; one message over ws:// and one over wss://, then the
+# close handshake; TLSBackend() must name the library meant), once per way
+# to pick the TLS library (README, "Requirements"):
+#   - default: BoringSSL from the #cgo lines' Debian paths;
+#   - talaris_openssl with CGO_CFLAGS and CGO_LDFLAGS empty, so pkg-config
+#     is the only source of flags: go env must show no -I or -L in them
+#     (a go env -w setting would outlive the clearing), go list that the
+#     #cgo lines name no directory but csrc/ and ask pkg-config for
+#     liburing libssl libcrypto, go build -x that it called pkg-config,
+#     and ldd that the binary loads OpenSSL's libssl, not android/'s;
+#   - talaris_boringssl_custom: the same BoringSSL, located by CGO_CFLAGS
+#     and CGO_LDFLAGS alone, as the README tells a user with their own;
+#     without them the build must stop at csrc/tls_lib.h's message.
+check_reach() {
+	local d rc=0
+	d=$(mktemp -d)
+	reach_in "$d" || rc=$?
+	rm -rf "$d"
+	return "$rc"
+}
+
+# reach_in DIR: check_reach's body in the scratch module DIR (every command
+# checked: check_reach calls it in a list, where errexit is off).
+reach_in() {
+	local d=$1 root=$PWD multiarch prefix flags pcs
+	cp testdata/reach/main.go "$d/" || return 1
+	(cd "$d" && go mod init example.com/reach >/dev/null 2>&1) || return 1
+	go -C "$d" mod edit -require github.com/talaris-go/talaris@v0.0.0 -replace "github.com/talaris-go/talaris=$root" || return 1
+	go -C "$d" mod tidy || return 1
+	go -C "$d" vet . || return 1
+
+	echo "-- default (BoringSSL, the #cgo lines' Debian paths): go build"
+	go -C "$d" build -o reach-default . || return 1
+	reach_libs "$d/reach-default" || return 1
+	"$d/reach-default" -backend boringssl || return 1
+
+	echo "-- talaris_openssl, flags from pkg-config only: CGO_CFLAGS= CGO_LDFLAGS= go build -x -tags talaris_openssl"
+	if env CGO_CFLAGS= CGO_LDFLAGS= go -C "$d" env CGO_CPPFLAGS CGO_CFLAGS CGO_LDFLAGS | tr '\n' ' ' | grep -E -- '(^| )-[IL]'; then
+		echo "check_reach: with CGO_CFLAGS and CGO_LDFLAGS cleared, go env still names a directory (above; go env -w?)" >&2
+		return 1
+	fi
+	# What the #cgo lines give under the tag: pkg-config's packages, and no
+	# include or library directory but the package's own csrc/.
+	flags=$(go -C "$d" list -tags talaris_openssl -f '{{join .CgoCFLAGS " "}} {{join .CgoLDFLAGS " "}}' github.com/talaris-go/talaris) || return 1
+	pcs=$(go -C "$d" list -tags talaris_openssl -f '{{join .CgoPkgConfig " "}}' github.com/talaris-go/talaris) || return 1
+	echo "   #cgo pkg-config: $pcs"
+	echo "   #cgo CFLAGS, LDFLAGS: $flags"
+	if [ "$pcs" != "liburing libssl libcrypto" ] || tr ' ' '\n' <<<"$flags" | grep -E '^-[IL]' | grep -v "^-I$root/csrc\$"; then
+		echo "check_reach: under talaris_openssl the #cgo lines must ask pkg-config for liburing libssl libcrypto and name no directory but csrc/" >&2
+		return 1
+	fi
+	# A cached package runs no pkg-config for -x to show: CGO_CPPFLAGS holds
+	# only a -D with this run's number, so the package is compiled again.
+	if ! env CGO_CFLAGS= CGO_LDFLAGS= CGO_CPPFLAGS="-DTL_REACH_RUN=$(date +%s%N)" \
+		go -C "$d" build -x -tags talaris_openssl -o reach-openssl . 2>"$d/x.log"; then
+		tail -n 40 "$d/x.log" >&2
+		return 1
+	fi
+	grep -E '^pkg-config ' "$d/x.log" | sed 's/^/   go build -x: /'
+	grep -Eq '^pkg-config --cflags -- liburing libssl libcrypto$' "$d/x.log" &&
+		grep -Eq '^pkg-config --libs -- liburing libssl libcrypto$' "$d/x.log" || {
+		echo "check_reach: go build -x -tags talaris_openssl did not ask pkg-config for liburing, libssl and libcrypto" >&2
+		return 1
+	}
+	reach_libs "$d/reach-openssl" || return 1
+	if ldd "$d/reach-openssl" | grep -E '/android/'; then
+		echo "check_reach: the talaris_openssl build loads Debian's BoringSSL (above), not OpenSSL 3" >&2
+		return 1
+	fi
+	"$d/reach-openssl" -backend openssl || return 1
+
+	# Without CGO_CFLAGS the custom build finds OpenSSL's headers (libssl-dev
+	# is installed): csrc/tls_lib.h must stop it, saying so.
+	echo "-- talaris_boringssl_custom without CGO_CFLAGS: must stop at csrc/tls_lib.h"
+	if go -C "$d" build -tags talaris_boringssl_custom -o /dev/null . >"$d/custom.log" 2>&1 ||
+		! grep -F "talaris: the <openssl/ssl.h> found is not BoringSSL's" "$d/custom.log" | head -n 1 | sed 's/^/   /' | grep .; then
+		cat "$d/custom.log" >&2
+		echo "check_reach: the custom build without CGO_CFLAGS did not stop at csrc/tls_lib.h's #error" >&2
+		return 1
+	fi
+	multiarch=$(gcc -print-multiarch)
+	prefix=/usr/lib/$multiarch/android
+	echo "-- talaris_boringssl_custom: CGO_CFLAGS='-O2 -g -I/usr/include/android' CGO_LDFLAGS='-L$prefix -Wl,-rpath,$prefix -lssl -lcrypto' go build -tags talaris_boringssl_custom"
+	env CGO_CFLAGS="-O2 -g -I/usr/include/android" CGO_LDFLAGS="-L$prefix -Wl,-rpath,$prefix -lssl -lcrypto" \
+		go -C "$d" build -tags talaris_boringssl_custom -o reach-custom . || return 1
+	reach_libs "$d/reach-custom" || return 1
+	"$d/reach-custom" -backend boringssl || return 1
+}
+
+# reach_libs BIN prints where BIN's TLS library and liburing load from.
+reach_libs() {
+	ldd "$1" | grep -E 'lib(ssl|crypto|uring)\.' | sed 's/ (0x[0-9a-f]*)$//; s/^[[:space:]]*/   /'
 }
 
 # go_fuzz_one fuzzes one target for GO_FUZZTIME. A finding is written to
@@ -345,6 +442,7 @@ test)
 	step env GOOS=darwin go vet ./...
 	step env CGO_ENABLED=0 go build ./...
 	step check_graph
+	step check_reach
 	step python3 tools/checkrefs.py
 	# Two lanes at once: one pass of the Go tests keeps about one of the
 	# two vCPUs busy (the rest is waiting on peers, timers and wake-ups),

@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x343092d3976ca398
+// #cgo CFLAGS: -DTL_CSRC_HASH=0x988d6a1a7555b076
 import "C"
 
-const csrcHash = "343092d3976ca398"
+const csrcHash = "988d6a1a7555b076"

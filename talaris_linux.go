@@ -8,13 +8,17 @@ package talaris
 // and the Pool's life: its struct, NewPool's loops and Close.
 
 /*
-#cgo CFLAGS: -O2 -std=gnu11 -Wall -I${SRCDIR}/csrc
-#cgo amd64,!talaris_openssl CFLAGS: -I/usr/include/android
-#cgo amd64,!talaris_openssl LDFLAGS: -L/usr/lib/x86_64-linux-gnu/android -Wl,-rpath,/usr/lib/x86_64-linux-gnu/android -lssl -lcrypto
-#cgo arm64,!talaris_openssl CFLAGS: -I/usr/include/android
-#cgo arm64,!talaris_openssl LDFLAGS: -L/usr/lib/aarch64-linux-gnu/android -Wl,-rpath,/usr/lib/aarch64-linux-gnu/android -lssl -lcrypto
-#cgo talaris_openssl LDFLAGS: -lssl -lcrypto
-#cgo LDFLAGS: -l:liburing.a -lpthread
+#cgo CFLAGS: -O2 -std=gnu11 -Wall -I${SRCDIR}/csrc -include ${SRCDIR}/csrc/tls_lib.h
+#cgo pkg-config: liburing
+#cgo LDFLAGS: -lpthread
+#cgo amd64,!talaris_openssl,!talaris_boringssl_custom CFLAGS: -I/usr/include/android
+#cgo amd64,!talaris_openssl,!talaris_boringssl_custom LDFLAGS: -L/usr/lib/x86_64-linux-gnu/android -Wl,-rpath,/usr/lib/x86_64-linux-gnu/android -lssl -lcrypto
+#cgo arm64,!talaris_openssl,!talaris_boringssl_custom CFLAGS: -I/usr/include/android
+#cgo arm64,!talaris_openssl,!talaris_boringssl_custom LDFLAGS: -L/usr/lib/aarch64-linux-gnu/android -Wl,-rpath,/usr/lib/aarch64-linux-gnu/android -lssl -lcrypto
+#cgo talaris_openssl CFLAGS: -DTL_TLS_LIB_OPENSSL
+#cgo talaris_openssl pkg-config: libssl libcrypto
+#cgo talaris_boringssl_custom,!talaris_openssl CFLAGS: -DTL_TLS_LIB_CUSTOM
+#cgo talaris_boringssl_custom,!talaris_openssl LDFLAGS: -lssl -lcrypto
 #include <stdlib.h>
 #include <string.h>
 #include "csrc/talaris.h"
