@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 	"unicode/utf8"
 
@@ -444,6 +445,27 @@ type DialOptions struct {
 	// address found is tried in turn, IPv4 first, until one connects; the
 	// handshake timeout and Dial's context bound them all.
 	Resolver *net.Resolver
+	// Proxy returns the proxy to dial through, in the shape of
+	// http.Transport.Proxy and gorilla's Dialer.Proxy (http.ProxyFromEnvironment
+	// and http.ProxyURL fit). It is called once per Dial with a GET
+	// request whose URL is the target's, ws mapped to http and wss to
+	// https; a nil func or a nil URL dials directly. Schemes:
+	//   - http://host:port: HTTP CONNECT host:port (with a Host header and,
+	//     from the URL's user info, Proxy-Authorization: Basic);
+	//   - socks5://host:port: SOCKS5 (RFC 1928) to the target's resolved
+	//     address (the first one; Resolver looks it up);
+	//   - socks5h://host:port: SOCKS5 with the target's name, resolved by
+	//     the proxy.
+	// SOCKS5 offers no authentication, and username/password (RFC 1929)
+	// when the URL has user info. https:// proxies are refused (ErrProxy):
+	// the loop runs one TLS session per connection. The proxy's name is
+	// looked up with Resolver, every address tried in turn; the loop runs
+	// the proxy's handshake within the handshake timeout, then TLS (with
+	// the target's name for SNI and verification) and the upgrade through
+	// the tunnel. Each reconnect goes through the proxy again. Failures of
+	// the proxy (unreachable, refused, malformed, timed out) are a
+	// *ProxyError matching ErrProxy.
+	Proxy func(*http.Request) (*url.URL, error)
 	// PingInterval, when set, makes the loop send a ping whenever nothing
 	// has arrived on the open connection for that long (and again every
 	// interval while the silence lasts): a heartbeat that keeps idle

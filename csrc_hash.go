@@ -6,7 +6,7 @@ package talaris
 
 // The C core's fingerprint: part of the cgo cache key (see internal/cgohash).
 
-// #cgo CFLAGS: -DTL_CSRC_HASH=0x988d6a1a7555b076
+// #cgo CFLAGS: -DTL_CSRC_HASH=0xfa8c865ef61d0115
 import "C"
 
-const csrcHash = "988d6a1a7555b076"
+const csrcHash = "fa8c865ef61d0115"

@@ -239,10 +239,21 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 		var pins *C.char
 		set(&pins, &dp.pins_len, string(pol.pins))
 		dp.pins = (*C.uint8_t)(unsafe.Pointer(pins))
-		set(&dp.sess_key, &dp.sess_key_len, pol.sessionKey(t.addrs[0].String(), t.serverName))
+		at := t.addrs[0].String()
+		if t.proxy != nil { // the address is the proxy's: the session is the target's
+			at = t.proxy.name + " " + t.host
+		}
+		set(&dp.sess_key, &dp.sess_key_len, pol.sessionKey(at, t.serverName))
 		dp.min_version, dp.max_version = C.uint32_t(pol.minVersion), C.uint32_t(pol.maxVersion)
 	}
 	set(&dp.subscribe, &dp.subscribe_len, sub)
+	proxyName := ""
+	if pl := t.proxy; pl != nil {
+		proxyName = pl.name
+		dp.proxy = C.int32_t(pl.kind)
+		set(&dp.proxy_req, &dp.proxy_req_len, pl.req)
+		set(&dp.proxy_auth, &dp.proxy_auth_len, pl.auth)
+	}
 	defer func() {
 		for _, f := range frees {
 			C.free(unsafe.Pointer(f))
@@ -260,7 +271,7 @@ func (p *Pool) prepare(t *dialRequest, opts *DialOptions) (uint32, uint32, error
 		return 0, 0, err
 	}
 	p.rcPolicy[slot].Store(opts.Reconnect != nil)
-	p.setConnLabel(slot, gen, opts.Label) // after allocSlot's reset: the gauges read the slot from here on
+	p.setConnLabel(slot, gen, opts.Label, proxyName) // after allocSlot's reset: the gauges read the slot from here on
 	sh := p.shardOf[slot]
 	if rc := C.tl_dial_prepare(sh.loop, C.uint32_t(slot-sh.base), &dp); rc != 0 {
 		p.uncount(slot, gen)
@@ -498,7 +509,7 @@ func (p *Pool) dialMemory() (Conn, error) {
 	if err != nil {
 		return Conn{}, err
 	}
-	p.setConnLabel(slot, gen, "")
+	p.setConnLabel(slot, gen, "", "")
 	if err := p.command(cmdDial, cmdfMemory, 0, slot, gen, nil); err != nil {
 		return Conn{}, err
 	}
@@ -517,7 +528,7 @@ func (p *Pool) connErr(slot, gen uint32) error {
 	if e == cErrHTTP {
 		err = p.handshakeErr(slot, gen, err)
 	}
-	return err
+	return proxyErr(err, p.proxyOf(slot, gen))
 }
 
 // handshakeErr wraps the ConnError of a refused upgrade in a

@@ -253,6 +253,7 @@ const (
 	cErrAborted      = 10 // TL_E_ABORTED
 	cErrShutdown     = 11 // TL_E_SHUTDOWN
 	cErrReadTimeout  = 12 // TL_E_READ_TIMEOUT
+	cErrProxy        = 13 // TL_E_PROXY: aux is a TL_PROXY_* | errno << 8 (proxy.go)
 
 	cTLSUnknownCA = 1 // TL_TLS_UNKNOWN_CA
 	cTLSHostname  = 2 // TL_TLS_HOSTNAME
@@ -309,6 +310,9 @@ var (
 func makeErr(e, aux int32, code int, detail string) error {
 	if e == cErrNone {
 		return nil
+	}
+	if e == cErrProxy {
+		return makeProxyErr(aux, code, detail)
 	}
 	cause, ok := errCauses[e]
 	if !ok {

@@ -311,6 +311,9 @@ func (r *evConsumer) event(e *C.struct_tl_event, slot uint32, kind EventKind, pa
 	case EventReconnecting:
 		reconnectingEvent(&ev, e, payload)
 	}
+	if r.pool != nil && ev.Err != nil {
+		ev.Err = proxyErr(ev.Err, r.pool.proxyOf(slot, uint32(e.gen)))
+	}
 	if r.pool != nil && (kind == EventClose || kind == EventError || kind == EventReconnecting) {
 		if ev.SendDropped = r.pool.dropsSince(slot); ev.SendDropped != 0 {
 			ev.Err = withDropped(ev.Err, ev.SendDropped)

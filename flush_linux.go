@@ -98,7 +98,7 @@ func (c Conn) endErr() error {
 	if e == 0 {
 		return fmt.Errorf("%w: the connection ended with a close handshake", ErrClosed)
 	}
-	return makeErr(e, int32(pb.aux), int(pb.code), C.GoString(&pb.detail[0]))
+	return proxyErr(makeErr(e, int32(pb.aux), int(pb.code), C.GoString(&pb.detail[0])), c.p.proxyOf(c.slot, c.gen))
 }
 
 // dropsSince returns the messages of slot's connection dropped since the

@@ -32,6 +32,16 @@ type connLabels struct {
 type slotLabel struct {
 	gen   uint32
 	label string
+	proxy string // DialOptions.Proxy's URL (password removed), "" when direct
+}
+
+// proxyOf returns the proxy slot's connection of generation gen dials
+// through ("" when direct): what ProxyError.Proxy names.
+func (p *Pool) proxyOf(slot, gen uint32) string {
+	if l := p.labelSlots()[slot].Load(); l != nil && l.gen == gen {
+		return l.proxy
+	}
+	return ""
 }
 
 // labelSlots returns the per-slot labels, made on the first call (so that
@@ -41,10 +51,10 @@ func (p *Pool) labelSlots() []atomic.Pointer[slotLabel] {
 	return p.labels.slots
 }
 
-// setConnLabel records the label of slot's connection of generation gen,
+// setConnLabel records the label (and proxy) of slot's connection of generation gen,
 // after allocSlot and before the handle exists (DialMemory's label is "").
-func (p *Pool) setConnLabel(slot, gen uint32, label string) {
-	p.labelSlots()[slot].Store(&slotLabel{gen: gen, label: label})
+func (p *Pool) setConnLabel(slot, gen uint32, label, proxy string) {
+	p.labelSlots()[slot].Store(&slotLabel{gen: gen, label: label, proxy: proxy})
 }
 
 // gauges fills m's gauges from the live connections, or leaves them zero

@@ -17,6 +17,7 @@ const maxAddrs = 16
 
 // target is a validated ws:// or wss:// URL, resolved to its addresses.
 type target struct {
+	proxy      *proxyPlan // DialOptions.Proxy's, nil when direct: addrs are then the proxy's
 	tls        bool
 	addrs      []netip.AddrPort // in the order tried; IPv4 addresses are unmapped (Is4)
 	local      netip.AddrPort   // DialOptions.LocalAddr (port 0: any); invalid when unset
@@ -101,7 +102,29 @@ func parseTarget(ctx context.Context, rawURL string, opts *DialOptions) (*target
 			return nil, err
 		}
 	}
+	resolve := func(ctx context.Context, host string, port int, local bool) ([]netip.AddrPort, error) {
+		return resolveAddrs(ctx, opts, host, port, local, t.local)
+	}
+	if t.proxy, err = planProxy(ctx, opts, t.tls, u.Host, hostname, pn, resolve); err != nil {
+		return nil, err
+	}
+	if t.proxy != nil {
+		t.addrs = t.proxy.addrs
+		return t, nil
+	}
+	if t.addrs, err = resolve(ctx, hostname, pn, true); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// resolveAddrs looks hostname up (an IP address is itself) and returns its
+// addresses with port, IPv4 first, then IPv6, each in the resolver's
+// order, at most maxAddrs; with local (the socket's bound address) valid
+// and filter set only those of its family.
+func resolveAddrs(ctx context.Context, opts *DialOptions, hostname string, pn int, filter bool, local netip.AddrPort) ([]netip.AddrPort, error) {
 	var ips []netip.Addr
+	var out []netip.AddrPort
 	if a, err := netip.ParseAddr(hostname); err == nil {
 		if a.Zone() != "" {
 			return nil, fmt.Errorf("%w: zoned address %q not supported", ErrBadURL, hostname)
@@ -127,17 +150,17 @@ func parseTarget(ctx context.Context, rawURL string, opts *DialOptions) (*target
 		}
 	}
 	for _, a := range ips {
-		if t.local.IsValid() && a.Is4() != t.local.Addr().Is4() {
+		if filter && local.IsValid() && a.Is4() != local.Addr().Is4() {
 			continue // a socket bound to one family cannot reach the other
 		}
-		if len(t.addrs) < maxAddrs {
-			t.addrs = append(t.addrs, netip.AddrPortFrom(a, uint16(pn)))
+		if len(out) < maxAddrs {
+			out = append(out, netip.AddrPortFrom(a, uint16(pn)))
 		}
 	}
-	if len(t.addrs) == 0 {
-		return nil, fmt.Errorf("%w: %s has no address of LocalAddr %s's family", ErrResolve, hostname, t.local.Addr())
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s has no address of LocalAddr %s's family", ErrResolve, hostname, local.Addr())
 	}
-	return t, nil
+	return out, nil
 }
 
 // validToken reports whether s is an RFC 7230 token (a header name or a

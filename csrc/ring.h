@@ -43,7 +43,7 @@ enum {
 
 /* Error causes carried in tl_event.err and tl_conn_pub.err; errors.go
  * mirrors them by number (cErr*, checked against these values at compile
- * time in talaris_linux.go) and maps them to the exported error sentinels.
+ * time in talaris_linux.go; TL_E_PROXY in proxy_linux.go) and maps them to the exported error sentinels.
  * aux refines some of them. */
 enum {
 	TL_E_NONE = 0,
@@ -59,10 +59,23 @@ enum {
 	TL_E_ABORTED = 10,      /* ended by Conn.Abort, or closed by the user before open */
 	TL_E_SHUTDOWN = 11,     /* the pool closed */
 	TL_E_READ_TIMEOUT = 12, /* nothing received for the dial's read timeout (1006, no handshake) */
+	TL_E_PROXY = 13,        /* the proxy handshake failed: aux = TL_PROXY_* | errno << 8, code = HTTP status or SOCKS code */
 	/* Causes Go does not tell apart (all errInternal): kept out of the way
 	 * of the numbered public causes above, which other changes extend. */
 	TL_E_NOMEM = 64,        /* allocation failed in the loop */
 	TL_E_INTERNAL = 65,
+};
+
+/* Proxy causes in aux's low byte for TL_E_PROXY (the errno of a lost
+ * connection above it); proxy_linux.go mirrors them. */
+enum {
+	TL_PROXY_STATUS = 1,    /* CONNECT answered with a status other than 2xx (code) */
+	TL_PROXY_REPLY = 2,     /* SOCKS5 CONNECT reply other than succeeded (code = REP) */
+	TL_PROXY_AUTH = 3,      /* SOCKS5 authentication refused (code = RFC 1929 status, or 255: no method acceptable) */
+	TL_PROXY_MALFORMED = 4, /* the reply is not the protocol's */
+	TL_PROXY_TOO_LARGE = 5, /* the CONNECT reply head is over TL_PROXY_MAX_HEAD */
+	TL_PROXY_TIMEOUT = 6,   /* the handshake deadline passed during the proxy handshake */
+	TL_PROXY_LOST = 7,      /* the proxy closed (or reset) the connection before its reply ended */
 };
 
 /* TLS causes in aux for TL_E_TLS */

@@ -183,7 +183,18 @@ struct tl_dial_params {
 	 * command: each one a 4-byte host-order length then its bytes. */
 	const char *subscribe; size_t subscribe_len;
 	uint64_t close_timeout_ns;       /* 0: the loop's close_timeout_ns */
+	/* Proxy (DialOptions.Proxy; transport/proxy.c): addr and alt are then
+	 * the proxy's addresses, and after TCP connect the loop runs the
+	 * proxy's handshake within the handshake timeout, before TLS (still
+	 * with server_name) and the upgrade. Go builds every request. */
+	int32_t proxy;                   /* TL_PROXY_KIND_* */
+	uint32_t proxy_pad;
+	const char *proxy_req; size_t proxy_req_len;   /* HTTP: the whole CONNECT request; SOCKS5: its CONNECT request */
+	const char *proxy_auth; size_t proxy_auth_len; /* SOCKS5: the RFC 1929 username/password request; empty: no authentication offered */
 };
+
+/* Kinds of proxy (tl_dial_params.proxy). */
+enum { TL_PROXY_KIND_NONE = 0, TL_PROXY_KIND_HTTP = 1, TL_PROXY_KIND_SOCKS5 = 2 };
 
 /* tl_dial_prepare stores a copy of p for slot, which Go owns (no dial is in
  * flight on it); a following TL_CMD_DIAL starts it. Returns 0, or a
@@ -333,6 +344,9 @@ TL_LAYOUT(tl_dial_params, rc_min_ns, 536);
 TL_LAYOUT(tl_dial_params, rc_max_ns, 544);
 TL_LAYOUT(tl_dial_params, subscribe, 552);
 TL_LAYOUT(tl_dial_params, close_timeout_ns, 568);
-_Static_assert(sizeof(struct tl_dial_params) == 576, "tl_dial_params size");
+TL_LAYOUT(tl_dial_params, proxy, 576);
+TL_LAYOUT(tl_dial_params, proxy_req, 584);
+TL_LAYOUT(tl_dial_params, proxy_auth, 600);
+_Static_assert(sizeof(struct tl_dial_params) == 616, "tl_dial_params size");
 
 #endif

@@ -79,6 +79,13 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 	DUP(ca_file);
 	DUP(ca_pem);
 	DUP(subscribe);
+	if (p->proxy) {
+		if (p->proxy != TL_PROXY_KIND_HTTP && p->proxy != TL_PROXY_KIND_SOCKS5)
+			goto bad;
+		d->proxy = p->proxy;
+		DUP(proxy_req);
+		DUP(proxy_auth);
+	}
 #undef DUP
 	if (p->tls && !(d->tlsx = tl_tlsv_dial_copy(p)))
 		goto fail;
@@ -88,6 +95,9 @@ int tl_dial_prepare(struct tl_loop *l, uint32_t slot, const struct tl_dial_param
 fail:
 	tl_life_free_dial(d);
 	return -ENOMEM;
+bad:
+	tl_life_free_dial(d);
+	return -EINVAL;
 }
 
 size_t tl_loop_fail_head(struct tl_loop *l, uint32_t slot, uint32_t gen, char *buf, size_t cap)

@@ -3,11 +3,12 @@
  * ones only give their buffers back: recv (slots onto the connection's
  * queue, then the transport parses them), send (the rest of a short send,
  * then the next flush), connect (the next address, or TLS or the upgrade
- * request), cancel. */
+ * request, or a proxy's handshake first), cancel. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "loop/internal.h"
+#include "transport/proxy.h"
 
 #include <errno.h>
 #include <string.h>
@@ -144,13 +145,9 @@ static void on_connect(struct tl_loop *l, struct tl_conn *c, int res)
 		return;
 	}
 	tl_rx_step(l, c, RX_ARM, 0);
-	if (c->is_tls) {
-		tl_pub_set_state(l, c, TL_ST_TLS);
-		r = tl_tls_start(l, c);
-	} else {
-		tl_pub_set_state(l, c, TL_ST_UPGRADING);
-		r = tl_conn_start_upgrade(l, c);
-	}
+	r = tl_proxy_start(l, c); /* through a proxy: its handshake first (tl_life_drive goes on) */
+	if (r == 0)
+		r = tl_life_session_start(l, c);
 	tl_life_after(l, c);
 	if (r < 0 || c->dying)
 		return;

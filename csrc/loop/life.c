@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "transport/plain.h"
+#include "transport/proxy.h"
 #include "base/pub.h"
 #include "loop/rx.h"
 #include "base/sample.h"
@@ -69,16 +70,45 @@ void tl_life_after(struct tl_loop *l, struct tl_conn *c)
 		tl_life_after(l, c);
 }
 
-/* tl_life_drive runs c's transport over its queued input and acts on the outcome:
- * the transport's requests, a stall, the end of input (once all of it is
+/* tl_life_session_start starts c's session on its connected socket (or
+ * through its proxy's tunnel): the TLS handshake for wss, else the upgrade
+ * request. Returns 0, or -1 after failing c; the caller runs tl_life_after. */
+int tl_life_session_start(struct tl_loop *l, struct tl_conn *c)
+{
+	if (c->is_tls) {
+		tl_pub_set_state(l, c, TL_ST_TLS);
+		return tl_tls_start(l, c);
+	}
+	tl_pub_set_state(l, c, TL_ST_UPGRADING);
+	return tl_conn_start_upgrade(l, c);
+}
+
+/* proxy_step runs c's proxy handshake over its queued input; once the
+ * tunnel stands it starts the session through it. Returns 1 when the
+ * transport is to read the rest of the queue (what the proxy sent after
+ * its reply: the server's first bytes), else 0 (the handshake goes on,
+ * or c failed). */
+static int proxy_step(struct tl_loop *l, struct tl_conn *c)
+{
+	if (tl_proxy_drive(l, c) != TL_FEED_OK || c->px)
+		return 0;
+	if (tl_life_session_start(l, c) < 0)
+		return 0;
+	return !tl_conn_ending(c);
+}
+
+/* tl_life_drive runs c's transport (first its proxy handshake, if one is
+ * under way) over its queued input and acts on the outcome: the
+ * transport's requests, a stall, the end of input (once all of it is
  * parsed), then a flush of the replies. */
 void tl_life_drive(struct tl_loop *l, struct tl_conn *c)
 {
-	int r;
+	int r = TL_FEED_OK;
 
 	if (c->dying)
 		return;
-	r = c->is_tls ? tl_tls_drive(l, c) : tl_plain_drive(l, c);
+	if (!c->px || proxy_step(l, c))
+		r = c->is_tls ? tl_tls_drive(l, c) : tl_plain_drive(l, c);
 	tl_life_after(l, c);
 	if (c->dying)
 		return;
@@ -113,6 +143,8 @@ void tl_life_free_dial(struct tl_dial *d)
 	tl_tlsv_dial_free(d->tlsx);
 	free(d->alt);
 	free(d->subscribe);
+	free(d->proxy_req);
+	free(d->proxy_auth);
 	free(d);
 }
 

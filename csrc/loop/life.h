@@ -32,6 +32,11 @@ void tl_life_open_memory(struct tl_loop *l, uint32_t slot, uint32_t gen);
  * (tl_conn_on_eof), then a flush of the replies. No-op when c is dying. */
 void tl_life_drive(struct tl_loop *l, struct tl_conn *c);
 
+/* tl_life_session_start starts c's session once its socket is connected
+ * (and any proxy's tunnel stands): TLS for wss, else the upgrade request.
+ * Returns 0, or -1 after failing c; the caller runs tl_life_after. */
+int tl_life_session_start(struct tl_loop *l, struct tl_conn *c);
+
 /* tl_life_after acts on the requests (TL_DO_*, ws/conn.h) a call into ws/,
  * the transports or tx.c left in c->todo, and clears them: teardown alone,
  * else regroup, end of the sending side, flush (and again for what a

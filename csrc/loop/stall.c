@@ -136,7 +136,7 @@ void tl_loop_run_rearms(struct tl_loop *l, int sweep)
 	for (uint32_t i = 0; i < l->cfg.max_conns && (l->rx_want || sweep || retry); i++) {
 		struct tl_conn *c = &l->conns[i];
 		if (sweep && c->rx == TL_RX_OFF && !c->dying && !c->eof && c->fd >= 0 && c->state != TL_ST_IDLE &&
-		    c->state != TL_ST_CONNECTING) {
+		    !tl_conn_unconnected(c)) {
 #ifdef TL_DEBUG
 			fprintf(stderr, "talaris: sweep found slot %u with no recv (state %d)\n", c->slot, c->state);
 			abort();
@@ -145,7 +145,7 @@ void tl_loop_run_rearms(struct tl_loop *l, int sweep)
 		}
 		if (c->rx == TL_RX_WANT)
 			tl_rx_step(l, c, RX_TICK, 0);
-		if (c->send_inflight || c->dying || c->fd < 0 || c->state == TL_ST_IDLE || c->state == TL_ST_CONNECTING)
+		if (c->send_inflight || c->dying || c->fd < 0 || c->state == TL_ST_IDLE || tl_conn_unconnected(c))
 			continue;
 		if (retry) {
 			/* Output left behind when no SQE was free (a short send's

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "loop/life.h"
+#include "transport/proxy.h"
 #include "base/pub.h"
 #include "loop/rx.h"
 #include "base/timer.h"
@@ -67,6 +68,9 @@ static void on_deadline(struct tl_loop *l, struct tl_conn *c)
 		/* The refused upgrade's body did not come in time: report the
 		 * refusal with what came. */
 		tl_conn_refusal_end(l, c);
+		tl_life_after(l, c);
+	} else if (c->px) {
+		tl_proxy_timeout(l, c); /* the proxy's handshake: ErrProxy wrapping ErrTimeout */
 		tl_life_after(l, c);
 	} else if (c->state < TL_ST_OPEN) {
 		tl_life_fail(l, c, TL_E_TIMEOUT, 0, 0, "handshake timed out");

@@ -223,7 +223,7 @@ void tl_tx_flush(struct tl_loop *l, struct tl_conn *c)
 {
 	struct tl_outbuf *ob;
 
-	if (c->send_inflight || c->fd < 0 || c->state == TL_ST_CONNECTING)
+	if (c->send_inflight || c->fd < 0 || tl_conn_unconnected(c))
 		return;
 	if (c->send_errno) { /* the socket refused a send: nobody reads these bytes */
 		tl_conn_tx_drop_all(l, c);

@@ -76,6 +76,10 @@ struct tl_dial {
 	uint64_t rc_min_ns, rc_max_ns;
 	char *subscribe;
 	size_t subscribe_len;
+	/* proxy (transport/proxy.c): addr and alt are the proxy's addresses */
+	int proxy;                    /* TL_PROXY_KIND_*: none, HTTP CONNECT, SOCKS5 */
+	char *proxy_req, *proxy_auth; /* CONNECT request, or SOCKS5 CONNECT request and RFC 1929 message */
+	size_t proxy_req_len, proxy_auth_len;
 };
 
 /* tl_dupn returns a malloced copy of s[0..n) plus a NUL (NULL on no
@@ -248,6 +252,10 @@ struct tl_conn {
 	 * body is in, at EOF or at the deadline (TL_REFUSAL_BODY_WAIT_NS). */
 	uint8_t refusing;
 	uint8_t refuse_chunked;
+	/* TL_PX_*: the proxy handshake's step (transport/proxy.c, which
+	 * gathers each reply in hs); 0: no proxy, or the tunnel stands. The
+	 * state stays TL_ST_CONNECTING meanwhile, on a connected socket. */
+	uint8_t px;
 	uint16_t refuse_status;
 	size_t refuse_head_len;
 	int64_t refuse_length; /* Content-Length, -1 if none */
@@ -345,6 +353,12 @@ struct tl_conn {
 /* tl_conn_ending says c is ending: teardown started, or requested
  * (TL_DO_TEARDOWN) and not yet acted on. Input and output stop here. */
 static inline int tl_conn_ending(const struct tl_conn *c) { return c->dying || (c->todo & TL_DO_TEARDOWN); }
+
+/* tl_conn_unconnected says c has no connected socket yet: its connect is
+ * in flight (or a reconnect waits out its backoff). Nothing is read or
+ * written then; a proxy handshake (c->px) runs in TL_ST_CONNECTING on a
+ * connected socket. */
+static inline int tl_conn_unconnected(const struct tl_conn *c) { return c->state == TL_ST_CONNECTING && !c->px; }
 
 /* tl_conn_close_step records ev, TL_CLOSE_SENT (our close frame is
  * queued) or TL_CLOSE_RCVD (the peer's close frame came, or Go closed a
