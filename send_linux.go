@@ -422,12 +422,12 @@ func (c Conn) control(op uint8, b []byte) error {
 	sh := p.shardOf[c.slot]
 	sh.lockSend()
 	defer sh.sendMu.Unlock()
-	// Before the upgrade completes the loop has nowhere to put a control
-	// frame (only data messages wait for the open): say so instead of
-	// accepting one that would be dropped. Not counted as a full queue.
 	if c.refusal() == ErrReconnecting {
 		return ErrReconnecting
 	}
+	// Before the upgrade completes the loop has nowhere to put a control
+	// frame (only data messages wait for the open): say so instead of
+	// accepting one that would be dropped. Not counted as a full queue.
 	if st := atomic.LoadUint32((*uint32)(unsafe.Pointer(&p.pub[c.slot].state))); c.live() && st < uint32(StateOpen) {
 		return errNotOpen
 	}
